@@ -1,0 +1,155 @@
+//! Turns an `/init` upload into a folder holding something startable: decode, detect, unpack, compile.
+
+mod compile;
+pub mod decode;
+pub mod detect;
+pub mod unpack;
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+pub use compile::Compiler;
+use detect::{Kind, WASM_MAGIC};
+pub use unpack::Limits;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The upload could not be unpacked; the text says why.
+    #[error("{0}")]
+    Unpack(String),
+    /// The compiler hook failed; the text is its output, as the platform expects.
+    #[error("{0}")]
+    Compile(String),
+    #[error("cannot prepare the action folder {path}: {source}")]
+    Folder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What `/init` found to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A native executable, started as a child process.
+    Native(PathBuf),
+    /// A WebAssembly module.
+    Wasm(PathBuf),
+}
+
+/// An unpacked action: its folder lives (and is removed) with this value.
+#[derive(Debug)]
+pub struct Prepared {
+    pub folder: tempfile::TempDir,
+    pub bin_dir: PathBuf,
+    pub entry: Entry,
+}
+
+pub struct Upload<'a> {
+    pub bytes: Vec<u8>,
+    pub main: &'a str,
+}
+
+fn folder_error(path: &Path) -> impl FnOnce(std::io::Error) -> PrepareError + '_ {
+    move |source| PrepareError::Folder { path: path.to_owned(), source }
+}
+
+/// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`.
+pub async fn prepare(
+    upload: Upload<'_>,
+    base: &Path,
+    limits: Limits,
+    compiler: Option<&Compiler<'_>>,
+) -> Result<Prepared, PrepareError> {
+    fs::create_dir_all(base).map_err(folder_error(base))?;
+    let folder = tempfile::Builder::new()
+        .prefix("action-")
+        .tempdir_in(base)
+        .map_err(folder_error(base))?;
+    let src = folder.path().join("src");
+    let bin = folder.path().join("bin");
+    let unpack_into = src.clone();
+    let Upload { bytes, main } = upload;
+    tokio::task::spawn_blocking(move || unpack_upload(&bytes, &unpack_into, limits))
+        .await
+        .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
+
+    let entry = match find_entry(&src, main) {
+        Some(wasm @ Entry::Wasm(_)) => Some(wasm),
+        // Executables and scripts run as they are; anything else is source for the compiler.
+        Some(Entry::Native(exec)) if is_executable_format(&exec) => Some(Entry::Native(exec)),
+        _ => None,
+    };
+    let entry = match (entry, compiler) {
+        (None, Some(compiler)) => {
+            fs::create_dir_all(&bin).map_err(folder_error(&bin))?;
+            compiler.compile(main, &src, &bin).await?;
+            find_entry(&bin, main).unwrap_or(Entry::Native(bin.join("exec")))
+        }
+        (entry, _) => {
+            fs::rename(&src, &bin).map_err(folder_error(&bin))?;
+            let rebase = |p: PathBuf| bin.join(p.strip_prefix(&src).unwrap_or(&p));
+            match entry.or_else(|| find_entry(&bin, main)) {
+                Some(Entry::Wasm(p)) => Entry::Wasm(rebase(p)),
+                Some(Entry::Native(p)) => Entry::Native(rebase(p)),
+                None => Entry::Native(bin.join("exec")),
+            }
+        }
+    };
+    if let Entry::Native(exec) = &entry {
+        // Zip entries often lack the execute bit (archives made by Java tooling).
+        if exec.is_file() {
+            fs::set_permissions(exec, fs::Permissions::from_mode(0o755))
+                .map_err(folder_error(exec))?;
+        }
+    }
+    Ok(Prepared { folder, bin_dir: bin, entry })
+}
+
+fn unpack_upload(bytes: &[u8], src: &Path, limits: Limits) -> Result<(), PrepareError> {
+    fs::create_dir_all(src).map_err(folder_error(src))?;
+    match detect::detect(bytes) {
+        Kind::Zip => unpack::unzip(bytes, src, limits),
+        Kind::TarGz => unpack::untar_gz(bytes, src, limits),
+        kind => {
+            let exec = src.join("exec");
+            fs::write(&exec, bytes).map_err(folder_error(&exec))?;
+            let mode = if matches!(kind, Kind::Elf | Kind::Script) { 0o755 } else { 0o644 };
+            fs::set_permissions(&exec, fs::Permissions::from_mode(mode))
+                .map_err(folder_error(&exec))
+        }
+    }
+}
+
+fn starts_with(path: &Path, magic: &[&[u8]]) -> bool {
+    let mut head = [0u8; 4];
+    let Ok(mut file) = fs::File::open(path) else { return false };
+    let n = file.read(&mut head).unwrap_or(0);
+    magic.iter().any(|m| head[..n].starts_with(m))
+}
+
+fn is_executable_format(path: &Path) -> bool {
+    starts_with(path, &[b"\x7fELF", b"#!"])
+}
+
+/// The entry point of a folder: `exec`, then `exec.wasm`, then `<main>.wasm`.
+fn find_entry(dir: &Path, main: &str) -> Option<Entry> {
+    let exec = dir.join("exec");
+    if exec.is_file() {
+        return Some(if starts_with(&exec, &[WASM_MAGIC]) {
+            Entry::Wasm(exec)
+        } else {
+            Entry::Native(exec)
+        });
+    }
+    let exec_wasm = dir.join("exec.wasm");
+    if exec_wasm.is_file() {
+        return Some(Entry::Wasm(exec_wasm));
+    }
+    // `main` comes from the request: only a plain file name may pick a file.
+    let plain = !main.is_empty() && !main.contains('/') && main != "." && main != "..";
+    let main_wasm = dir.join(format!("{main}.wasm"));
+    (plain && main_wasm.is_file()).then_some(Entry::Wasm(main_wasm))
+}

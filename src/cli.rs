@@ -1,0 +1,122 @@
+//! The command line: every setting as a flag with an environment twin, turned into a `Config`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, Config};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wasmloop",
+    version,
+    about = "Runs OpenWhisk actions (WebAssembly or native executables) behind the ActionLoop protocol",
+    long_about = "Runs OpenWhisk actions behind the ActionLoop protocol: POST /init once with the \
+                  action's code, then POST /run for each activation. With no subcommand it serves.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Print the runtime's own diagnostics on stderr (RUST_LOG gives finer control).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// Which diagnostics to print, as a tracing filter (e.g. `wasmloop=trace`).
+    #[arg(long, global = true, env = "RUST_LOG", hide_env_values = true)]
+    pub log_filter: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve /init and /run over HTTP (what a bare `wasmloop` does).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, env = "WASMLOOP_LISTEN", default_value = config::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Folder in which each /init unpacks its action into a fresh folder [default: the system temp dir].
+    #[arg(long, env = "WASMLOOP_ACTION_DIR")]
+    pub action_dir: Option<PathBuf>,
+    /// Compiler hook run as `COMPILER <main> <srcdir> <bindir>` for uploads that are not executables.
+    #[arg(long, env = "OW_COMPILER")]
+    pub compiler: Option<PathBuf>,
+    /// When non-empty, actions must write {"ok":true} on their result channel once ready.
+    #[arg(long, env = "OW_WAIT_FOR_ACK")]
+    pub wait_for_ack: Option<String>,
+    /// When non-empty, the action's bin/exec.env must hold this value.
+    #[arg(long, env = "OW_EXECUTION_ENV")]
+    pub execution_env: Option<String>,
+    /// When non-empty, /init errors are written to the logs and the client gets a generic message.
+    #[arg(long, env = "OW_LOG_INIT_ERROR", num_args = 0..=1, default_missing_value = "1")]
+    pub log_init_error: Option<String>,
+    /// Largest /init body accepted, in bytes; larger ones get 413.
+    #[arg(long, env = "WASMLOOP_MAX_INIT_BYTES", default_value_t = config::DEFAULT_MAX_INIT_BYTES)]
+    pub max_init_bytes: usize,
+    /// Largest /run body accepted, in bytes; larger ones get 413.
+    #[arg(long, env = "WASMLOOP_MAX_RUN_BYTES", default_value_t = config::DEFAULT_MAX_RUN_BYTES)]
+    pub max_run_bytes: usize,
+    /// Longest result line an action may return, in bytes; longer ones get 502.
+    #[arg(long, env = "WASMLOOP_MAX_RESULT_BYTES", default_value_t = config::DEFAULT_MAX_RESULT_BYTES)]
+    pub max_result_bytes: usize,
+    /// Most entries an uploaded archive may hold.
+    #[arg(long, env = "WASMLOOP_MAX_ARCHIVE_ENTRIES", default_value_t = config::DEFAULT_MAX_ARCHIVE_ENTRIES)]
+    pub max_archive_entries: usize,
+    /// Most bytes an uploaded archive may unpack to.
+    #[arg(long, env = "WASMLOOP_MAX_UNPACKED_BYTES", default_value_t = config::DEFAULT_MAX_UNPACKED_BYTES)]
+    pub max_unpacked_bytes: u64,
+    /// How long an action may take to acknowledge start-up (e.g. 500ms, 60s, 2m).
+    #[arg(long, env = "WASMLOOP_ACK_TIMEOUT", value_parser = humantime::parse_duration,
+          default_value = config::DEFAULT_ACK_TIMEOUT)]
+    pub ack_timeout: Duration,
+    /// How long a native action without ack must stay alive after spawning to count as started.
+    #[arg(long, env = "WASMLOOP_START_PROBE", value_parser = humantime::parse_duration,
+          default_value = config::DEFAULT_START_PROBE)]
+    pub start_probe: Duration,
+    /// How long the OW_COMPILER hook may run.
+    #[arg(long, env = "WASMLOOP_COMPILE_TIMEOUT", value_parser = humantime::parse_duration,
+          default_value = config::DEFAULT_COMPILE_TIMEOUT)]
+    pub compile_timeout: Duration,
+}
+
+/// OpenWhisk treats an empty variable as an unset one.
+fn non_empty(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.is_empty())
+}
+
+impl ServeArgs {
+    pub fn to_config(&self) -> Config {
+        let defaults = Config::default();
+        Config {
+            action_dir: self.action_dir.clone().unwrap_or(defaults.action_dir),
+            compiler: self.compiler.clone().filter(|p| !p.as_os_str().is_empty()),
+            wait_for_ack: non_empty(&self.wait_for_ack),
+            execution_env: non_empty(&self.execution_env),
+            log_init_error: non_empty(&self.log_init_error).is_some(),
+            inherited_env: inherited_ow_env(),
+            allow_reinit: defaults.allow_reinit,
+            max_init_bytes: self.max_init_bytes,
+            max_run_bytes: self.max_run_bytes,
+            max_result_bytes: self.max_result_bytes,
+            max_archive_entries: self.max_archive_entries,
+            max_unpacked_bytes: self.max_unpacked_bytes,
+            ack_timeout: self.ack_timeout,
+            start_probe: self.start_probe,
+            compile_timeout: self.compile_timeout,
+        }
+    }
+}
+
+/// Every `__OW_*` variable of our own environment, values kept whole (the reference cuts at `=`).
+fn inherited_ow_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k.starts_with("__OW_"))
+        .collect()
+}

@@ -1,0 +1,79 @@
+//! Runtime settings and their defaults: the one place where a default value lives.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the server listens unless told otherwise (the reference proxy uses `:8080`).
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// The platform caps an action at 48 MB; base64 grows it by 4/3 and JSON adds a little.
+pub const DEFAULT_MAX_INIT_BYTES: usize = 72 * 1024 * 1024;
+/// The platform caps a payload at 1 MB (5 MB on some deployments); leave ample room.
+pub const DEFAULT_MAX_RUN_BYTES: usize = 16 * 1024 * 1024;
+/// A result line longer than this is refused rather than buffered without bound.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
+/// Archives with more entries than this are refused (a 48 MB zip of empty files is ~1M entries).
+pub const DEFAULT_MAX_ARCHIVE_ENTRIES: usize = 10_000;
+/// Unpacked archives larger than this are refused (decompression bombs).
+pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 512 * 1024 * 1024;
+/// How long a child may take to write its ack (the reference waits forever).
+pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
+/// How long a child without an ack must stay alive to count as started (the reference: 5 ms).
+pub const DEFAULT_START_PROBE: &str = "5ms";
+/// How long the `OW_COMPILER` hook may run.
+pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
+/// What `__OW_PROXY_VERSION` tells an action.
+pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Durations are written as text (`500ms`, `60s`) so that `--help` shows them as typed.
+fn duration(text: &str) -> Duration {
+    humantime::parse_duration(text).expect("the default durations above are well-formed")
+}
+
+/// Everything the runtime needs to know, resolved once at start-up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Folder under which each `/init` gets a fresh folder of its own.
+    pub action_dir: PathBuf,
+    /// `OW_COMPILER`: the hook that turns sources into `bin/exec`.
+    pub compiler: Option<PathBuf>,
+    /// `OW_WAIT_FOR_ACK` (non-empty): children announce readiness with `{"ok":true}`.
+    pub wait_for_ack: Option<String>,
+    /// `OW_EXECUTION_ENV` (non-empty): `bin/exec.env` must hold this value.
+    pub execution_env: Option<String>,
+    /// `OW_LOG_INIT_ERROR` (non-empty): init errors go to the logs, the client gets a generic text.
+    pub log_init_error: bool,
+    /// The runtime's own `__OW_*` variables, passed on to every action.
+    pub inherited_env: Vec<(String, String)>,
+    /// `-debug` of the reference proxy: allow more than one `/init`.
+    pub allow_reinit: bool,
+    pub max_init_bytes: usize,
+    pub max_run_bytes: usize,
+    pub max_result_bytes: usize,
+    pub max_archive_entries: usize,
+    pub max_unpacked_bytes: u64,
+    pub ack_timeout: Duration,
+    pub start_probe: Duration,
+    pub compile_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            action_dir: std::env::temp_dir(),
+            compiler: None,
+            wait_for_ack: None,
+            execution_env: None,
+            log_init_error: false,
+            inherited_env: Vec::new(),
+            allow_reinit: false,
+            max_init_bytes: DEFAULT_MAX_INIT_BYTES,
+            max_run_bytes: DEFAULT_MAX_RUN_BYTES,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            max_archive_entries: DEFAULT_MAX_ARCHIVE_ENTRIES,
+            max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
+            ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
+            start_probe: duration(DEFAULT_START_PROBE),
+            compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The one error type the HTTP side returns, and the one table from error to status code.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::action::PrepareError;
+use crate::executor::{RunError, StartError};
+use crate::protocol::{self, MSG_INIT_LOGGED_PREPARE, MSG_INIT_LOGGED_START};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}", protocol::MSG_ALREADY_INITIALIZED)]
+    AlreadyInitialized,
+    #[error("Error unmarshaling request: {0}")]
+    BadRequest(String),
+    #[error("Error reading request body: {0}")]
+    BodyRead(String),
+    #[error("request body too large: the limit is {limit} bytes (see --max-{route}-bytes)")]
+    BodyTooLarge { limit: usize, route: &'static str },
+    #[error("{}", protocol::MSG_MISSING_CODE)]
+    MissingCode,
+    #[error("cannot decode the request: {0}")]
+    BadBase64(#[source] base64::DecodeError),
+    /// Unpacking or compiling the upload failed.
+    #[error("{0}")]
+    Prepare(#[from] PrepareError),
+    /// As `Prepare`, with the detail already written to the logs (`OW_LOG_INIT_ERROR`).
+    #[error("{MSG_INIT_LOGGED_PREPARE}")]
+    PrepareLogged,
+    #[error("cannot start action: {0}")]
+    Start(#[from] StartError),
+    /// As `Start`, with the detail already written to the logs (`OW_LOG_INIT_ERROR`).
+    #[error("{MSG_INIT_LOGGED_START}")]
+    StartLogged,
+    #[error("{}", protocol::MSG_NO_ACTION)]
+    NoAction,
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl Error {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::AlreadyInitialized | Error::MissingCode => StatusCode::FORBIDDEN,
+            Error::BadRequest(_) | Error::BodyRead(_) | Error::BadBase64(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            Error::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Prepare(_) | Error::PrepareLogged | Error::Start(_) | Error::StartLogged => {
+                StatusCode::BAD_GATEWAY
+            }
+            Error::NoAction => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
+            Error::Run(RunError::NotAnObject | RunError::ResultTooLong(_)) => {
+                StatusCode::BAD_GATEWAY
+            }
+            Error::Run(RunError::Restart(_)) => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        json_response(self.status(), protocol::error_body(&self.to_string()))
+    }
+}
+
+/// A JSON response with an exact `Content-Length` (a full body is never chunked).
+pub fn json_response(status: StatusCode, body: impl Into<axum::body::Bytes>) -> Response {
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.into(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_messages_match_the_protocol() {
+        let cases: Vec<(Error, u16, &str)> = vec![
+            (Error::AlreadyInitialized, 403, "Cannot initialize the action more than once."),
+            (Error::MissingCode, 403, "Missing main/no code to execute."),
+            (Error::NoAction, 500, "no action defined yet"),
+            (Error::Run(RunError::Exited(None)), 400, "command exited"),
+            (
+                Error::Run(RunError::Exited(Some("exit status: 3".into()))),
+                400,
+                "command exited: exit status: 3",
+            ),
+            (
+                Error::Run(RunError::NotAnObject),
+                502,
+                "The action did not return a dictionary or array.",
+            ),
+            (
+                Error::PrepareLogged,
+                502,
+                "The action failed to generate or locate a binary. See logs for details.",
+            ),
+            (Error::StartLogged, 502, "Cannot start action. Check logs for details."),
+            (
+                Error::Start(StartError::Exited),
+                502,
+                "cannot start action: command exited",
+            ),
+        ];
+        for (error, status, message) in cases {
+            assert_eq!(error.status().as_u16(), status, "{message}");
+            assert_eq!(error.to_string(), message);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! JSON-lines framing shared by the backends: one request line out, one capped result line in.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The request as one line: every `\n` removed (raw newlines can only be JSON whitespace),
+/// one `\n` appended. The JSON itself is not re-encoded.
+pub fn frame_request(body: &[u8]) -> Vec<u8> {
+    let mut line = Vec::with_capacity(body.len() + 1);
+    for chunk in body.split(|b| *b == b'\n') {
+        line.extend_from_slice(chunk);
+    }
+    line.push(b'\n');
+    line
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    /// The stream ended before a full line.
+    #[error("end of stream")]
+    Eof,
+    /// No newline within the cap; the stream is no longer in step.
+    #[error("line longer than {0} bytes")]
+    TooLong(usize),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads `\n`-terminated lines, scanning each byte once however the data arrives.
+/// Cancel-safe: bytes read before a cancelled call stay buffered for the next one.
+pub struct LineReader<R> {
+    inner: R,
+    buf: BytesMut,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    pub fn new(inner: R) -> Self {
+        LineReader { inner, buf: BytesMut::with_capacity(8 * 1024), scanned: 0 }
+    }
+
+    /// The next line, including its `\n`, at most `max` bytes before the newline.
+    pub async fn read_line(&mut self, max: usize) -> Result<Bytes, LineError> {
+        loop {
+            if let Some(pos) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                let end = self.scanned + pos + 1;
+                self.scanned = 0;
+                if end - 1 > max {
+                    return Err(LineError::TooLong(max));
+                }
+                return Ok(self.buf.split_to(end).freeze());
+            }
+            self.scanned = self.buf.len();
+            if self.scanned > max {
+                return Err(LineError::TooLong(max));
+            }
+            self.buf.reserve(64 * 1024);
+            if self.inner.read_buf(&mut self.buf).await? == 0 {
+                return Err(LineError::Eof);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[test]
+    fn requests_lose_their_newlines_and_gain_one() {
+        assert_eq!(frame_request(b"{\n \"a\": 1\n}\n"), b"{ \"a\": 1}\n");
+        assert_eq!(frame_request(b"{}"), b"{}\n");
+        assert_eq!(frame_request(b""), b"\n");
+    }
+
+    #[tokio::test]
+    async fn lines_split_across_writes_come_back_whole() {
+        let (mut tx, rx) = tokio::io::duplex(16);
+        let writer = tokio::spawn(async move {
+            tx.write_all(b"{\"a\":").await.unwrap();
+            tx.write_all(b"1}\n[2]\n{\"long\":\"").await.unwrap();
+            tx.write_all("x".repeat(100).as_bytes()).await.unwrap();
+            tx.write_all(b"\"}\ntrailing").await.unwrap();
+        });
+        let mut reader = LineReader::new(rx);
+        assert_eq!(&reader.read_line(1000).await.unwrap()[..], b"{\"a\":1}\n");
+        assert_eq!(&reader.read_line(1000).await.unwrap()[..], b"[2]\n");
+        let long = reader.read_line(1000).await.unwrap();
+        assert_eq!(long.len(), 100 + 12);
+        writer.await.unwrap();
+        assert!(matches!(reader.read_line(1000).await, Err(LineError::Eof)));
+    }
+
+    #[tokio::test]
+    async fn a_line_over_the_cap_is_refused() {
+        let (mut tx, rx) = tokio::io::duplex(1024);
+        tx.write_all(&[b'x'; 300]).await.unwrap();
+        let mut reader = LineReader::new(rx);
+        assert!(matches!(reader.read_line(100).await, Err(LineError::TooLong(100))));
+
+        let (mut tx, rx) = tokio::io::duplex(1024);
+        tx.write_all(b"0123456789\n").await.unwrap();
+        let mut reader = LineReader::new(rx);
+        assert!(matches!(reader.read_line(9).await, Err(LineError::TooLong(9))));
+    }
+
+    #[tokio::test]
+    async fn a_line_exactly_at_the_cap_is_accepted() {
+        let (mut tx, rx) = tokio::io::duplex(1024);
+        tx.write_all(b"0123456789\n").await.unwrap();
+        let mut reader = LineReader::new(rx);
+        assert_eq!(reader.read_line(10).await.unwrap().len(), 11);
+    }
+}

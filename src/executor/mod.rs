@@ -1,0 +1,191 @@
+//! The `Executor` seam between HTTP and the backends, and the enum that dispatches to them.
+
+pub mod lines;
+pub mod native;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::action::{Entry, Prepared};
+use crate::config::{Config, PROXY_VERSION};
+use crate::protocol;
+
+/// Runs activations of one initialized action.
+pub trait Executor: Send + Sync {
+    /// One activation: `line` is the request framed as one line (see `lines::frame_request`);
+    /// the answer is the action's result line, unchecked, with its `\n`.
+    fn run(&self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+}
+
+/// Why an action could not be started (at `/init`, or when restarting it).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The process could not be spawned (missing file, not executable, bad format).
+    #[error("{}", protocol::MSG_COMMAND_EXITED)]
+    Spawn(#[source] std::io::Error),
+    /// It exited before it counted as started.
+    #[error("{}", protocol::MSG_COMMAND_EXITED)]
+    Exited,
+    #[error("{}", protocol::MSG_ABRUPT_EXIT)]
+    AckAbrupt,
+    /// The ack line is not JSON: the parser's message.
+    #[error("{0}")]
+    AckNotJson(String),
+    #[error("{}", protocol::MSG_NOT_INITIALIZED_PROPERLY)]
+    AckNotOk,
+    #[error("the action did not acknowledge its start within {} (see --ack-timeout)", humantime::format_duration(*.0))]
+    AckTimeout(Duration),
+    #[error("{}", protocol::MSG_EXEC_ENV_MISMATCH)]
+    ExecEnvMismatch,
+    #[error("cannot read {path}: {source}")]
+    ExecEnvUnreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot set up the pipes to the action: {0}")]
+    Pipe(#[source] std::io::Error),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Why an activation produced no usable result.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The action exited (or closed its result channel) during the activation.
+    #[error("{}{}", protocol::MSG_COMMAND_EXITED, .0.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Exited(Option<String>),
+    #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
+    NotAnObject,
+    #[error("the action's result line is longer than {0} bytes (see --max-result-bytes)")]
+    ResultTooLong(usize),
+    /// The action had died and could not be started again.
+    #[error("cannot start action: {0}")]
+    Restart(#[source] StartError),
+}
+
+/// The backends, behind one type so that the HTTP side needs no generics.
+pub enum AnyExecutor {
+    Native(native::NativeExecutor),
+}
+
+impl Executor for AnyExecutor {
+    async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        match self {
+            AnyExecutor::Native(native) => native.run(line).await,
+        }
+    }
+}
+
+/// What every backend needs to start an action.
+pub struct StartSpec {
+    pub env: Vec<(String, String)>,
+    pub main: String,
+    pub wait_for_ack: bool,
+    pub ack_timeout: Duration,
+    pub start_probe: Duration,
+    pub max_result_bytes: usize,
+}
+
+impl StartSpec {
+    pub fn new(config: &Config, env: Vec<(String, String)>, main: String) -> Self {
+        StartSpec {
+            env,
+            main,
+            wait_for_ack: config.wait_for_ack.is_some(),
+            ack_timeout: config.ack_timeout,
+            start_probe: config.start_probe,
+            max_result_bytes: config.max_result_bytes,
+        }
+    }
+}
+
+/// Starts the backend that fits what `/init` unpacked.
+pub async fn start(
+    prepared: &Prepared,
+    spec: StartSpec,
+    config: &Config,
+) -> Result<AnyExecutor, StartError> {
+    if let Some(expected) = &config.execution_env {
+        check_execution_env(&prepared.bin_dir, expected)?;
+    }
+    match &prepared.entry {
+        Entry::Native(exec) => Ok(AnyExecutor::Native(
+            native::NativeExecutor::start(exec.clone(), spec).await?,
+        )),
+        Entry::Wasm(_) => Err(StartError::Unsupported(
+            "this build of wasmloop cannot run WebAssembly actions yet".to_owned(),
+        )),
+    }
+}
+
+/// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.
+fn check_execution_env(bin_dir: &Path, expected: &str) -> Result<(), StartError> {
+    let path = bin_dir.join("exec.env");
+    let actual = std::fs::read_to_string(&path)
+        .map_err(|source| StartError::ExecEnvUnreadable { path, source })?;
+    if actual.trim() != expected {
+        let newline = if actual.ends_with('\n') { "" } else { "\n" };
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(
+            &mut out,
+            format!("Expected exec.env should start with {expected}\nActual value: {actual}{newline}")
+                .as_bytes(),
+        );
+        let _ = std::io::Write::flush(&mut out);
+        return Err(StartError::ExecEnvMismatch);
+    }
+    Ok(())
+}
+
+/// The action's environment (PROTOCOL.md 1.5), later entries overriding earlier ones.
+pub fn action_env(config: &Config, init_env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env = BTreeMap::new();
+    env.insert("__OW_PROXY_VERSION".to_owned(), PROXY_VERSION.to_owned());
+    if let Some(value) = &config.execution_env {
+        env.insert("__OW_EXECUTION_ENV".to_owned(), value.clone());
+    }
+    if let Some(value) = &config.wait_for_ack {
+        env.insert("__OW_WAIT_FOR_ACK".to_owned(), value.clone());
+    }
+    env.extend(config.inherited_env.iter().cloned());
+    env.extend(init_env);
+    env.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_sources_override_earlier_ones_in_the_action_env() {
+        let config = Config {
+            wait_for_ack: Some("1".into()),
+            inherited_env: vec![
+                ("__OW_API_HOST".into(), "https://h?a=b".into()),
+                ("__OW_WAIT_FOR_ACK".into(), "yes".into()),
+            ],
+            ..Config::default()
+        };
+        let env = action_env(&config, vec![("__OW_API_HOST".into(), "init".into())]);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("__OW_PROXY_VERSION"), Some(PROXY_VERSION));
+        assert_eq!(get("__OW_WAIT_FOR_ACK"), Some("yes"));
+        assert_eq!(get("__OW_API_HOST"), Some("init"));
+        assert_eq!(get("__OW_EXECUTION_ENV"), None);
+        assert_eq!(get("PATH"), None);
+    }
+
+    #[test]
+    fn run_errors_carry_their_detail_after_a_colon() {
+        assert_eq!(RunError::Exited(None).to_string(), "command exited");
+        assert_eq!(
+            RunError::Exited(Some("signal: 9 (SIGKILL)".into())).to_string(),
+            "command exited: signal: 9 (SIGKILL)"
+        );
+    }
+}

@@ -1,0 +1,204 @@
+//! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
+use tokio::process::{Child, ChildStdin, Command};
+
+use super::lines::{LineError, LineReader};
+use super::{Executor, RunError, StartError, StartSpec};
+
+/// How long to wait for an exit status once the result channel has closed, and for a
+/// result already written by a child that has exited.
+const EXIT_GRACE: Duration = Duration::from_millis(100);
+
+/// One action, one child at a time; activations queue on the lock in arrival order
+/// (tokio's mutex is fair), so no two ever share the child's pipes.
+pub struct NativeExecutor {
+    exec: PathBuf,
+    spec: StartSpec,
+    slot: tokio::sync::Mutex<Option<Process>>,
+}
+
+impl NativeExecutor {
+    pub async fn start(exec: PathBuf, spec: StartSpec) -> Result<Self, StartError> {
+        let process = Process::spawn(&exec, &spec).await?;
+        Ok(NativeExecutor { exec, spec, slot: tokio::sync::Mutex::new(Some(process)) })
+    }
+}
+
+impl Executor for NativeExecutor {
+    async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        let mut slot = self.slot.lock().await;
+        // A child that died since the last activation is replaced before this one.
+        if slot.as_mut().is_some_and(|p| !p.is_alive()) {
+            *slot = None;
+        }
+        let process = match slot.as_mut() {
+            Some(process) => process,
+            None => slot.insert(
+                Process::spawn(&self.exec, &self.spec).await.map_err(RunError::Restart)?,
+            ),
+        };
+        let result = process.activate(&line, self.spec.max_result_bytes).await;
+        if result.is_err() || !process.is_alive() {
+            // Dropping the process kills whatever is left of it; the next activation restarts.
+            *slot = None;
+        }
+        result
+    }
+}
+
+/// A running child and the two pipes we hold to it.
+struct Process {
+    child: Child,
+    stdin: ChildStdin,
+    results: LineReader<pipe::Receiver>,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // The child leads its own process group: take down anything it spawned too.
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) has no memory effects; a stale group id at worst fails with ESRCH.
+            unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+/// A pipe whose both ends close on exec, so other children never inherit them.
+fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own, and we take ownership of
+    // them only when it succeeds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// In the forked child, before exec: make `fd` the child's fd 3, open across exec.
+fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+    unsafe {
+        if fd == 3 {
+            if libc::fcntl(3, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        } else if libc::dup2(fd, 3) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+impl Process {
+    async fn spawn(exec: &PathBuf, spec: &StartSpec) -> Result<Process, StartError> {
+        let (read_end, write_end) = cloexec_pipe().map_err(StartError::Pipe)?;
+        let mut command = Command::new(exec);
+        let write_fd = write_end.as_raw_fd();
+        command
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true);
+        // SAFETY: the closure only calls async-signal-safe functions.
+        unsafe { command.pre_exec(move || install_as_fd3(write_fd)) };
+        let mut child = command.spawn().map_err(|e| {
+            tracing::debug!(exec = %exec.display(), error = %e, "cannot spawn the action");
+            StartError::Spawn(e)
+        })?;
+        // Our copy of the write end must go, or we would never see end-of-file on fd 3.
+        drop(write_end);
+        drop(command);
+        let stdin = child.stdin.take().expect("stdin was configured as piped");
+        let receiver = pipe::Receiver::from_owned_fd(read_end).map_err(StartError::Pipe)?;
+        let mut process = Process { child, stdin, results: LineReader::new(receiver) };
+        if spec.wait_for_ack {
+            process.wait_for_ack(spec).await?;
+        } else {
+            process.probe(spec.start_probe).await?;
+        }
+        Ok(process)
+    }
+
+    /// Without an ack, a child that is still alive a moment after spawning counts as started.
+    async fn probe(&mut self, probe: Duration) -> Result<(), StartError> {
+        tokio::select! {
+            status = self.child.wait() => {
+                tracing::debug!(?status, "the action exited during start-up");
+                Err(StartError::Exited)
+            }
+            _ = tokio::time::sleep(probe) => Ok(()),
+        }
+    }
+
+    async fn wait_for_ack(&mut self, spec: &StartSpec) -> Result<(), StartError> {
+        let line = tokio::select! {
+            // An ack written just before exiting still counts: read first.
+            biased;
+            line = self.results.read_line(spec.max_result_bytes) => line,
+            _ = self.child.wait() => Err(LineError::Eof),
+            _ = tokio::time::sleep(spec.ack_timeout) => {
+                return Err(StartError::AckTimeout(spec.ack_timeout));
+            }
+        };
+        let line = match line {
+            Ok(line) => line,
+            Err(LineError::Eof | LineError::Io(_)) => return Err(StartError::AckAbrupt),
+            Err(too_long @ LineError::TooLong(_)) => {
+                return Err(StartError::AckNotJson(too_long.to_string()));
+            }
+        };
+        let ack: serde_json::Value =
+            serde_json::from_slice(&line).map_err(|e| StartError::AckNotJson(e.to_string()))?;
+        match ack.get("ok") {
+            Some(serde_json::Value::Bool(true)) => Ok(()),
+            _ => Err(StartError::AckNotOk),
+        }
+    }
+
+    fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    async fn activate(&mut self, line: &[u8], max: usize) -> Result<Bytes, RunError> {
+        if self.stdin.write_all(line).await.is_err() {
+            // EPIPE: the child is gone (or closed its stdin, which is as bad).
+            return Err(RunError::Exited(self.exit_detail().await));
+        }
+        let read = tokio::select! {
+            biased;
+            read = self.results.read_line(max) => read,
+            status = self.child.wait() => {
+                tracing::debug!(?status, "the action exited during an activation");
+                // A result written just before exiting is still in the pipe.
+                tokio::time::timeout(EXIT_GRACE, self.results.read_line(max))
+                    .await
+                    .unwrap_or(Err(LineError::Eof))
+            }
+        };
+        match read {
+            Ok(result) => Ok(result),
+            Err(LineError::TooLong(max)) => Err(RunError::ResultTooLong(max)),
+            Err(LineError::Eof | LineError::Io(_)) => Err(RunError::Exited(self.exit_detail().await)),
+        }
+    }
+
+    /// How the child ended, when it has (a child that only closed fd 3 is killed).
+    async fn exit_detail(&mut self) -> Option<String> {
+        match tokio::time::timeout(EXIT_GRACE, self.child.wait()).await {
+            Ok(Ok(status)) => Some(status.to_string()),
+            _ => Some("the action closed its result channel (fd 3)".to_owned()),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! wasmloop: an OpenWhisk ActionLoop runtime. A request's path through the modules:
+//!
+//! - `cli`, `config`: settings from flags and environment, and their defaults.
+//! - `server`: the HTTP server and its routes; `handlers`: `/init`, `/run`, other paths.
+//! - `runtime`: the action slot that `/init` fills and `/run` uses; sentinels.
+//! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel.
+//! - `error`: the one error type and its status codes.
+//! - `action`: an upload turned into a startable folder (decode, detect, unpack, compile).
+//! - `executor`: the `Executor` trait; `executor::native` drives a child process over pipes,
+//!   `executor::lines` frames requests and results as JSON lines.
+
+pub mod action;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod executor;
+pub mod handlers;
+pub mod protocol;
+pub mod runtime;
+pub mod server;

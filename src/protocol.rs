@@ -1,0 +1,152 @@
+//! The OpenWhisk ActionLoop wire format: request shapes, fixed messages and the log sentinel.
+
+use std::io::Write;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value};
+
+/// Written on stdout and stderr after every activation, so the platform knows where its logs end.
+pub const SENTINEL: &str = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX\n";
+
+pub const MSG_ALREADY_INITIALIZED: &str = "Cannot initialize the action more than once.";
+pub const MSG_MISSING_CODE: &str = "Missing main/no code to execute.";
+pub const MSG_NO_ACTION: &str = "no action defined yet";
+pub const MSG_COMMAND_EXITED: &str = "command exited";
+pub const MSG_NOT_AN_OBJECT: &str = "The action did not return a dictionary or array.";
+pub const MSG_INIT_LOGGED_PREPARE: &str =
+    "The action failed to generate or locate a binary. See logs for details.";
+pub const MSG_INIT_LOGGED_START: &str = "Cannot start action. Check logs for details.";
+pub const MSG_ABRUPT_EXIT: &str = "Command exited abruptly during initialization.";
+pub const MSG_NOT_INITIALIZED_PROPERLY: &str = "The action did not initialize properly.";
+pub const MSG_EXEC_ENV_MISMATCH: &str =
+    "Execution environment version mismatch. See logs for details.";
+pub const MSG_CANNOT_COMPILE: &str = "cannot compile";
+
+/// The body of a successful `/init`.
+pub const OK_BODY: &[u8] = b"{\"ok\":true}\n";
+
+/// `POST /init` body. Every field may be absent or `null`; unknown fields are ignored.
+#[derive(Debug, Default, Deserialize)]
+pub struct InitRequest {
+    #[serde(default)]
+    pub value: Option<InitValue>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct InitValue {
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub binary: Option<bool>,
+    #[serde(default)]
+    pub main: Option<String>,
+    #[serde(default)]
+    pub env: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `POST /run` body, checked for shape only: it is forwarded to the action byte for byte.
+#[derive(Deserialize)]
+struct RunRequestShape {
+    #[serde(default, rename = "value")]
+    _value: Option<IgnoredAny>,
+}
+
+/// Checks that a `/run` body is one JSON object, without building it in memory.
+pub fn check_run_body(body: &[u8]) -> Result<(), String> {
+    // serde would also accept an array for a struct; the platform only ever sends objects.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err("expected a JSON object, found an array".to_owned());
+    }
+    serde_json::from_slice::<RunRequestShape>(body)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The init `env` as variables: strings verbatim, anything else as its compact JSON text.
+pub fn env_pairs(env: &Map<String, Value>) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), text)
+        })
+        .collect()
+}
+
+/// `{"error":"<message>"}` followed by a newline, as every error response is.
+pub fn error_body(message: &str) -> Bytes {
+    let mut body = serde_json::to_vec(&serde_json::json!({ "error": message }))
+        .expect("a map with one string value always serializes");
+    body.push(b'\n');
+    Bytes::from(body)
+}
+
+/// True when `line` is one JSON object or array (and nothing else but whitespace).
+pub fn is_object_or_array(line: &[u8]) -> bool {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    matches!(first, Some(b'{') | Some(b'['))
+        && serde_json::from_slice::<IgnoredAny>(line).is_ok()
+}
+
+/// Marks the end of an activation's logs: stdout first, then stderr, as the reference does.
+pub fn write_sentinels() {
+    // Errors are ignored on purpose: with a closed stdout the platform is gone anyway.
+    let _ = std::io::stdout().lock().write_all(SENTINEL.as_bytes());
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().lock().write_all(SENTINEL.as_bytes());
+}
+
+/// Writes one line of our own on stderr (the few messages PROTOCOL.md allows).
+pub fn log_stderr(message: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_and_arrays_are_results_and_nothing_else_is() {
+        assert!(is_object_or_array(b"{\"a\":1}"));
+        assert!(is_object_or_array(b"  [1,2]\n"));
+        assert!(!is_object_or_array(b"null"));
+        assert!(!is_object_or_array(b"\"a string\""));
+        assert!(!is_object_or_array(b"{\"a\":"));
+        assert!(!is_object_or_array(b"{} {}"));
+        assert!(!is_object_or_array(b""));
+    }
+
+    #[test]
+    fn env_values_that_are_not_strings_become_json_text() {
+        let env: Map<String, Value> =
+            serde_json::from_str(r#"{"S":"x=y","N":42,"O":{"a":[1]},"E":"","B":true}"#).unwrap();
+        let pairs = env_pairs(&env);
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).unwrap().1.clone();
+        assert_eq!(get("S"), "x=y");
+        assert_eq!(get("N"), "42");
+        assert_eq!(get("O"), r#"{"a":[1]}"#);
+        assert_eq!(get("E"), "");
+        assert_eq!(get("B"), "true");
+    }
+
+    #[test]
+    fn error_bodies_are_json_with_a_newline() {
+        assert_eq!(&error_body("a \"q\"")[..], b"{\"error\":\"a \\\"q\\\"\"}\n");
+    }
+
+    #[test]
+    fn run_bodies_must_be_objects() {
+        assert!(check_run_body(br#"{"value":{"a":1},"deadline":"1"}"#).is_ok());
+        assert!(check_run_body(br#"{}"#).is_ok());
+        assert!(check_run_body(br#"{"value":[1,2]}"#).is_ok());
+        assert!(check_run_body(b"[1]").is_err());
+        assert!(check_run_body(b"{\"value\":").is_err());
+        assert!(check_run_body(b"").is_err());
+    }
+}

@@ -1,0 +1,52 @@
+//! The HTTP server: `app` builds the router, `run` serves it until shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::any;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::handlers;
+use crate::runtime::Runtime;
+
+/// The routes; any method is accepted, as the reference proxy does.
+pub fn app(runtime: Arc<Runtime>) -> Router {
+    Router::new()
+        .route("/init", any(handlers::init))
+        .route("/run", any(handlers::run))
+        .fallback(handlers::other)
+        .with_state(runtime)
+}
+
+/// Serves until `shutdown` completes, then stops the action's children.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let runtime = Arc::new(Runtime::new(config));
+    let served = axum::serve(listener, app(runtime.clone()))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    runtime.shutdown();
+    served
+}
+
+/// Completes on SIGTERM (how platforms stop containers) or Ctrl-C.
+pub async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::debug!("shutting down");
+}
