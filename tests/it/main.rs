@@ -1,0 +1,6 @@
+//! wasmloop's integration tests: one binary (each extra one would relink), one module per area.
+
+mod contract;
+mod native;
+mod support;
+mod uploads;

@@ -1,0 +1,327 @@
+//! Helpers: build the test actions, start a `wasmloop` process, talk raw HTTP/1.1 to it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+pub const SENTINEL: &str = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX";
+/// Generous: this runs on a loaded 2-core machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The test actions of `tests/guest`, built once per test run, for the host.
+pub fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest");
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/Cargo.toml");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .status()
+            .expect("cannot run cargo to build the test actions");
+        assert!(status.success(), "building the test actions in tests/guest failed");
+        target.join("debug")
+    });
+    let path = dir.join(name);
+    assert!(path.is_file(), "no test action {name} in tests/guest/src/bin");
+    path
+}
+
+pub fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// An `/init` body for code given as bytes (sent as base64).
+pub fn init_binary(bytes: &[u8]) -> Value {
+    let code = base64::engine::general_purpose::STANDARD.encode(bytes);
+    json!({ "value": { "code": code, "binary": true, "main": "main", "env": null } })
+}
+
+/// An `/init` body for code given as text.
+pub fn init_text(code: &str) -> Value {
+    json!({ "value": { "code": code, "binary": false, "main": "main" } })
+}
+
+/// A zip holding `(name, bytes, unix mode)` entries; a mode of `0o120xxx` makes a link to `bytes`.
+pub fn zip_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut out);
+    for (name, bytes, mode) in entries {
+        let options = zip::write::SimpleFileOptions::default().unix_permissions(*mode & 0o777);
+        if mode & 0o170000 == 0o120000 {
+            zip.add_symlink(*name, std::str::from_utf8(bytes).unwrap(), options).unwrap();
+        } else {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+    }
+    zip.finish().unwrap();
+    out.into_inner()
+}
+
+/// One HTTP answer, with the framing already checked.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Asserts the status and the exact body, which for errors ends with a newline.
+    #[track_caller]
+    pub fn assert(&self, status: u16, body: &str) {
+        assert_eq!((self.status, self.text().as_str()), (status, body));
+        if !body.is_empty() {
+            assert_eq!(self.header("content-type"), Some("application/json"));
+        }
+    }
+}
+
+/// Sends one request on a fresh connection and checks that the answer has a
+/// `Content-Length` matching its body (the platform needs it) and is not chunked.
+pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).expect("cannot connect to wasmloop");
+    stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // The server may answer (413) and close before reading all of a large body.
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("cannot read the answer");
+    parse_reply(&raw)
+}
+
+fn parse_reply(raw: &[u8]) -> Reply {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no complete HTTP head in {:?}", String::from_utf8_lossy(raw)));
+    let head = std::str::from_utf8(&raw[..split]).unwrap();
+    let body = raw[split + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.trim().to_ascii_lowercase(), v.trim().to_owned())
+        })
+        .collect();
+    let reply = Reply { status, headers, body };
+    assert_eq!(reply.header("transfer-encoding"), None, "answers are never chunked");
+    let length = reply.header("content-length").expect("every answer has a Content-Length");
+    assert_eq!(length.parse::<usize>().unwrap(), reply.body.len(), "Content-Length is exact");
+    reply
+}
+
+/// What a stream of the runtime printed, gathered on its own thread.
+#[derive(Default)]
+struct Capture {
+    bytes: Mutex<Vec<u8>>,
+    grew: Condvar,
+}
+
+impl Capture {
+    fn gather(self: Arc<Self>, mut from: impl Read + Send + 'static) {
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 64 * 1024];
+            while let Ok(n @ 1..) = from.read(&mut chunk) {
+                self.bytes.lock().unwrap().extend_from_slice(&chunk[..n]);
+                self.grew.notify_all();
+            }
+        });
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes.lock().unwrap()).into_owned()
+    }
+
+    fn wait_for(&self, what: &str, count: usize) {
+        let deadline = Instant::now() + WAIT;
+        let mut bytes = self.bytes.lock().unwrap();
+        while String::from_utf8_lossy(&bytes).matches(what).count() < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "waited in vain for {count} × {what:?} in:\n{}",
+                String::from_utf8_lossy(&bytes));
+            bytes = self.grew.wait_timeout(bytes, left).unwrap().0;
+        }
+    }
+}
+
+/// A `wasmloop serve` process on a free loopback port, with its stdout and stderr captured.
+pub struct Server {
+    pub addr: SocketAddr,
+    child: Child,
+    out: Arc<Capture>,
+    err: Arc<Capture>,
+    pub action_dir: tempfile::TempDir,
+}
+
+pub struct ServerBuilder {
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+}
+
+impl ServerBuilder {
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_owned());
+        self
+    }
+
+    pub fn start(self) -> Server {
+        // A port taken between our probe and the server's bind makes it exit: try again.
+        for _ in 0..5 {
+            if let Some(server) = self.try_start() {
+                return server;
+            }
+        }
+        panic!("wasmloop did not start");
+    }
+
+    fn try_start(&self) -> Option<Server> {
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let action_dir = tempfile::tempdir().unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
+        command
+            .arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .args(&self.args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("WASMLOOP_ACTION_DIR", action_dir.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("cannot start wasmloop");
+        let out = Arc::new(Capture::default());
+        let err = Arc::new(Capture::default());
+        out.clone().gather(child.stdout.take().unwrap());
+        err.clone().gather(child.stderr.take().unwrap());
+        let mut server = Server { addr, child, out, err, action_dir };
+        let deadline = Instant::now() + WAIT;
+        // Readiness: the port accepts connections (or the process has exited).
+        while TcpStream::connect(addr).is_err() {
+            if server.child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Some(server)
+    }
+}
+
+impl Server {
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder { env: Vec::new(), args: Vec::new() }
+    }
+
+    pub fn start() -> Server {
+        Server::builder().start()
+    }
+
+    /// A server initialized with one of the test actions.
+    pub fn with_guest(name: &str) -> Server {
+        let server = Server::start();
+        server.init(&init_binary(&read(&guest(name)))).assert(200, "{\"ok\":true}\n");
+        server
+    }
+
+    pub fn post(&self, path: &str, body: &[u8]) -> Reply {
+        http(self.addr, "POST", path, body)
+    }
+
+    pub fn init(&self, body: &Value) -> Reply {
+        self.post("/init", body.to_string().as_bytes())
+    }
+
+    /// `/run` with `{"value": value}`.
+    pub fn run(&self, value: Value) -> Reply {
+        self.post("/run", json!({ "value": value }).to_string().as_bytes())
+    }
+
+    pub fn stdout(&self) -> String {
+        self.out.text()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.err.text()
+    }
+
+    /// Waits until each stream holds `count` sentinels: they follow the activation's logs.
+    pub fn wait_sentinels(&self, count: usize) {
+        self.out.wait_for(SENTINEL, count);
+        self.err.wait_for(SENTINEL, count);
+    }
+
+    pub fn wait_stderr(&self, what: &str) {
+        self.err.wait_for(what, 1);
+    }
+
+    pub fn wait_stdout(&self, what: &str) {
+        self.out.wait_for(what, 1);
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    pub fn terminate(mut self) -> Option<i32> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "wasmloop did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Counts sentinel lines in a stream and returns the rest of it.
+pub fn split_sentinels(stream: &str) -> (usize, String) {
+    let count = stream.lines().filter(|l| *l == SENTINEL).count();
+    let rest = stream.lines().filter(|l| *l != SENTINEL).collect::<Vec<_>>().join("\n");
+    (count, rest)
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
