@@ -82,7 +82,11 @@ mod tests {
     #[test]
     fn statuses_and_messages_match_the_protocol() {
         let cases: Vec<(Error, u16, &str)> = vec![
-            (Error::AlreadyInitialized, 403, "Cannot initialize the action more than once."),
+            (
+                Error::AlreadyInitialized,
+                403,
+                "Cannot initialize the action more than once.",
+            ),
             (Error::MissingCode, 403, "Missing main/no code to execute."),
             (Error::NoAction, 500, "no action defined yet"),
             (Error::Run(RunError::Exited(None)), 400, "command exited"),
@@ -101,7 +105,11 @@ mod tests {
                 502,
                 "The action failed to generate or locate a binary. See logs for details.",
             ),
-            (Error::StartLogged, 502, "Cannot start action. Check logs for details."),
+            (
+                Error::StartLogged,
+                502,
+                "Cannot start action. Check logs for details.",
+            ),
             (
                 Error::Start(StartError::Exited),
                 502,

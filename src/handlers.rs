@@ -34,7 +34,10 @@ pub async fn other() -> Response {
 async fn read_body(body: Body, limit: usize, route: &'static str) -> Result<Bytes, Error> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let source = e.into_inner();
-        if source.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+        if source
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
             Error::BodyTooLarge { limit, route }
         } else {
             Error::BodyRead(source.to_string())

@@ -90,8 +90,7 @@ pub fn error_body(message: &str) -> Bytes {
 /// True when `line` is one JSON object or array (and nothing else but whitespace).
 pub fn is_object_or_array(line: &[u8]) -> bool {
     let first = line.iter().find(|b| !b.is_ascii_whitespace());
-    matches!(first, Some(b'{') | Some(b'['))
-        && serde_json::from_slice::<IgnoredAny>(line).is_ok()
+    matches!(first, Some(b'{') | Some(b'[')) && serde_json::from_slice::<IgnoredAny>(line).is_ok()
 }
 
 /// Marks the end of an activation's logs: stdout first, then stderr, as the reference does.

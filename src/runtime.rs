@@ -25,7 +25,11 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: Config) -> Self {
-        Runtime { config, action: RwLock::new(None), init_lock: tokio::sync::Mutex::new(()) }
+        Runtime {
+            config,
+            action: RwLock::new(None),
+            init_lock: tokio::sync::Mutex::new(()),
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -33,7 +37,10 @@ impl Runtime {
     }
 
     pub fn action(&self) -> Option<Arc<Action>> {
-        self.action.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.action
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// PROTOCOL.md 1.2 step 1, which comes before the body is even read.
@@ -52,10 +59,20 @@ impl Runtime {
         let request: InitRequest =
             serde_json::from_slice(body).map_err(|e| Error::BadRequest(e.to_string()))?;
         let value = request.value.unwrap_or_default();
-        let code = value.code.filter(|c| !c.is_empty()).ok_or(Error::MissingCode)?;
-        let init_env = value.env.as_ref().map(protocol::env_pairs).unwrap_or_default();
+        let code = value
+            .code
+            .filter(|c| !c.is_empty())
+            .ok_or(Error::MissingCode)?;
+        let init_env = value
+            .env
+            .as_ref()
+            .map(protocol::env_pairs)
+            .unwrap_or_default();
         let env = executor::action_env(&self.config, init_env);
-        let main = value.main.filter(|m| !m.is_empty()).unwrap_or_else(|| "main".to_owned());
+        let main = value
+            .main
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "main".to_owned());
         let bytes = action::decode::decode_code(&code, value.binary.unwrap_or(false))
             .map_err(Error::BadBase64)?;
         drop(code);
@@ -80,7 +97,10 @@ impl Runtime {
         let executor = executor::start(&prepared, spec, config)
             .await
             .map_err(|e| self.init_failure(Error::Start(e)))?;
-        let action = Arc::new(Action { executor, _prepared: prepared });
+        let action = Arc::new(Action {
+            executor,
+            _prepared: prepared,
+        });
         // With re-init allowed, the old action (and its children) goes when its last run ends.
         *self.action.write().unwrap_or_else(|e| e.into_inner()) = Some(action);
         Ok(())
@@ -105,7 +125,10 @@ impl Runtime {
 
     /// Drops the action, killing its children.
     pub fn shutdown(&self) {
-        self.action.write().unwrap_or_else(|e| e.into_inner()).take();
+        self.action
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
 }
 
@@ -113,7 +136,10 @@ impl Action {
     /// PROTOCOL.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
         protocol::check_run_body(body).map_err(Error::BadRequest)?;
-        let result = self.executor.run(executor::lines::frame_request(body)).await;
+        let result = self
+            .executor
+            .run(executor::lines::frame_request(body))
+            .await;
         protocol::write_sentinels();
         let line = result?;
         if !protocol::is_object_or_array(&line) {

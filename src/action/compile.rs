@@ -48,7 +48,9 @@ impl Compiler<'_> {
         let mut text = output.stdout;
         text.extend_from_slice(&output.stderr);
         if !text.is_empty() {
-            return Err(PrepareError::Compile(String::from_utf8_lossy(&text).into_owned()));
+            return Err(PrepareError::Compile(
+                String::from_utf8_lossy(&text).into_owned(),
+            ));
         }
         if !output.status.success() || !bin.join("exec").exists() {
             return Err(PrepareError::Compile(MSG_CANNOT_COMPILE.to_owned()));

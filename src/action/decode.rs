@@ -34,6 +34,9 @@ mod tests {
 
     #[test]
     fn plain_code_is_its_utf8_bytes() {
-        assert_eq!(decode_code("#!/bin/sh ❄", false).unwrap(), "#!/bin/sh ❄".as_bytes());
+        assert_eq!(
+            decode_code("#!/bin/sh ❄", false).unwrap(),
+            "#!/bin/sh ❄".as_bytes()
+        );
     }
 }

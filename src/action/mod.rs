@@ -53,7 +53,10 @@ pub struct Upload<'a> {
 }
 
 fn folder_error(path: &Path) -> impl FnOnce(std::io::Error) -> PrepareError + '_ {
-    move |source| PrepareError::Folder { path: path.to_owned(), source }
+    move |source| PrepareError::Folder {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`.
@@ -105,7 +108,11 @@ pub async fn prepare(
                 .map_err(folder_error(exec))?;
         }
     }
-    Ok(Prepared { folder, bin_dir: bin, entry })
+    Ok(Prepared {
+        folder,
+        bin_dir: bin,
+        entry,
+    })
 }
 
 fn unpack_upload(bytes: &[u8], src: &Path, limits: Limits) -> Result<(), PrepareError> {
@@ -116,7 +123,11 @@ fn unpack_upload(bytes: &[u8], src: &Path, limits: Limits) -> Result<(), Prepare
         kind => {
             let exec = src.join("exec");
             fs::write(&exec, bytes).map_err(folder_error(&exec))?;
-            let mode = if matches!(kind, Kind::Elf | Kind::Script) { 0o755 } else { 0o644 };
+            let mode = if matches!(kind, Kind::Elf | Kind::Script) {
+                0o755
+            } else {
+                0o644
+            };
             fs::set_permissions(&exec, fs::Permissions::from_mode(mode))
                 .map_err(folder_error(&exec))
         }
@@ -125,7 +136,9 @@ fn unpack_upload(bytes: &[u8], src: &Path, limits: Limits) -> Result<(), Prepare
 
 fn starts_with(path: &Path, magic: &[&[u8]]) -> bool {
     let mut head = [0u8; 4];
-    let Ok(mut file) = fs::File::open(path) else { return false };
+    let Ok(mut file) = fs::File::open(path) else {
+        return false;
+    };
     let n = file.read(&mut head).unwrap_or(0);
     magic.iter().any(|m| head[..n].starts_with(m))
 }

@@ -108,7 +108,9 @@ pub fn unzip(bytes: &[u8], dest: &Path, limits: Limits) -> Result<(), PrepareErr
     if archive.len() > limits.max_entries {
         return Err(too_many_entries(&limits));
     }
-    let mut budget = Budget { left: limits.max_bytes };
+    let mut budget = Budget {
+        left: limits.max_bytes,
+    };
     for index in 0..archive.len() {
         let mut entry = archive
             .by_index(index)
@@ -149,7 +151,9 @@ pub fn untar_gz(bytes: &[u8], dest: &Path, limits: Limits) -> Result<(), Prepare
     let entries = archive
         .entries()
         .map_err(|e| unpack_error(format!("cannot read tar.gz archive: {e}")))?;
-    let mut budget = Budget { left: limits.max_bytes };
+    let mut budget = Budget {
+        left: limits.max_bytes,
+    };
     for (index, entry) in entries.enumerate() {
         if index >= limits.max_entries {
             return Err(too_many_entries(&limits));

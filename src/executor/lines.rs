@@ -37,7 +37,11 @@ pub struct LineReader<R> {
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn new(inner: R) -> Self {
-        LineReader { inner, buf: BytesMut::with_capacity(8 * 1024), scanned: 0 }
+        LineReader {
+            inner,
+            buf: BytesMut::with_capacity(8 * 1024),
+            scanned: 0,
+        }
     }
 
     /// The next line, including its `\n`, at most `max` bytes before the newline.
@@ -98,12 +102,18 @@ mod tests {
         let (mut tx, rx) = tokio::io::duplex(1024);
         tx.write_all(&[b'x'; 300]).await.unwrap();
         let mut reader = LineReader::new(rx);
-        assert!(matches!(reader.read_line(100).await, Err(LineError::TooLong(100))));
+        assert!(matches!(
+            reader.read_line(100).await,
+            Err(LineError::TooLong(100))
+        ));
 
         let (mut tx, rx) = tokio::io::duplex(1024);
         tx.write_all(b"0123456789\n").await.unwrap();
         let mut reader = LineReader::new(rx);
-        assert!(matches!(reader.read_line(9).await, Err(LineError::TooLong(9))));
+        assert!(matches!(
+            reader.read_line(9).await,
+            Err(LineError::TooLong(9))
+        ));
     }
 
     #[tokio::test]

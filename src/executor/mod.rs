@@ -133,8 +133,10 @@ fn check_execution_env(bin_dir: &Path, expected: &str) -> Result<(), StartError>
         let mut out = std::io::stdout().lock();
         let _ = std::io::Write::write_all(
             &mut out,
-            format!("Expected exec.env should start with {expected}\nActual value: {actual}{newline}")
-                .as_bytes(),
+            format!(
+                "Expected exec.env should start with {expected}\nActual value: {actual}{newline}"
+            )
+            .as_bytes(),
         );
         let _ = std::io::Write::flush(&mut out);
         return Err(StartError::ExecEnvMismatch);

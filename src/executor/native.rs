@@ -28,7 +28,11 @@ pub struct NativeExecutor {
 impl NativeExecutor {
     pub async fn start(exec: PathBuf, spec: StartSpec) -> Result<Self, StartError> {
         let process = Process::spawn(&exec, &spec).await?;
-        Ok(NativeExecutor { exec, spec, slot: tokio::sync::Mutex::new(Some(process)) })
+        Ok(NativeExecutor {
+            exec,
+            spec,
+            slot: tokio::sync::Mutex::new(Some(process)),
+        })
     }
 }
 
@@ -42,7 +46,9 @@ impl Executor for NativeExecutor {
         let process = match slot.as_mut() {
             Some(process) => process,
             None => slot.insert(
-                Process::spawn(&self.exec, &self.spec).await.map_err(RunError::Restart)?,
+                Process::spawn(&self.exec, &self.spec)
+                    .await
+                    .map_err(RunError::Restart)?,
             ),
         };
         let result = process.activate(&line, self.spec.max_result_bytes).await;
@@ -122,7 +128,11 @@ impl Process {
         drop(command);
         let stdin = child.stdin.take().expect("stdin was configured as piped");
         let receiver = pipe::Receiver::from_owned_fd(read_end).map_err(StartError::Pipe)?;
-        let mut process = Process { child, stdin, results: LineReader::new(receiver) };
+        let mut process = Process {
+            child,
+            stdin,
+            results: LineReader::new(receiver),
+        };
         if spec.wait_for_ack {
             process.wait_for_ack(spec).await?;
         } else {
@@ -190,7 +200,9 @@ impl Process {
         match read {
             Ok(result) => Ok(result),
             Err(LineError::TooLong(max)) => Err(RunError::ResultTooLong(max)),
-            Err(LineError::Eof | LineError::Io(_)) => Err(RunError::Exited(self.exit_detail().await)),
+            Err(LineError::Eof | LineError::Io(_)) => {
+                Err(RunError::Exited(self.exit_detail().await))
+            }
         }
     }
 

@@ -9,27 +9,40 @@ const MISSING_CODE: &str = "{\"error\":\"Missing main/no code to execute.\"}\n";
 #[test]
 fn init_without_code_is_refused_and_leaves_the_runtime_uninitialized() {
     let server = Server::start();
-    for body in [json!({}), json!({"value": {}}), json!({"value": {"code": null, "main": "main"}}),
-                 json!({"value": {"code": "", "binary": false}}), json!({"value": null})] {
+    for body in [
+        json!({}),
+        json!({"value": {}}),
+        json!({"value": {"code": null, "main": "main"}}),
+        json!({"value": {"code": "", "binary": false}}),
+        json!({"value": null}),
+    ] {
         server.init(&body).assert(403, MISSING_CODE);
     }
-    server.init(&init_binary(&read(&guest("echo")))).assert(200, "{\"ok\":true}\n");
+    server
+        .init(&init_binary(&read(&guest("echo"))))
+        .assert(200, "{\"ok\":true}\n");
 }
 
 #[test]
 fn run_before_init_is_a_500() {
     let server = Server::start();
-    server.run(json!({})).assert(500, "{\"error\":\"no action defined yet\"}\n");
+    server
+        .run(json!({}))
+        .assert(500, "{\"error\":\"no action defined yet\"}\n");
     let (out, err) = (server.stdout(), server.stderr());
-    assert!(out.is_empty() && err.is_empty(), "no sentinel without an action: {out:?} {err:?}");
+    assert!(
+        out.is_empty() && err.is_empty(),
+        "no sentinel without an action: {out:?} {err:?}"
+    );
 }
 
 #[test]
 fn a_result_that_is_not_an_object_is_a_502_with_one_sentinel_per_stream() {
     let server = Server::with_guest("non_object");
-    server
-        .post("/run", b"{}")
-        .assert(502, "{\"error\":\"The action did not return a dictionary or array.\"}\n");
+    server.post("/run", b"{}").assert(
+        502,
+        "{\"error\":\"The action did not return a dictionary or array.\"}\n",
+    );
     server.wait_sentinels(1);
     assert_eq!(split_sentinels(&server.stdout()), (1, String::new()));
     assert_eq!(split_sentinels(&server.stderr()), (1, String::new()));
@@ -38,14 +51,20 @@ fn a_result_that_is_not_an_object_is_a_502_with_one_sentinel_per_stream() {
 #[test]
 fn a_second_init_is_refused_with_a_message_on_stderr_and_no_sentinel() {
     let server = Server::with_guest("echo");
-    server
-        .init(&init_binary(&read(&guest("echo"))))
-        .assert(403, "{\"error\":\"Cannot initialize the action more than once.\"}\n");
+    server.init(&init_binary(&read(&guest("echo")))).assert(
+        403,
+        "{\"error\":\"Cannot initialize the action more than once.\"}\n",
+    );
     server.wait_stderr("Cannot initialize the action more than once.");
-    assert_eq!(server.stderr(), "Cannot initialize the action more than once.\n");
+    assert_eq!(
+        server.stderr(),
+        "Cannot initialize the action more than once.\n"
+    );
     assert_eq!(server.stdout(), "");
     // The first action still serves.
-    server.run(json!({"still": "here"})).assert(200, "{\"still\":\"here\"}\n");
+    server
+        .run(json!({"still": "here"}))
+        .assert(200, "{\"still\":\"here\"}\n");
 }
 
 #[test]
@@ -54,7 +73,9 @@ fn a_main_other_than_main_is_accepted() {
     let mut body = init_binary(&read(&guest("echo")));
     body["value"]["main"] = json!("niam");
     server.init(&body).assert(200, "{\"ok\":true}\n");
-    server.run(json!({"niam": true})).assert(200, "{\"niam\":true}\n");
+    server
+        .run(json!({"niam": true}))
+        .assert(200, "{\"niam\":true}\n");
 }
 
 #[test]
@@ -81,7 +102,9 @@ fn four_echo_runs_show_their_logs_each_before_its_sentinel() {
 #[test]
 fn unicode_passes_through_input_logs_and_result() {
     let server = Server::with_guest("unicode");
-    server.run(json!({"delimiter": "❄"})).assert(200, "{\"winter\":\"❄ ☃ ❄\"}\n");
+    server
+        .run(json!({"delimiter": "❄"}))
+        .assert(200, "{\"winter\":\"❄ ☃ ❄\"}\n");
     server.wait_sentinels(1);
     assert_eq!(server.stdout(), format!("❄ ☃ ❄\n{SENTINEL}\n"));
     assert_eq!(server.stderr(), format!("❄ ☃ ❄\n{SENTINEL}\n"));
@@ -94,14 +117,19 @@ fn the_init_env_reaches_the_action_and_nothing_else_does() {
     body["value"]["env"] = json!({"SOME_VAR": "xyz", "ANOTHER_VAR": ""});
     server.init(&body).assert(200, "{\"ok\":true}\n");
     let reply = server.run(json!({}));
-    assert_eq!(reply.json(), json!({"SOME_VAR": "xyz", "ANOTHER_VAR": "", "PATH": null}));
+    assert_eq!(
+        reply.json(),
+        json!({"SOME_VAR": "xyz", "ANOTHER_VAR": "", "PATH": null})
+    );
 }
 
 #[test]
 fn the_seven_context_values_reach_the_action() {
     let host = "https://openwhisk.example:443/api?x=a=b";
     let server = Server::builder().env("__OW_API_HOST", host).start();
-    server.init(&init_binary(&read(&guest("context")))).assert(200, "{\"ok\":true}\n");
+    server
+        .init(&init_binary(&read(&guest("context"))))
+        .assert(200, "{\"ok\":true}\n");
     let body = json!({
         "value": {"a": 1},
         "api_key": "xyz:abc",
@@ -148,14 +176,22 @@ fn arrays_work_as_results_and_as_input() {
 #[test]
 fn newlines_in_the_request_body_are_not_passed_on() {
     let server = Server::with_guest("echo");
-    let reply = server.post("/run", b"{\n  \"value\": {\n    \"a\": \"line\\nbreak\"\n  }\n}\n");
+    let reply = server.post(
+        "/run",
+        b"{\n  \"value\": {\n    \"a\": \"line\\nbreak\"\n  }\n}\n",
+    );
     reply.assert(200, "{\"a\":\"line\\nbreak\"}\n");
 }
 
 #[test]
 fn other_paths_answer_200_with_an_empty_body() {
     let server = Server::start();
-    for (method, path) in [("GET", "/"), ("GET", "/ping"), ("POST", "/init/x"), ("PUT", "/metrics")] {
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/ping"),
+        ("POST", "/init/x"),
+        ("PUT", "/metrics"),
+    ] {
         let reply = crate::support::http(server.addr, method, path, b"");
         reply.assert(200, "");
     }
@@ -165,21 +201,30 @@ fn other_paths_answer_200_with_an_empty_body() {
 fn init_and_run_accept_any_method() {
     let server = Server::start();
     let body = init_binary(&read(&guest("echo"))).to_string();
-    crate::support::http(server.addr, "PUT", "/init", body.as_bytes()).assert(200, "{\"ok\":true}\n");
-    crate::support::http(server.addr, "GET", "/run", b"{\"value\":{\"m\":1}}").assert(200, "{\"m\":1}\n");
+    crate::support::http(server.addr, "PUT", "/init", body.as_bytes())
+        .assert(200, "{\"ok\":true}\n");
+    crate::support::http(server.addr, "GET", "/run", b"{\"value\":{\"m\":1}}")
+        .assert(200, "{\"m\":1}\n");
 }
 
 #[test]
 fn an_init_body_that_is_not_json_of_the_right_shape_is_a_400() {
     let server = Server::start();
-    for body in [&b"not json"[..], b"{\"value\":{\"code\":42}}", b"{\"value\":{\"binary\":\"yes\",\"code\":\"x\"}}",
-                 b"{\"value\":{\"env\":[1],\"code\":\"x\"}}", b""] {
+    for body in [
+        &b"not json"[..],
+        b"{\"value\":{\"code\":42}}",
+        b"{\"value\":{\"binary\":\"yes\",\"code\":\"x\"}}",
+        b"{\"value\":{\"env\":[1],\"code\":\"x\"}}",
+        b"",
+    ] {
         let reply = server.post("/init", body);
         assert_eq!(reply.status, 400, "{}", reply.text());
         let error = reply.json()["error"].as_str().unwrap().to_owned();
         assert!(error.starts_with("Error unmarshaling request: "), "{error}");
     }
-    server.init(&init_binary(&read(&guest("echo")))).assert(200, "{\"ok\":true}\n");
+    server
+        .init(&init_binary(&read(&guest("echo"))))
+        .assert(200, "{\"ok\":true}\n");
 }
 
 #[test]
@@ -196,8 +241,11 @@ fn base64_with_line_breaks_is_accepted() {
     let server = Server::start();
     let mut body = init_binary(&read(&guest("echo")));
     let code = body["value"]["code"].as_str().unwrap().to_owned();
-    let wrapped: Vec<String> =
-        code.as_bytes().chunks(76).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+    let wrapped: Vec<String> = code
+        .as_bytes()
+        .chunks(76)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
     body["value"]["code"] = json!(wrapped.join("\r\n"));
     server.init(&body).assert(200, "{\"ok\":true}\n");
 }
@@ -208,7 +256,12 @@ fn a_malformed_run_body_is_a_400_and_the_action_keeps_serving() {
     for body in [&b"{\"value\":"[..], b"[1,2]", b"\"text\""] {
         let reply = server.post("/run", body);
         assert_eq!(reply.status, 400, "{}", reply.text());
-        assert!(reply.json()["error"].as_str().unwrap().starts_with("Error unmarshaling request: "));
+        assert!(
+            reply.json()["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("Error unmarshaling request: ")
+        );
     }
     server.run(json!({"ok": 1})).assert(200, "{\"ok\":1}\n");
 }
@@ -223,13 +276,25 @@ fn bodies_over_the_caps_are_413_and_the_server_keeps_serving() {
         .start();
     let reply = server.post("/init", &vec![b' '; 300_000]);
     assert_eq!(reply.status, 413);
-    assert!(reply.json()["error"].as_str().unwrap().contains("--max-init-bytes"));
+    assert!(
+        reply.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-init-bytes")
+    );
     // The test actions are larger than this init cap; a script is not.
     let script = "#!/bin/sh\nwhile read -r l; do echo '{\"ok\":1}' >&3; done\n";
-    server.init(&crate::support::init_text(script)).assert(200, "{\"ok\":true}\n");
+    server
+        .init(&crate::support::init_text(script))
+        .assert(200, "{\"ok\":true}\n");
     let reply = server.run(json!({"big": "x".repeat(2000)}));
     assert_eq!(reply.status, 413);
-    assert!(reply.json()["error"].as_str().unwrap().contains("--max-run-bytes"));
+    assert!(
+        reply.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-run-bytes")
+    );
     server.run(json!({"small": 1})).assert(200, "{\"ok\":1}\n");
 }
 
@@ -241,7 +306,10 @@ fn sigterm_stops_the_server_and_its_action() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     // SAFETY: signal 0 only checks whether the process exists.
     while unsafe { libc::kill(pid, 0) } == 0 {
-        assert!(std::time::Instant::now() < deadline, "the action outlived the server");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the action outlived the server"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }

@@ -28,11 +28,17 @@ pub fn guest(name: &str) -> PathBuf {
             .arg(&target)
             .status()
             .expect("cannot run cargo to build the test actions");
-        assert!(status.success(), "building the test actions in tests/guest failed");
+        assert!(
+            status.success(),
+            "building the test actions in tests/guest failed"
+        );
         target.join("debug")
     });
     let path = dir.join(name);
-    assert!(path.is_file(), "no test action {name} in tests/guest/src/bin");
+    assert!(
+        path.is_file(),
+        "no test action {name} in tests/guest/src/bin"
+    );
     path
 }
 
@@ -58,7 +64,8 @@ pub fn zip_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
     for (name, bytes, mode) in entries {
         let options = zip::write::SimpleFileOptions::default().unix_permissions(*mode & 0o777);
         if mode & 0o170000 == 0o120000 {
-            zip.add_symlink(*name, std::str::from_utf8(bytes).unwrap(), options).unwrap();
+            zip.add_symlink(*name, std::str::from_utf8(bytes).unwrap(), options)
+                .unwrap();
         } else {
             zip.start_file(*name, options).unwrap();
             zip.write_all(bytes).unwrap();
@@ -107,7 +114,9 @@ impl Reply {
 /// `Content-Length` matching its body (the platform needs it) and is not chunked.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Reply {
     let mut stream = TcpStream::connect(addr).expect("cannot connect to wasmloop");
-    stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -117,7 +126,9 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Reply {
     // The server may answer (413) and close before reading all of a large body.
     let _ = stream.write_all(body);
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("cannot read the answer");
+    stream
+        .read_to_end(&mut raw)
+        .expect("cannot read the answer");
     parse_reply(&raw)
 }
 
@@ -125,21 +136,47 @@ fn parse_reply(raw: &[u8]) -> Reply {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no complete HTTP head in {:?}", String::from_utf8_lossy(raw)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no complete HTTP head in {:?}",
+                String::from_utf8_lossy(raw)
+            )
+        });
     let head = std::str::from_utf8(&raw[..split]).unwrap();
     let body = raw[split + 4..].to_vec();
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers: Vec<(String, String)> = lines
         .map(|l| {
             let (n, v) = l.split_once(':').unwrap();
             (n.trim().to_ascii_lowercase(), v.trim().to_owned())
         })
         .collect();
-    let reply = Reply { status, headers, body };
-    assert_eq!(reply.header("transfer-encoding"), None, "answers are never chunked");
-    let length = reply.header("content-length").expect("every answer has a Content-Length");
-    assert_eq!(length.parse::<usize>().unwrap(), reply.body.len(), "Content-Length is exact");
+    let reply = Reply {
+        status,
+        headers,
+        body,
+    };
+    assert_eq!(
+        reply.header("transfer-encoding"),
+        None,
+        "answers are never chunked"
+    );
+    let length = reply
+        .header("content-length")
+        .expect("every answer has a Content-Length");
+    assert_eq!(
+        length.parse::<usize>().unwrap(),
+        reply.body.len(),
+        "Content-Length is exact"
+    );
     reply
 }
 
@@ -170,8 +207,11 @@ impl Capture {
         let mut bytes = self.bytes.lock().unwrap();
         while String::from_utf8_lossy(&bytes).matches(what).count() < count {
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "waited in vain for {count} × {what:?} in:\n{}",
-                String::from_utf8_lossy(&bytes));
+            assert!(
+                !left.is_zero(),
+                "waited in vain for {count} × {what:?} in:\n{}",
+                String::from_utf8_lossy(&bytes)
+            );
             bytes = self.grew.wait_timeout(bytes, left).unwrap().0;
         }
     }
@@ -213,7 +253,10 @@ impl ServerBuilder {
     }
 
     fn try_start(&self) -> Option<Server> {
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let action_dir = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
         command
@@ -233,7 +276,13 @@ impl ServerBuilder {
         let err = Arc::new(Capture::default());
         out.clone().gather(child.stdout.take().unwrap());
         err.clone().gather(child.stderr.take().unwrap());
-        let mut server = Server { addr, child, out, err, action_dir };
+        let mut server = Server {
+            addr,
+            child,
+            out,
+            err,
+            action_dir,
+        };
         let deadline = Instant::now() + WAIT;
         // Readiness: the port accepts connections (or the process has exited).
         while TcpStream::connect(addr).is_err() {
@@ -248,7 +297,10 @@ impl ServerBuilder {
 
 impl Server {
     pub fn builder() -> ServerBuilder {
-        ServerBuilder { env: Vec::new(), args: Vec::new() }
+        ServerBuilder {
+            env: Vec::new(),
+            args: Vec::new(),
+        }
     }
 
     pub fn start() -> Server {
@@ -258,7 +310,9 @@ impl Server {
     /// A server initialized with one of the test actions.
     pub fn with_guest(name: &str) -> Server {
         let server = Server::start();
-        server.init(&init_binary(&read(&guest(name)))).assert(200, "{\"ok\":true}\n");
+        server
+            .init(&init_binary(&read(&guest(name))))
+            .assert(200, "{\"ok\":true}\n");
         server
     }
 
@@ -306,7 +360,10 @@ impl Server {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code();
             }
-            assert!(Instant::now() < deadline, "wasmloop did not stop on SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "wasmloop did not stop on SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -315,7 +372,11 @@ impl Server {
 /// Counts sentinel lines in a stream and returns the rest of it.
 pub fn split_sentinels(stream: &str) -> (usize, String) {
     let count = stream.lines().filter(|l| *l == SENTINEL).count();
-    let rest = stream.lines().filter(|l| *l != SENTINEL).collect::<Vec<_>>().join("\n");
+    let rest = stream
+        .lines()
+        .filter(|l| *l != SENTINEL)
+        .collect::<Vec<_>>()
+        .join("\n");
     (count, rest)
 }
 

@@ -38,15 +38,22 @@ fn a_zip_whose_exec_lacks_the_execute_bit_still_runs() {
     let server = Server::start();
     let zip = zip_of(&[("exec", &read(&guest("echo")), 0o644)]);
     server.init(&init_binary(&zip)).assert(200, OK);
-    server.run(json!({"zip": true})).assert(200, "{\"zip\":true}\n");
+    server
+        .run(json!({"zip": true}))
+        .assert(200, "{\"zip\":true}\n");
 }
 
 #[test]
 fn a_tar_gz_is_unpacked_and_run() {
     let server = Server::start();
-    let archive = tar_gz_of(&[("data/readme.txt", b"hi", 0o644), ("exec", &read(&guest("echo")), 0o600)]);
+    let archive = tar_gz_of(&[
+        ("data/readme.txt", b"hi", 0o644),
+        ("exec", &read(&guest("echo")), 0o600),
+    ]);
     server.init(&init_binary(&archive)).assert(200, OK);
-    server.run(json!({"tar": true})).assert(200, "{\"tar\":true}\n");
+    server
+        .run(json!({"tar": true}))
+        .assert(200, "{\"tar\":true}\n");
 }
 
 #[test]
@@ -57,16 +64,27 @@ fn a_corrupt_zip_is_a_502_not_a_dropped_connection() {
     zip[len - 22..].fill(0xAA); // the end-of-central-directory record
     let reply = server.init(&init_binary(&zip));
     assert_eq!(reply.status, 502);
-    assert!(error_of(&reply).starts_with("cannot read zip archive"), "{}", reply.text());
+    assert!(
+        error_of(&reply).starts_with("cannot read zip archive"),
+        "{}",
+        reply.text()
+    );
     let reply = server.init(&init_binary(b"\x1f\x8b\x08 not gzip at all"));
     assert_eq!(reply.status, 502, "{}", reply.text());
-    server.init(&init_binary(&read(&guest("echo")))).assert(200, OK);
+    server
+        .init(&init_binary(&read(&guest("echo"))))
+        .assert(200, OK);
 }
 
 #[test]
 fn archive_entries_outside_the_folder_are_refused() {
     let server = Server::start();
-    let outside = server.action_dir.path().parent().unwrap().join("zip-slip-victim");
+    let outside = server
+        .action_dir
+        .path()
+        .parent()
+        .unwrap()
+        .join("zip-slip-victim");
     let hostile: Vec<Vec<u8>> = vec![
         zip_of(&[("../zip-slip-victim", b"pwned", 0o644)]),
         zip_of(&[("a/../../zip-slip-victim", b"pwned", 0o644)]),
@@ -78,19 +96,32 @@ fn archive_entries_outside_the_folder_are_refused() {
     for archive in hostile {
         let reply = server.init(&init_binary(&archive));
         assert_eq!(reply.status, 502, "{}", reply.text());
-        assert!(error_of(&reply).contains("outside the action folder"), "{}", reply.text());
+        assert!(
+            error_of(&reply).contains("outside the action folder"),
+            "{}",
+            reply.text()
+        );
     }
     assert!(!outside.exists());
     assert!(!Path::new("/tmp/zip-slip-victim").exists());
-    assert_eq!(action_folders(&server), 0, "failed inits leave no folder behind");
+    assert_eq!(
+        action_folders(&server),
+        0,
+        "failed inits leave no folder behind"
+    );
 }
 
 #[test]
 fn links_inside_the_folder_are_kept() {
     let server = Server::start();
-    let zip = zip_of(&[("bin/real", &read(&guest("echo")), 0o755), ("exec", b"bin/real", 0o120777)]);
+    let zip = zip_of(&[
+        ("bin/real", &read(&guest("echo")), 0o755),
+        ("exec", b"bin/real", 0o120777),
+    ]);
     server.init(&init_binary(&zip)).assert(200, OK);
-    server.run(json!({"linked": 1})).assert(200, "{\"linked\":1}\n");
+    server
+        .run(json!({"linked": 1}))
+        .assert(200, "{\"linked\":1}\n");
 }
 
 #[test]
@@ -102,38 +133,56 @@ fn archives_over_the_caps_are_refused() {
         .arg("100000")
         .start();
     let many: Vec<(String, Vec<u8>)> = (0..5).map(|i| (format!("f{i}"), vec![b'x'])).collect();
-    let entries: Vec<(&str, &[u8], u32)> =
-        many.iter().map(|(n, b)| (n.as_str(), b.as_slice(), 0o644)).collect();
+    let entries: Vec<(&str, &[u8], u32)> = many
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice(), 0o644))
+        .collect();
     for archive in [zip_of(&entries), tar_gz_of(&entries)] {
         let reply = server.init(&init_binary(&archive));
         assert_eq!(reply.status, 502);
-        assert!(error_of(&reply).contains("more than 3 entries"), "{}", reply.text());
+        assert!(
+            error_of(&reply).contains("more than 3 entries"),
+            "{}",
+            reply.text()
+        );
     }
     // A small zip that inflates past the byte cap: a decompression bomb in miniature.
     let mut bomb = std::io::Cursor::new(Vec::new());
     let mut writer = zip::ZipWriter::new(&mut bomb);
-    writer.start_file("exec", zip::write::SimpleFileOptions::default()).unwrap();
+    writer
+        .start_file("exec", zip::write::SimpleFileOptions::default())
+        .unwrap();
     writer.write_all(&vec![0u8; 1_000_000]).unwrap();
     writer.finish().unwrap();
     let bomb = bomb.into_inner();
     assert!(bomb.len() < 10_000);
     let reply = server.init(&init_binary(&bomb));
     assert_eq!(reply.status, 502);
-    assert!(error_of(&reply).contains("more bytes than allowed"), "{}", reply.text());
+    assert!(
+        error_of(&reply).contains("more bytes than allowed"),
+        "{}",
+        reply.text()
+    );
 }
 
 #[test]
 fn each_action_gets_a_fresh_folder() {
     let server = Server::start();
-    server.init(&init_text("print('not executable')")).assert(502, "{\"error\":\"cannot start action: command exited\"}\n");
+    server
+        .init(&init_text("print('not executable')"))
+        .assert(502, "{\"error\":\"cannot start action: command exited\"}\n");
     assert_eq!(action_folders(&server), 0);
-    server.init(&init_binary(&read(&guest("echo")))).assert(200, OK);
+    server
+        .init(&init_binary(&read(&guest("echo"))))
+        .assert(200, OK);
     assert_eq!(action_folders(&server), 1);
 }
 
 fn with_compiler() -> Server {
     let compiler = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/compiler.sh");
-    Server::builder().env("OW_COMPILER", compiler.to_str().unwrap()).start()
+    Server::builder()
+        .env("OW_COMPILER", compiler.to_str().unwrap())
+        .start()
 }
 
 #[test]
@@ -148,18 +197,26 @@ fn the_compiler_turns_sources_into_an_action_and_gets_main() {
 #[test]
 fn compiler_output_is_the_init_error() {
     let server = with_compiler();
-    server.init(&init_text("ERROR")).assert(502, "{\"error\":\"syntax error in main\\n\"}\n");
+    server
+        .init(&init_text("ERROR"))
+        .assert(502, "{\"error\":\"syntax error in main\\n\"}\n");
 }
 
 #[test]
 fn a_silent_compiler_that_makes_nothing_cannot_compile() {
     let server = with_compiler();
-    server.init(&init_text("NOTHING")).assert(502, "{\"error\":\"cannot compile\"}\n");
+    server
+        .init(&init_text("NOTHING"))
+        .assert(502, "{\"error\":\"cannot compile\"}\n");
 }
 
 #[test]
 fn executables_skip_the_compiler() {
     let server = with_compiler();
-    server.init(&init_binary(&read(&guest("echo")))).assert(200, OK);
-    server.run(json!({"native": 1})).assert(200, "{\"native\":1}\n");
+    server
+        .init(&init_binary(&read(&guest("echo"))))
+        .assert(200, OK);
+    server
+        .run(json!({"native": 1}))
+        .assert(200, "{\"native\":1}\n");
 }

@@ -78,5 +78,7 @@ pub fn result_channel() -> Box<dyn Write> {
 }
 
 pub fn env(name: &str) -> Value {
-    std::env::var(name).map(Value::String).unwrap_or(Value::Null)
+    std::env::var(name)
+        .map(Value::String)
+        .unwrap_or(Value::Null)
 }

@@ -1,0 +1,54 @@
+//! A native ActionLoop action in Rust: `{"name":"Mike"}` → `{"message":"Hello, Mike!"}`.
+//!
+//! Protocol (see wasmloop's PROTOCOL.md 1.8): acknowledge on fd 3 when asked, then read one
+//! JSON request per line on stdin, export the context as `__OW_*` variables, log on
+//! stdout/stderr, and write one JSON result per line on fd 3.
+
+use std::fs::File;
+use std::io::{BufRead, Write};
+use std::os::fd::FromRawFd;
+
+use serde_json::{json, Value};
+
+fn hello(args: &Value) -> Value {
+    let name = args["name"].as_str().unwrap_or("Stranger");
+    eprintln!("hello: greeting {name}");
+    json!({ "message": format!("Hello, {name}!") })
+}
+
+fn main() {
+    // Given the JSON as first argument, run once and print the result (handy for testing,
+    // and how the "exec" benchmark row runs a fresh process per activation).
+    if let Some(arg) = std::env::args().nth(1) {
+        let args: Value = serde_json::from_str(&arg).unwrap_or(Value::Null);
+        println!("{}", hello(&args));
+        return;
+    }
+    // SAFETY: the runtime opened fd 3 for our results; nothing else here uses it.
+    let mut results = unsafe { File::from_raw_fd(3) };
+    if std::env::var("__OW_WAIT_FOR_ACK").is_ok_and(|v| !v.is_empty()) {
+        writeln!(results, r#"{{"ok":true}}"#).expect("cannot write the ack on fd 3");
+    }
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let result = match serde_json::from_str::<Value>(&line) {
+            Ok(Value::Object(request)) => {
+                for (key, value) in &request {
+                    if key != "value" {
+                        let text = value
+                            .as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| value.to_string());
+                        // SAFETY: single-threaded; nothing reads the environment concurrently.
+                        unsafe { std::env::set_var(format!("__OW_{}", key.to_uppercase()), text) };
+                    }
+                }
+                hello(request.get("value").unwrap_or(&Value::Null))
+            }
+            _ => json!({ "error": "the request is not a JSON object" }),
+        };
+        std::io::stdout().flush().ok();
+        std::io::stderr().flush().ok();
+        writeln!(results, "{result}").expect("cannot write the result on fd 3");
+    }
+}

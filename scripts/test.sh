@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every check: formatting, lints, then all tests. Installs what the tests need first
+# (the native examples' toolchains: gcc and zip from Debian, Go from PyPI).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+native-examples/build.sh
+
+cargo fmt --check
+cargo fmt --check --manifest-path tests/guest/Cargo.toml
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --locked
