@@ -34,6 +34,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve /init and /run over HTTP (what a bare `wasmloop` does).
     Serve(ServeArgs),
+    /// Run an action locally, without HTTP: each input gives one result line on stdout.
+    Run(RunArgs),
+    /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled).
+    Compile(CompileArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -41,6 +45,48 @@ pub struct ServeArgs {
     /// Address and port to listen on.
     #[arg(long, env = "WASMLOOP_LISTEN", default_value = config::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The action: a .wasm module, a native executable or script, or a zip / tar.gz.
+    pub file: PathBuf,
+    /// The action's entry point name (picks `<main>.wasm` in an archive).
+    #[arg(long, default_value = "main")]
+    pub main: String,
+    /// An environment variable for the action, as KEY=VALUE (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub env: Vec<(String, String)>,
+    /// The action's input (its `value`); without it, JSON values are read one per line from stdin.
+    #[arg(long)]
+    pub input: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompileArgs {
+    /// The WebAssembly module to compile.
+    pub input: PathBuf,
+    /// Where to write the precompiled module.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// The linear-memory cap the module will run under (must match the server's).
+    #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
+    pub max_memory_bytes: usize,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
+}
+
+/// The settings of the runtime itself, shared by `serve` and `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeArgs {
     /// Folder in which each /init unpacks its action into a fresh folder [default: the system temp dir].
     #[arg(long, env = "WASMLOOP_ACTION_DIR")]
     pub action_dir: Option<PathBuf>,
@@ -83,6 +129,19 @@ pub struct ServeArgs {
     #[arg(long, env = "WASMLOOP_COMPILE_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_COMPILE_TIMEOUT)]
     pub compile_timeout: Duration,
+    /// Cap on each WebAssembly instance's linear memory, in bytes; growing past it traps.
+    #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
+    pub max_memory_bytes: usize,
+    /// Folder for compiled WebAssembly modules, reused across /inits and restarts [default: <temp dir>/wasmloop-cache].
+    #[arg(long, env = "WASMLOOP_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile every module afresh; keep nothing on disk.
+    #[arg(long, env = "WASMLOOP_NO_CACHE")]
+    pub no_cache: bool,
+    /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
+    /// only for uploads you trust.
+    #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED")]
+    pub allow_precompiled: bool,
 }
 
 /// OpenWhisk treats an empty variable as an unset one.
@@ -90,7 +149,7 @@ fn non_empty(value: &Option<String>) -> Option<String> {
     value.clone().filter(|v| !v.is_empty())
 }
 
-impl ServeArgs {
+impl RuntimeArgs {
     pub fn to_config(&self) -> Config {
         let defaults = Config::default();
         Config {
@@ -109,6 +168,14 @@ impl ServeArgs {
             ack_timeout: self.ack_timeout,
             start_probe: self.start_probe,
             compile_timeout: self.compile_timeout,
+            max_memory_bytes: self.max_memory_bytes,
+            cache_dir: if self.no_cache {
+                None
+            } else {
+                self.cache_dir.clone().or(defaults.cache_dir)
+            },
+            allow_precompiled: self.allow_precompiled,
+            sentinels: defaults.sentinels,
         }
     }
 }

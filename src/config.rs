@@ -21,6 +21,8 @@ pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
 pub const DEFAULT_START_PROBE: &str = "5ms";
 /// How long the `OW_COMPILER` hook may run.
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
+/// Each WebAssembly instance's linear memory is capped at this.
+pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// What `__OW_PROXY_VERSION` tells an action.
 pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -54,6 +56,14 @@ pub struct Config {
     pub ack_timeout: Duration,
     pub start_probe: Duration,
     pub compile_timeout: Duration,
+    /// Cap on each WebAssembly instance's linear memory.
+    pub max_memory_bytes: usize,
+    /// Where compiled WebAssembly modules are kept between `/init`s (`None`: no cache).
+    pub cache_dir: Option<PathBuf>,
+    /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
+    pub allow_precompiled: bool,
+    /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
+    pub sentinels: bool,
 }
 
 impl Default for Config {
@@ -74,6 +84,10 @@ impl Default for Config {
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             start_probe: duration(DEFAULT_START_PROBE),
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
+            allow_precompiled: false,
+            sentinels: true,
         }
     }
 }

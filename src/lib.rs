@@ -7,7 +7,9 @@
 //! - `error`: the one error type and its status codes.
 //! - `action`: an upload turned into a startable folder (decode, detect, unpack, compile).
 //! - `executor`: the `Executor` trait; `executor::native` drives a child process over pipes,
-//!   `executor::lines` frames requests and results as JSON lines.
+//!   `executor::wasm` a wasmtime instance over its WASI stdio, `executor::lines` frames
+//!   requests and results as JSON lines.
+//! - `local`: `wasmloop run`, the same path without HTTP.
 
 pub mod action;
 pub mod cli;
@@ -15,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod executor;
 pub mod handlers;
+pub mod local;
 pub mod protocol;
 pub mod runtime;
 pub mod server;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use wasmloop::cli::{Cli, Command, ServeArgs};
+use wasmloop::cli::{Cli, Command, CompileArgs, RunArgs, ServeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -35,17 +35,22 @@ fn init_tracing(cli: &Cli) {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Serve(args)) => serve(args),
+        Some(Command::Run(args)) => run_locally(args),
+        Some(Command::Compile(args)) => compile(args),
         None => serve(cli.serve),
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = args.to_config();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+        .context("cannot start the async runtime")
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = args.runtime.to_config();
+    async_runtime()?.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -53,4 +58,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .context("the server failed")
     })
+}
+
+fn run_locally(args: RunArgs) -> anyhow::Result<()> {
+    let inputs = match args.input {
+        Some(input) => wasmloop::local::Inputs::One(input),
+        None => wasmloop::local::Inputs::Stdin,
+    };
+    let config = args.runtime.to_config();
+    async_runtime()?.block_on(wasmloop::local::run(
+        &args.file, &args.main, args.env, inputs, config,
+    ))
+}
+
+fn compile(args: CompileArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.input)
+        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let compiled = wasmloop::executor::wasm::precompile(&bytes, args.max_memory_bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
+    std::fs::write(&args.output, compiled)
+        .with_context(|| format!("cannot write {}", args.output.display()))
 }

@@ -13,6 +13,7 @@ use crate::protocol::{self, InitRequest};
 /// An initialized action: its executor, and the folder it was unpacked into.
 pub struct Action {
     executor: AnyExecutor,
+    sentinels: bool,
     _prepared: Prepared,
 }
 
@@ -99,6 +100,7 @@ impl Runtime {
             .map_err(|e| self.init_failure(Error::Start(e)))?;
         let action = Arc::new(Action {
             executor,
+            sentinels: config.sentinels,
             _prepared: prepared,
         });
         // With re-init allowed, the old action (and its children) goes when its last run ends.
@@ -116,7 +118,9 @@ impl Runtime {
             other => other.to_string(),
         };
         protocol::log_stderr(&detail);
-        protocol::write_sentinels();
+        if self.config.sentinels {
+            protocol::write_sentinels();
+        }
         match error {
             Error::Start(_) => Error::StartLogged,
             _ => Error::PrepareLogged,
@@ -140,7 +144,9 @@ impl Action {
             .executor
             .run(executor::lines::frame_request(body))
             .await;
-        protocol::write_sentinels();
+        if self.sentinels {
+            protocol::write_sentinels();
+        }
         let line = result?;
         if !protocol::is_object_or_array(&line) {
             return Err(RunError::NotAnObject.into());

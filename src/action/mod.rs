@@ -45,6 +45,8 @@ pub struct Prepared {
     pub folder: tempfile::TempDir,
     pub bin_dir: PathBuf,
     pub entry: Entry,
+    /// The upload was a zip or tar.gz (its folder may hold data the action reads).
+    pub archive: bool,
 }
 
 pub struct Upload<'a> {
@@ -75,6 +77,7 @@ pub async fn prepare(
     let bin = folder.path().join("bin");
     let unpack_into = src.clone();
     let Upload { bytes, main } = upload;
+    let archive = matches!(detect::detect(&bytes), Kind::Zip | Kind::TarGz);
     tokio::task::spawn_blocking(move || unpack_upload(&bytes, &unpack_into, limits))
         .await
         .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
@@ -112,6 +115,7 @@ pub async fn prepare(
         folder,
         bin_dir: bin,
         entry,
+        archive,
     })
 }
 

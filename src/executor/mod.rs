@@ -2,6 +2,7 @@
 
 pub mod lines;
 pub mod native;
+pub mod wasm;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -49,8 +50,24 @@ pub enum StartError {
     },
     #[error("cannot set up the pipes to the action: {0}")]
     Pipe(#[source] std::io::Error),
+    /// The WebAssembly module could not be compiled, linked or instantiated.
+    #[error("{0}")]
+    Wasm(String),
+    /// A WebAssembly guest ended before it was up; the text says how.
+    #[error("{}: {detail}", protocol::MSG_COMMAND_EXITED)]
+    GuestExited { detail: String },
     #[error("{0}")]
     Unsupported(String),
+}
+
+/// PROTOCOL.md 1.5: the ack is JSON with `"ok":true`, spaced as the action likes.
+pub fn parse_ack(line: &[u8]) -> Result<(), StartError> {
+    let ack: serde_json::Value =
+        serde_json::from_slice(line).map_err(|e| StartError::AckNotJson(e.to_string()))?;
+    match ack.get("ok") {
+        Some(serde_json::Value::Bool(true)) => Ok(()),
+        _ => Err(StartError::AckNotOk),
+    }
 }
 
 /// Why an activation produced no usable result.
@@ -69,14 +86,18 @@ pub enum RunError {
 }
 
 /// The backends, behind one type so that the HTTP side needs no generics.
+// One value per action, behind an Arc: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyExecutor {
     Native(native::NativeExecutor),
+    Wasm(wasm::WasmExecutor),
 }
 
 impl Executor for AnyExecutor {
     async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
         match self {
             AnyExecutor::Native(native) => native.run(line).await,
+            AnyExecutor::Wasm(wasm) => wasm.run(line).await,
         }
     }
 }
@@ -113,13 +134,37 @@ pub async fn start(
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
     }
+    // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
+    let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
     match &prepared.entry {
+        // Precompiled modules are ELF files: tell them apart from executables.
+        Entry::Native(exec) if wasm::is_precompiled(exec) => {
+            if !config.allow_precompiled {
+                return Err(StartError::Unsupported(
+                    "this is a precompiled WebAssembly module; loading one runs its machine \
+                     code unchecked, so it is accepted only with --allow-precompiled"
+                        .to_owned(),
+                ));
+            }
+            let engine = wasm::engine(config.max_memory_bytes)?;
+            let source = wasm::Source::Precompiled(exec);
+            Ok(AnyExecutor::Wasm(
+                wasm::WasmExecutor::start(engine, source, spec, preopen).await?,
+            ))
+        }
         Entry::Native(exec) => Ok(AnyExecutor::Native(
             native::NativeExecutor::start(exec.clone(), spec).await?,
         )),
-        Entry::Wasm(_) => Err(StartError::Unsupported(
-            "this build of wasmloop cannot run WebAssembly actions yet".to_owned(),
-        )),
+        Entry::Wasm(path) => {
+            let engine = wasm::engine(config.max_memory_bytes)?;
+            let source = wasm::Source::Wasm {
+                path,
+                cache_dir: config.cache_dir.as_deref(),
+            };
+            Ok(AnyExecutor::Wasm(
+                wasm::WasmExecutor::start(engine, source, spec, preopen).await?,
+            ))
+        }
     }
 }
 

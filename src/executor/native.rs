@@ -1,7 +1,7 @@
 //! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::lines::{LineError, LineReader};
-use super::{Executor, RunError, StartError, StartSpec};
+use super::{Executor, RunError, StartError, StartSpec, parse_ack};
 
 /// How long to wait for an exit status once the result channel has closed, and for a
 /// result already written by a child that has exited.
@@ -105,7 +105,7 @@ fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
 }
 
 impl Process {
-    async fn spawn(exec: &PathBuf, spec: &StartSpec) -> Result<Process, StartError> {
+    async fn spawn(exec: &Path, spec: &StartSpec) -> Result<Process, StartError> {
         let (read_end, write_end) = cloexec_pipe().map_err(StartError::Pipe)?;
         let mut command = Command::new(exec);
         let write_fd = write_end.as_raw_fd();
@@ -169,12 +169,7 @@ impl Process {
                 return Err(StartError::AckNotJson(too_long.to_string()));
             }
         };
-        let ack: serde_json::Value =
-            serde_json::from_slice(&line).map_err(|e| StartError::AckNotJson(e.to_string()))?;
-        match ack.get("ok") {
-            Some(serde_json::Value::Bool(true)) => Ok(()),
-            _ => Err(StartError::AckNotOk),
-        }
+        parse_ack(&line)
     }
 
     fn is_alive(&mut self) -> bool {

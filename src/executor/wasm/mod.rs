@@ -1,0 +1,260 @@
+//! The WebAssembly backend: one long-lived wasmtime instance per action, fed request lines
+//! on its WASI stdin and answering on its stdout. The only code that touches wasmtime.
+
+mod engine;
+mod streams;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use tokio::task::{JoinError, JoinHandle};
+use wasmtime::{InstancePre, Module, Store, StoreLimitsBuilder, Trap, UpdateDeadline};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+
+use engine::{Host, check_command};
+pub use engine::{WasmEngine, is_precompiled};
+use streams::{GuestStdin, GuestStdout, HostStderr, LineTooLong};
+
+use super::{Executor, RunError, StartError, StartSpec, parse_ack};
+
+/// The engine, made on first use so that native-only deployments never reserve its pool.
+pub fn engine(memory_cap: usize) -> Result<Arc<WasmEngine>, StartError> {
+    static ENGINE: OnceLock<Result<Arc<WasmEngine>, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| WasmEngine::new(memory_cap).map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(StartError::Wasm)
+}
+
+/// Where the module comes from.
+pub enum Source<'a> {
+    /// WebAssembly bytes, compiled (or taken from the compile cache).
+    Wasm {
+        path: &'a Path,
+        cache_dir: Option<&'a Path>,
+    },
+    /// A module precompiled by `wasmloop compile`.
+    Precompiled(&'a Path),
+}
+
+/// Instances of one module; activations queue on the fair lock, one at a time.
+pub struct WasmExecutor {
+    engine: Arc<WasmEngine>,
+    pre: InstancePre<Host>,
+    spec: StartSpec,
+    preopen: Option<PathBuf>,
+    slot: tokio::sync::Mutex<Option<Instance>>,
+}
+
+impl WasmExecutor {
+    pub async fn start(
+        engine: Arc<WasmEngine>,
+        source: Source<'_>,
+        spec: StartSpec,
+        preopen: Option<PathBuf>,
+    ) -> Result<Self, StartError> {
+        let module = load(&engine, source).await?;
+        check_command(&module).map_err(StartError::Wasm)?;
+        let pre = engine
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
+        let instance = Instance::start(&engine, &pre, &spec, preopen.as_deref()).await?;
+        Ok(WasmExecutor {
+            engine,
+            pre,
+            spec,
+            preopen,
+            slot: tokio::sync::Mutex::new(Some(instance)),
+        })
+    }
+}
+
+async fn load(engine: &Arc<WasmEngine>, source: Source<'_>) -> Result<Module, StartError> {
+    let engine = engine.clone();
+    let job: Box<dyn FnOnce() -> Result<Module, String> + Send> = match source {
+        Source::Wasm { path, cache_dir } => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| StartError::Wasm(format!("cannot read {}: {e}", path.display())))?;
+            let cache_dir = cache_dir.map(Path::to_owned);
+            Box::new(move || engine.load(&bytes, cache_dir.as_deref()))
+        }
+        Source::Precompiled(path) => {
+            let path = path.to_owned();
+            Box::new(move || engine.load_precompiled(&path))
+        }
+    };
+    // Compiling takes from milliseconds to seconds of CPU: keep it off the async workers.
+    tokio::task::spawn_blocking(job)
+        .await
+        .map_err(|e| StartError::Wasm(format!("compiling stopped: {e}")))?
+        .map_err(StartError::Wasm)
+}
+
+/// Compiles a module ahead of time for `--allow-precompiled` uploads.
+pub fn precompile(bytes: &[u8], memory_cap: usize) -> Result<Vec<u8>, String> {
+    let engine = WasmEngine::new(memory_cap).map_err(|e| format!("{e:#}"))?;
+    let module = engine.load(bytes, None)?;
+    check_command(&module)?;
+    engine.precompile(bytes)
+}
+
+impl Executor for WasmExecutor {
+    async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        let mut slot = self.slot.lock().await;
+        if slot.as_ref().is_some_and(|i| i.task.is_finished()) {
+            *slot = None;
+        }
+        let instance = match slot.as_mut() {
+            Some(instance) => instance,
+            None => slot.insert(
+                Instance::start(&self.engine, &self.pre, &self.spec, self.preopen.as_deref())
+                    .await
+                    .map_err(RunError::Restart)?,
+            ),
+        };
+        let result = instance.activate(line).await;
+        if result.is_err() {
+            // A fresh instance from the InstancePre costs microseconds; a half-used one
+            // could answer the next request with this one's leftovers.
+            *slot = None;
+        }
+        result
+    }
+}
+
+/// One running instance: `_start` runs on its own task for as long as the instance lives.
+struct Instance {
+    stdin: GuestStdin,
+    stdout: GuestStdout,
+    task: JoinHandle<wasmtime::Result<()>>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // Dropping the task's future drops the store, and with it the instance.
+        self.task.abort();
+    }
+}
+
+impl Instance {
+    async fn start(
+        engine: &WasmEngine,
+        pre: &InstancePre<Host>,
+        spec: &StartSpec,
+        preopen: Option<&Path>,
+    ) -> Result<Instance, StartError> {
+        let stdin = GuestStdin::default();
+        let stdout = GuestStdout::new(spec.max_result_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdin(stdin.clone())
+            .stdout(stdout.clone())
+            .stderr(HostStderr)
+            .envs(&spec.env)
+            .args(&[&spec.main]);
+        if let Some(dir) = preopen {
+            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
+                .map_err(|e| {
+                    StartError::Wasm(format!(
+                        "cannot preopen {} as /action: {e:#}",
+                        dir.display()
+                    ))
+                })?;
+        }
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(engine.memory_cap)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store = Store::new(
+            &engine.engine,
+            Host {
+                wasi: wasi.build_p1(),
+                limits,
+            },
+        );
+        store.limiter(|host| &mut host.limits);
+        // Every tick a running guest yields, so one busy guest cannot hold a worker thread.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        let pre = pre.clone();
+        let task = tokio::spawn(async move {
+            let instance = pre.instantiate_async(&mut store).await?;
+            let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+            start.call_async(&mut store, ()).await
+        });
+        let mut instance = Instance {
+            stdin,
+            stdout,
+            task,
+        };
+        if spec.wait_for_ack {
+            instance.wait_for_ack(spec).await?;
+        } else {
+            instance.wait_until_idle(spec).await?;
+        }
+        Ok(instance)
+    }
+
+    /// Without an ack, the guest is started once it first waits for input.
+    async fn wait_until_idle(&mut self, spec: &StartSpec) -> Result<(), StartError> {
+        tokio::select! {
+            _ = self.stdin.first_wait() => Ok(()),
+            result = &mut self.task => Err(StartError::GuestExited { detail: exit_reason(result) }),
+            // Still busy, but alive: as for a native child, alive counts as started.
+            _ = tokio::time::sleep(spec.ack_timeout) => Ok(()),
+        }
+    }
+
+    async fn wait_for_ack(&mut self, spec: &StartSpec) -> Result<(), StartError> {
+        let line = tokio::select! {
+            biased;
+            line = self.stdout.next_line() => line,
+            result = &mut self.task => {
+                tracing::debug!(reason = exit_reason(result), "the guest exited before its ack");
+                return Err(StartError::AckAbrupt);
+            }
+            _ = tokio::time::sleep(spec.ack_timeout) => {
+                return Err(StartError::AckTimeout(spec.ack_timeout));
+            }
+        };
+        match line {
+            Ok(line) => parse_ack(&line),
+            Err(LineTooLong(max)) => Err(StartError::AckNotJson(format!(
+                "line longer than {max} bytes"
+            ))),
+        }
+    }
+
+    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        self.stdin.push(Bytes::from(line));
+        tokio::select! {
+            // A result written just before the guest ended still counts.
+            biased;
+            line = self.stdout.next_line() => line.map_err(|LineTooLong(max)| RunError::ResultTooLong(max)),
+            result = &mut self.task => {
+                match self.stdout.next_line_now() {
+                    Some(line) => Ok(line),
+                    None => Err(RunError::Exited(Some(exit_reason(result)))),
+                }
+            }
+        }
+    }
+}
+
+/// How `_start` ended, in words for the `command exited: ...` error.
+fn exit_reason(result: Result<wasmtime::Result<()>, JoinError>) -> String {
+    match result {
+        Ok(Ok(())) => "the guest returned from _start".to_owned(),
+        Ok(Err(e)) => {
+            if let Some(exit) = e.downcast_ref::<I32Exit>() {
+                format!("exit status: {}", exit.0)
+            } else if let Some(trap) = e.downcast_ref::<Trap>() {
+                format!("wasm trap: {trap}")
+            } else {
+                format!("{e}")
+            }
+        }
+        Err(e) => format!("the guest's task failed: {e}"),
+    }
+}

@@ -1,0 +1,385 @@
+//! A guest's stdio: a refillable stdin, a stdout that hands back whole lines, stderr to ours.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use wasmtime_wasi::async_trait;
+use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
+use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind: keep using it.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Default)]
+struct InputState {
+    chunks: VecDeque<Bytes>,
+    /// The guest, parked until input arrives.
+    reader: Option<Waker>,
+    /// Set once the guest first waits for input: it has finished starting up.
+    has_waited: bool,
+    /// Whoever waits for `has_waited`.
+    start_watcher: Option<Waker>,
+}
+
+/// The guest's stdin. Unlike a memory pipe it does not report end-of-file when drained:
+/// the guest parks until the next request line is pushed.
+#[derive(Clone, Default)]
+pub struct GuestStdin(Arc<Mutex<InputState>>);
+
+impl GuestStdin {
+    pub fn push(&self, line: Bytes) {
+        let mut state = lock(&self.0);
+        state.chunks.push_back(line);
+        if let Some(waker) = state.reader.take() {
+            waker.wake();
+        }
+    }
+
+    /// Completes once the guest has asked for input with none there: it is up and idle.
+    pub async fn first_wait(&self) {
+        std::future::poll_fn(|cx| {
+            let mut state = lock(&self.0);
+            if state.has_waited {
+                Poll::Ready(())
+            } else {
+                state.start_watcher = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = lock(&self.0);
+        if !state.chunks.is_empty() {
+            return Poll::Ready(());
+        }
+        state.reader = Some(cx.waker().clone());
+        if !state.has_waited {
+            state.has_waited = true;
+            if let Some(waker) = state.start_watcher.take() {
+                waker.wake();
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Takes up to `size` bytes, none when nothing is waiting (never end-of-file).
+    fn take(&self, size: usize) -> Bytes {
+        let mut state = lock(&self.0);
+        match state.chunks.front_mut() {
+            None => Bytes::new(),
+            Some(front) if front.len() <= size => state.chunks.pop_front().unwrap_or_default(),
+            Some(front) => front.split_to(size),
+        }
+    }
+}
+
+#[async_trait]
+impl Pollable for GuestStdin {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.poll_ready(cx)).await
+    }
+}
+
+impl InputStream for GuestStdin {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        Ok(self.take(size))
+    }
+}
+
+impl AsyncRead for GuestStdin {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.poll_ready(cx).is_pending() {
+            return Poll::Pending;
+        }
+        buf.put_slice(&self.take(buf.remaining()));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl IsTerminal for GuestStdin {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdinStream for GuestStdin {
+    fn async_stream(&self) -> Box<dyn AsyncRead + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn p2_stream(&self) -> Box<dyn InputStream> {
+        Box::new(self.clone())
+    }
+}
+
+struct OutputState {
+    /// Bytes of the line being written.
+    partial: BytesMut,
+    /// How much of `partial` is known to hold no newline, so each byte is scanned once.
+    scanned: usize,
+    lines: VecDeque<Bytes>,
+    /// A line grew past the cap: the stream is out of step until the instance is replaced.
+    overflowed: bool,
+    max: usize,
+    reader: Option<Waker>,
+}
+
+/// Why no line came out of the guest's stdout.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LineTooLong(pub usize);
+
+/// The guest's stdout, which carries its results: complete lines are handed to the host.
+#[derive(Clone)]
+pub struct GuestStdout(Arc<Mutex<OutputState>>);
+
+impl GuestStdout {
+    pub fn new(max_line: usize) -> Self {
+        GuestStdout(Arc::new(Mutex::new(OutputState {
+            partial: BytesMut::new(),
+            scanned: 0,
+            lines: VecDeque::new(),
+            overflowed: false,
+            max: max_line,
+            reader: None,
+        })))
+    }
+
+    /// The next complete line, with its `\n`.
+    pub async fn next_line(&self) -> Result<Bytes, LineTooLong> {
+        std::future::poll_fn(|cx| {
+            let mut state = lock(&self.0);
+            if state.overflowed {
+                return Poll::Ready(Err(LineTooLong(state.max)));
+            }
+            if let Some(line) = state.lines.pop_front() {
+                return Poll::Ready(Ok(line));
+            }
+            state.reader = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// A complete line if one is already there.
+    pub fn next_line_now(&self) -> Option<Bytes> {
+        let mut state = lock(&self.0);
+        if state.overflowed {
+            None
+        } else {
+            state.lines.pop_front()
+        }
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut state = lock(&self.0);
+        if state.overflowed {
+            return;
+        }
+        state.partial.extend_from_slice(bytes);
+        loop {
+            let from = state.scanned;
+            match state.partial[from..].iter().position(|b| *b == b'\n') {
+                Some(pos) => {
+                    let line = state.partial.split_to(from + pos + 1).freeze();
+                    state.scanned = 0;
+                    if line.len() - 1 > state.max {
+                        state.overflowed = true;
+                        break;
+                    }
+                    state.lines.push_back(line);
+                }
+                None => {
+                    state.scanned = state.partial.len();
+                    if state.scanned > state.max {
+                        state.overflowed = true;
+                        state.partial = BytesMut::new();
+                    }
+                    break;
+                }
+            }
+        }
+        if let Some(waker) = state.reader.take() {
+            waker.wake();
+        }
+    }
+}
+
+#[async_trait]
+impl Pollable for GuestStdout {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for GuestStdout {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(1024 * 1024)
+    }
+}
+
+impl AsyncWrite for GuestStdout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.append(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl IsTerminal for GuestStdout {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestStdout {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+}
+
+/// The guest's stderr, written straight to ours as it comes, so that its logs are out
+/// before the activation's sentinel (an asynchronous writer could still hold them).
+#[derive(Clone, Copy)]
+pub struct HostStderr;
+
+impl HostStderr {
+    fn write_now(bytes: &[u8]) {
+        // Nothing sensible to do when our own stderr is gone.
+        let _ = std::io::stderr().lock().write_all(bytes);
+    }
+}
+
+#[async_trait]
+impl Pollable for HostStderr {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for HostStderr {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        HostStderr::write_now(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(1024 * 1024)
+    }
+}
+
+impl AsyncWrite for HostStderr {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        HostStderr::write_now(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl IsTerminal for HostStderr {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for HostStderr {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(*self)
+    }
+
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stdout_hands_back_whole_lines_however_they_are_written() {
+        let mut out = GuestStdout::new(100);
+        out.write(Bytes::from_static(b"{\"a\"")).unwrap();
+        out.write(Bytes::from_static(b":1}\n[1]\n{")).unwrap();
+        assert_eq!(&out.next_line().await.unwrap()[..], b"{\"a\":1}\n");
+        assert_eq!(&out.next_line().await.unwrap()[..], b"[1]\n");
+        out.write(Bytes::from_static(b"}\n")).unwrap();
+        assert_eq!(&out.next_line().await.unwrap()[..], b"{}\n");
+    }
+
+    #[tokio::test]
+    async fn stdout_refuses_a_line_over_the_cap() {
+        let mut out = GuestStdout::new(10);
+        out.write(Bytes::from(vec![b'x'; 11])).unwrap();
+        assert_eq!(out.next_line().await, Err(LineTooLong(10)));
+        let mut out = GuestStdout::new(10);
+        out.write(Bytes::from_static(b"0123456789\n")).unwrap();
+        assert_eq!(out.next_line().await.unwrap().len(), 11);
+    }
+
+    #[tokio::test]
+    async fn stdin_parks_the_reader_until_a_line_comes_and_reports_the_first_wait() {
+        let mut input = GuestStdin::default();
+        assert_eq!(
+            input.read(10).unwrap(),
+            Bytes::new(),
+            "empty, not end-of-file"
+        );
+        let reader = {
+            let mut input = input.clone();
+            tokio::spawn(async move { input.blocking_read(4).await.unwrap() })
+        };
+        input.first_wait().await;
+        input.push(Bytes::from_static(b"{}\n!!"));
+        assert_eq!(&reader.await.unwrap()[..], b"{}\n!");
+        assert_eq!(&input.read(10).unwrap()[..], b"!");
+        assert_eq!(input.read(10).unwrap(), Bytes::new());
+    }
+}
