@@ -1,7 +1,11 @@
 //! wasmloop's integration tests: one binary (each extra one would relink), one module per area.
 
+#[macro_use]
+mod support;
+
 mod contract;
 mod examples;
-mod native;
-mod support;
+mod lifecycle;
+mod local;
 mod uploads;
+mod wasm;

@@ -14,32 +14,91 @@ pub const SENTINEL: &str = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX";
 /// Generous: this runs on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// The test actions of `tests/guest`, built once per test run, for the host.
-pub fn guest(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest");
+/// The two ways wasmloop runs an action; most tests run against both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Native,
+    Wasm,
+}
+
+/// Defines each test function once and a `#[test]` for it in `native` and in `wasm`.
+macro_rules! both_backends {
+    ($( $(#[$meta:meta])* fn $name:ident($backend:ident: Backend) $body:block )*) => {
+        $( $(#[$meta])* fn $name($backend: crate::support::Backend) $body )*
+        mod native {
+            $( #[test] fn $name() { super::$name(crate::support::Backend::Native) } )*
+        }
+        mod wasm {
+            $( #[test] fn $name() { super::$name(crate::support::Backend::Wasm) } )*
+        }
+    };
+}
+
+impl Backend {
+    /// A test action of `tests/guest`, built for this backend.
+    pub fn guest(self, name: &str) -> PathBuf {
+        let path = match self {
+            Backend::Native => built_guests(None).join(name),
+            Backend::Wasm => built_guests(Some("wasm32-wasip1")).join(format!("{name}.wasm")),
+        };
+        assert!(
+            path.is_file(),
+            "no test action {name} in tests/guest/src/bin"
+        );
+        path
+    }
+
+    /// The bytes of a test action, as an /init body.
+    pub fn init_guest(self, name: &str) -> Value {
+        init_binary(&read(&self.guest(name)))
+    }
+
+    /// What the guest's "stdout" log lines look like on the runtime's stdout and stderr:
+    /// a WebAssembly guest's stdout carries results, so it logs everything on stderr.
+    pub fn split_logs(self, stdout_line: &str, stderr_line: &str) -> (String, String) {
+        match self {
+            Backend::Native => (stdout_line.to_owned(), stderr_line.to_owned()),
+            Backend::Wasm => (String::new(), format!("{stdout_line}{stderr_line}")),
+        }
+    }
+}
+
+/// Builds tests/guest once per target (native: debug, quick to build; wasm: release,
+/// small and quick to compile at /init).
+fn built_guests(target: Option<&'static str>) -> PathBuf {
+    static NATIVE: OnceLock<PathBuf> = OnceLock::new();
+    static WASM: OnceLock<PathBuf> = OnceLock::new();
+    let cell = if target.is_some() { &WASM } else { &NATIVE };
+    cell.get_or_init(|| {
+        let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest");
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/Cargo.toml");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target)
+        let mut command = Command::new(cargo);
+        command
+            .args(["build", "--quiet", "--locked", "--manifest-path"])
+            .arg(&manifest);
+        command.arg("--target-dir").arg(&target_dir);
+        if let Some(target) = target {
+            command.args(["--release", "--target", target]);
+        }
+        let status = command
             .status()
             .expect("cannot run cargo to build the test actions");
         assert!(
             status.success(),
-            "building the test actions in tests/guest failed"
+            "building tests/guest failed{}",
+            if target.is_some() {
+                " (is the target installed? rustup target add wasm32-wasip1)"
+            } else {
+                ""
+            }
         );
-        target.join("debug")
-    });
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "no test action {name} in tests/guest/src/bin"
-    );
-    path
+        match target {
+            Some(target) => target_dir.join(target).join("release"),
+            None => target_dir.join("debug"),
+        }
+    })
+    .clone()
 }
 
 pub fn read(path: &Path) -> Vec<u8> {
@@ -308,10 +367,10 @@ impl Server {
     }
 
     /// A server initialized with one of the test actions.
-    pub fn with_guest(name: &str) -> Server {
+    pub fn with_guest(backend: Backend, name: &str) -> Server {
         let server = Server::start();
         server
-            .init(&init_binary(&read(&guest(name))))
+            .init(&backend.init_guest(name))
             .assert(200, "{\"ok\":true}\n");
         server
     }

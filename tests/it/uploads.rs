@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::support::{Server, guest, init_binary, init_text, read, zip_of};
+use crate::support::{Backend, Server, init_binary, init_text, read, zip_of};
 
 const OK: &str = "{\"ok\":true}\n";
 
@@ -36,7 +36,7 @@ fn action_folders(server: &Server) -> usize {
 #[test]
 fn a_zip_whose_exec_lacks_the_execute_bit_still_runs() {
     let server = Server::start();
-    let zip = zip_of(&[("exec", &read(&guest("echo")), 0o644)]);
+    let zip = zip_of(&[("exec", &read(&Backend::Native.guest("echo")), 0o644)]);
     server.init(&init_binary(&zip)).assert(200, OK);
     server
         .run(json!({"zip": true}))
@@ -48,7 +48,7 @@ fn a_tar_gz_is_unpacked_and_run() {
     let server = Server::start();
     let archive = tar_gz_of(&[
         ("data/readme.txt", b"hi", 0o644),
-        ("exec", &read(&guest("echo")), 0o600),
+        ("exec", &read(&Backend::Native.guest("echo")), 0o600),
     ]);
     server.init(&init_binary(&archive)).assert(200, OK);
     server
@@ -72,7 +72,7 @@ fn a_corrupt_zip_is_a_502_not_a_dropped_connection() {
     let reply = server.init(&init_binary(b"\x1f\x8b\x08 not gzip at all"));
     assert_eq!(reply.status, 502, "{}", reply.text());
     server
-        .init(&init_binary(&read(&guest("echo"))))
+        .init(&init_binary(&read(&Backend::Native.guest("echo"))))
         .assert(200, OK);
 }
 
@@ -115,7 +115,7 @@ fn archive_entries_outside_the_folder_are_refused() {
 fn links_inside_the_folder_are_kept() {
     let server = Server::start();
     let zip = zip_of(&[
-        ("bin/real", &read(&guest("echo")), 0o755),
+        ("bin/real", &read(&Backend::Native.guest("echo")), 0o755),
         ("exec", b"bin/real", 0o120777),
     ]);
     server.init(&init_binary(&zip)).assert(200, OK);
@@ -173,7 +173,7 @@ fn each_action_gets_a_fresh_folder() {
         .assert(502, "{\"error\":\"cannot start action: command exited\"}\n");
     assert_eq!(action_folders(&server), 0);
     server
-        .init(&init_binary(&read(&guest("echo"))))
+        .init(&init_binary(&read(&Backend::Native.guest("echo"))))
         .assert(200, OK);
     assert_eq!(action_folders(&server), 1);
 }
@@ -214,7 +214,7 @@ fn a_silent_compiler_that_makes_nothing_cannot_compile() {
 fn executables_skip_the_compiler() {
     let server = with_compiler();
     server
-        .init(&init_binary(&read(&guest("echo"))))
+        .init(&init_binary(&read(&Backend::Native.guest("echo"))))
         .assert(200, OK);
     server
         .run(json!({"native": 1}))

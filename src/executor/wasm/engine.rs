@@ -83,7 +83,10 @@ impl WasmEngine {
             // SAFETY: the cache folder holds only what `store_in_cache` wrote, from modules
             // this process compiled; the file name ties it to these bytes and this engine.
             match unsafe { Module::deserialize_file(&self.engine, path) } {
-                Ok(module) => return Ok(module),
+                Ok(module) => {
+                    tracing::debug!(path = %path.display(), "module loaded from the compile cache");
+                    return Ok(module);
+                }
                 Err(e) => {
                     tracing::debug!(path = %path.display(), error = %e, "ignoring a bad cache entry")
                 }
@@ -91,6 +94,7 @@ impl WasmEngine {
         }
         let module = Module::new(&self.engine, bytes)
             .map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
+        tracing::debug!(bytes = bytes.len(), "module compiled");
         if let Some(path) = cached {
             store_in_cache(&module, &path);
         }

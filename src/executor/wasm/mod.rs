@@ -250,7 +250,7 @@ fn exit_reason(result: Result<wasmtime::Result<()>, JoinError>) -> String {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 format!("exit status: {}", exit.0)
             } else if let Some(trap) = e.downcast_ref::<Trap>() {
-                format!("wasm trap: {trap}")
+                trap.to_string()
             } else {
                 format!("{e}")
             }

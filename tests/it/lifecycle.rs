@@ -1,0 +1,184 @@
+//! Starting and restarting actions: the ack, exec.env, init errors, crashes, for both backends.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::support::{Backend, Reply, Server, init_text, read, split_sentinels, zip_of};
+
+const OK: &str = "{\"ok\":true}\n";
+
+fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    String::from_utf8(read(&path)).unwrap()
+}
+
+fn init_with_ack(backend: Backend, name: &str) -> (Server, Reply) {
+    let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
+    let reply = server.init(&backend.init_guest(name));
+    (server, reply)
+}
+
+fn error_of(reply: &Reply) -> String {
+    reply.json()["error"].as_str().unwrap().to_owned()
+}
+
+both_backends! {
+    fn an_action_that_acks_starts_and_serves(backend: Backend) {
+        for name in ["echo", "ack_spaced"] {
+            let (server, reply) = init_with_ack(backend, name);
+            reply.assert(200, OK);
+            server.run(json!({"acked": name})).assert(200, &format!("{{\"acked\":\"{name}\"}}\n"));
+        }
+    }
+
+    fn an_ack_that_is_not_json_fails_init_with_the_parser_message(backend: Backend) {
+        let (_server, reply) = init_with_ack(backend, "ack_not_json");
+        assert_eq!(reply.status, 502);
+        let error = error_of(&reply);
+        assert!(error.starts_with("cannot start action: expected value"), "{error}");
+    }
+
+    fn an_ack_without_ok_fails_init(backend: Backend) {
+        let (_server, reply) = init_with_ack(backend, "ack_not_ok");
+        reply.assert(
+            502,
+            "{\"error\":\"cannot start action: The action did not initialize properly.\"}\n",
+        );
+    }
+
+    fn an_exit_before_the_ack_fails_init_and_a_later_init_works(backend: Backend) {
+        let (server, reply) = init_with_ack(backend, "exits_at_start");
+        reply.assert(
+            502,
+            "{\"error\":\"cannot start action: Command exited abruptly during initialization.\"}\n",
+        );
+        server.init(&backend.init_guest("echo")).assert(200, OK);
+        server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+    }
+
+    fn an_ack_that_never_comes_times_out(backend: Backend) {
+        let server =
+            Server::builder().env("OW_WAIT_FOR_ACK", "1").arg("--ack-timeout").arg("300ms").start();
+        let reply = server.init(&backend.init_guest("never_acks"));
+        assert_eq!(reply.status, 502);
+        let error = error_of(&reply);
+        assert!(error.contains("did not acknowledge its start within 300ms"), "{error}");
+    }
+
+    fn an_exit_during_init_is_a_502(backend: Backend) {
+        let server = Server::start();
+        let reply = server.init(&backend.init_guest("exits_at_start"));
+        assert_eq!(reply.status, 502);
+        // A native child's exit is reported as the reference does; a guest's says how.
+        let expected = match backend {
+            Backend::Native => "cannot start action: command exited",
+            Backend::Wasm => "cannot start action: command exited: exit status: 1",
+        };
+        assert_eq!(error_of(&reply), expected);
+        server.wait_stderr("exits_at_start: giving up");
+    }
+
+    fn an_exit_during_init_is_logged_when_asked(backend: Backend) {
+        let server = Server::builder().env("OW_LOG_INIT_ERROR", "1").start();
+        let reply = server.init(&backend.init_guest("exits_at_start"));
+        reply.assert(502, "{\"error\":\"Cannot start action. Check logs for details.\"}\n");
+        server.wait_sentinels(1);
+        let (count, err) = split_sentinels(&server.stderr());
+        assert_eq!(count, 1);
+        assert!(err.starts_with("exits_at_start: giving up\ncommand exited"), "{err}");
+        assert_eq!(split_sentinels(&server.stdout()), (1, String::new()));
+    }
+
+    fn the_execution_env_must_match_when_set(backend: Backend) {
+        let exec = read(&backend.guest("echo"));
+        let name = match backend {
+            Backend::Native => "exec",
+            Backend::Wasm => "exec.wasm",
+        };
+        let server = Server::builder().env("OW_EXECUTION_ENV", "wasmloop:1").start();
+        let zip = zip_of(&[(name, &exec, 0o755), ("exec.env", b"wasmloop:1\n", 0o644)]);
+        server.init(&crate::support::init_binary(&zip)).assert(200, OK);
+
+        let server = Server::builder().env("OW_EXECUTION_ENV", "wasmloop:1").start();
+        let zip = zip_of(&[(name, &exec, 0o755), ("exec.env", b"other:2", 0o644)]);
+        server.init(&crate::support::init_binary(&zip)).assert(
+            502,
+            "{\"error\":\"cannot start action: Execution environment version mismatch. See logs for details.\"}\n",
+        );
+        server.wait_stdout("Actual value");
+        assert_eq!(
+            server.stdout(),
+            "Expected exec.env should start with wasmloop:1\nActual value: other:2\n"
+        );
+    }
+
+    fn an_exit_during_a_run_is_a_400_and_the_next_run_works(backend: Backend) {
+        let server = Server::with_guest(backend, "exits_when_asked");
+        server.run(json!({"exit": 3})).assert(400, "{\"error\":\"command exited: exit status: 3\"}\n");
+        server.run(json!({"after": "exit"})).assert(200, "{\"after\":\"exit\"}\n");
+        let reply = server.run(json!({"abort": true}));
+        assert_eq!(reply.status, 400);
+        let expected = match backend {
+            Backend::Native => "command exited: signal: 6",
+            Backend::Wasm => "command exited: wasm trap: wasm `unreachable` instruction executed",
+        };
+        assert!(error_of(&reply).starts_with(expected), "{}", reply.text());
+        server.run(json!({"after": "abort"})).assert(200, "{\"after\":\"abort\"}\n");
+        server.wait_sentinels(4);
+    }
+}
+
+#[test]
+fn a_restart_that_fails_gives_an_error_on_each_run() {
+    let marker = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    let mut body = init_text(&fixture("fails_on_restart.sh"));
+    body["value"]["env"] = json!({"MARKER": marker.path().join("started")});
+    server.init(&body).assert(200, OK);
+    server
+        .run(json!({}))
+        .assert(400, "{\"error\":\"command exited: exit status: 3\"}\n");
+    for _ in 0..2 {
+        server
+            .run(json!({}))
+            .assert(502, "{\"error\":\"cannot start action: command exited\"}\n");
+    }
+    server.wait_sentinels(3);
+}
+
+#[test]
+fn an_upload_that_cannot_be_unpacked_is_logged_when_asked() {
+    let server = Server::builder().env("OW_LOG_INIT_ERROR", "yes").start();
+    let reply = server.init(&crate::support::init_binary(
+        b"PK\x03\x04 this is not really a zip",
+    ));
+    reply.assert(
+        502,
+        "{\"error\":\"The action failed to generate or locate a binary. See logs for details.\"}\n",
+    );
+    server.wait_sentinels(1);
+    let (_, err) = split_sentinels(&server.stderr());
+    assert!(err.contains("cannot read zip archive"), "{err}");
+}
+
+#[test]
+fn an_upload_that_is_not_executable_fails_to_start() {
+    let server = Server::start();
+    let reply = server.init(&init_text("print('no compiler here')"));
+    reply.assert(502, "{\"error\":\"cannot start action: command exited\"}\n");
+}
+
+#[test]
+fn a_native_script_that_never_acks_times_out() {
+    let server = Server::builder()
+        .env("OW_WAIT_FOR_ACK", "1")
+        .arg("--ack-timeout")
+        .arg("300ms")
+        .start();
+    let reply = server.init(&init_text(&fixture("never_acks.sh")));
+    assert_eq!(reply.status, 502);
+    assert!(error_of(&reply).contains("did not acknowledge its start within 300ms"));
+}

@@ -1,0 +1,213 @@
+//! What only the WebAssembly backend does: entry points in archives, the /action folder,
+//! the memory cap, bad modules, the compile cache and precompiled modules.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::{Backend, Reply, Server, init_binary, read, zip_of};
+
+const OK: &str = "{\"ok\":true}\n";
+
+fn wasm(name: &str) -> Vec<u8> {
+    read(&Backend::Wasm.guest(name))
+}
+
+fn error_of(reply: &Reply) -> String {
+    reply.json()["error"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn an_archive_entry_point_may_be_exec_wasm_or_main_wasm_or_a_wasm_exec() {
+    let echo = wasm("echo");
+    for (entry, main) in [
+        ("exec.wasm", "main"),
+        ("niam.wasm", "niam"),
+        ("exec", "main"),
+    ] {
+        let server = Server::start();
+        let mut body = init_binary(&zip_of(&[(entry, &echo, 0o644)]));
+        body["value"]["main"] = json!(main);
+        server.init(&body).assert(200, OK);
+        server
+            .run(json!({"entry": entry}))
+            .assert(200, &format!("{{\"entry\":\"{entry}\"}}\n"));
+    }
+}
+
+#[test]
+fn an_archive_is_the_guests_read_only_action_folder() {
+    let server = Server::start();
+    let zip = zip_of(&[
+        ("exec.wasm", &wasm("reads_action_file"), 0o644),
+        ("data.txt", b"bundled", 0o644),
+    ]);
+    server.init(&init_binary(&zip)).assert(200, OK);
+    server
+        .run(json!({"file": "data.txt"}))
+        .assert(200, "{\"text\":\"bundled\",\"write_refused\":true}\n");
+}
+
+#[test]
+fn a_bare_module_sees_no_host_files() {
+    let server = Server::with_guest(Backend::Wasm, "reads_action_file");
+    let reply = server.run(json!({"file": "data.txt"}));
+    assert_eq!(reply.status, 200);
+    assert!(reply.json()["error_kind"].is_string(), "{}", reply.text());
+}
+
+#[test]
+fn growing_past_the_memory_cap_fails_the_activation_not_the_server() {
+    let server = Server::builder()
+        .arg("--max-memory-bytes")
+        .arg("67108864")
+        .start();
+    server
+        .init(&Backend::Wasm.init_guest("grows_memory"))
+        .assert(200, OK);
+    server
+        .run(json!({"mib": 16}))
+        .assert(200, "{\"allocated_mib\":16}\n");
+    let reply = server.run(json!({"mib": 100}));
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        error_of(&reply).starts_with("command exited: "),
+        "{}",
+        reply.text()
+    );
+    server
+        .run(json!({"mib": 1}))
+        .assert(200, "{\"allocated_mib\":1}\n");
+    server.wait_sentinels(3);
+}
+
+#[test]
+fn a_module_that_does_not_validate_is_a_502() {
+    let server = Server::start();
+    let reply = server.init(&init_binary(b"\0asm\x01\0\0\0 definitely not sections"));
+    assert_eq!(reply.status, 502);
+    assert!(
+        error_of(&reply).starts_with("cannot start action: invalid WebAssembly module"),
+        "{}",
+        reply.text()
+    );
+    server
+        .init(&Backend::Wasm.init_guest("echo"))
+        .assert(200, OK);
+}
+
+#[test]
+fn a_module_without_start_or_with_unknown_imports_is_a_502() {
+    let server = Server::start();
+    let no_start =
+        wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "main")))"#).unwrap();
+    let reply = server.init(&init_binary(&no_start));
+    assert_eq!(reply.status, 502);
+    assert!(
+        error_of(&reply).contains("exports no `_start`"),
+        "{}",
+        reply.text()
+    );
+
+    let unknown = wat::parse_str(
+        r#"(module (import "env" "launch_missiles" (func)) (func (export "_start")))"#,
+    )
+    .unwrap();
+    let reply = server.init(&init_binary(&unknown));
+    assert_eq!(reply.status, 502);
+    assert!(
+        error_of(&reply).contains("cannot link the module"),
+        "{}",
+        reply.text()
+    );
+}
+
+#[test]
+fn returning_from_start_is_an_exit() {
+    let server = Server::start();
+    let returns =
+        wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "_start")))"#)
+            .unwrap();
+    let reply = server.init(&init_binary(&returns));
+    assert_eq!(reply.status, 502);
+    assert_eq!(
+        error_of(&reply),
+        "cannot start action: command exited: the guest returned from _start"
+    );
+}
+
+#[test]
+fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().to_str().unwrap();
+    let first = Server::builder()
+        .arg("-v")
+        .arg("--cache-dir")
+        .arg(cache_dir)
+        .start();
+    first
+        .init(&Backend::Wasm.init_guest("echo"))
+        .assert(200, OK);
+    first.wait_stderr("module compiled");
+    let entries: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
+    assert_eq!(entries.len(), 1, "one compiled module in the cache");
+
+    let second = Server::builder()
+        .arg("-v")
+        .arg("--cache-dir")
+        .arg(cache_dir)
+        .start();
+    second
+        .init(&Backend::Wasm.init_guest("echo"))
+        .assert(200, OK);
+    second.wait_stderr("module loaded from the compile cache");
+    assert!(!second.stderr().contains("module compiled"));
+    second
+        .run(json!({"cached": true}))
+        .assert(200, "{\"cached\":true}\n");
+}
+
+#[test]
+fn precompiled_modules_need_the_operators_consent() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = dir.path().join("echo.cwasm");
+    let status = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .arg("compile")
+        .arg(Backend::Wasm.guest("echo"))
+        .arg("-o")
+        .arg(&cwasm)
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let server = Server::start();
+    let reply = server.init(&init_binary(&read(&cwasm)));
+    assert_eq!(reply.status, 502);
+    assert!(
+        error_of(&reply).contains("--allow-precompiled"),
+        "{}",
+        reply.text()
+    );
+
+    let server = Server::builder().arg("--allow-precompiled").start();
+    server.init(&init_binary(&read(&cwasm))).assert(200, OK);
+    server
+        .run(json!({"precompiled": 1}))
+        .assert(200, "{\"precompiled\":1}\n");
+}
+
+#[test]
+fn compile_refuses_what_is_not_a_command_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("not.wasm");
+    std::fs::write(&input, b"hello").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .arg("compile")
+        .arg(&input)
+        .arg("-o")
+        .arg(dir.path().join("out.cwasm"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid WebAssembly module"));
+}
