@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs every check: formatting, lints, then all tests. Installs what the tests need first
-# (the native examples' toolchains: gcc and zip from Debian, Go from PyPI).
+# (the Rust wasm32-wasip1 target, the examples' toolchains: gcc, zip, clang and wasi-libc
+# from Debian, Go from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+rustup target add wasm32-wasip1 >/dev/null 2>&1
 native-examples/build.sh
+wasm-examples/build.sh
 
 cargo fmt --check
 cargo fmt --check --manifest-path tests/guest/Cargo.toml

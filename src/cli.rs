@@ -45,6 +45,9 @@ pub struct ServeArgs {
     /// Address and port to listen on.
     #[arg(long, env = "WASMLOOP_LISTEN", default_value = config::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+    /// Serve on this already-listening socket, inherited from a supervisor, instead of --listen.
+    #[arg(long, env = "WASMLOOP_LISTEN_FD", value_name = "FD")]
+    pub listen_fd: Option<i32>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }

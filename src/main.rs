@@ -51,9 +51,12 @@ fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.runtime.to_config();
     async_runtime()?.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let listener = match args.listen_fd {
+            Some(fd) => inherited_listener(fd)?,
+            None => tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", args.listen))?,
+        };
         wasmloop::server::run(listener, config, wasmloop::server::shutdown_signal())
             .await
             .context("the server failed")
@@ -78,4 +81,18 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
     std::fs::write(&args.output, compiled)
         .with_context(|| format!("cannot write {}", args.output.display()))
+}
+
+/// A listening socket handed down by whoever started us (a supervisor, or the tests).
+fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: F_GETFD only asks whether the descriptor is open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        anyhow::bail!("--listen-fd {fd} is not an open file descriptor");
+    }
+    // SAFETY: the descriptor is open and was handed to us to own; nothing else here uses it.
+    let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
+        .with_context(|| format!("--listen-fd {fd} is not a listening TCP socket"))
 }

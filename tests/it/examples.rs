@@ -1,4 +1,4 @@
-//! The hello examples of native-examples/, as an action author would use them.
+//! The examples of native-examples/ and wasm-examples/, as an action author would use them.
 
 use std::path::{Path, PathBuf};
 
@@ -8,16 +8,21 @@ use crate::support::{Server, init_binary, read};
 
 const LANGUAGES: [&str; 4] = ["rust", "c", "go", "sh"];
 
-fn built(file: &str) -> PathBuf {
+fn built_in(folder: &str, file: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("native-examples/out")
+        .join(folder)
+        .join("out")
         .join(file);
     assert!(
         path.is_file(),
-        "{} is missing: run native-examples/build.sh first (it installs gcc, zip and Go if needed)",
+        "{} is missing: run {folder}/build.sh first (it installs its toolchains if needed)",
         path.display()
     );
     path
+}
+
+fn built(file: &str) -> PathBuf {
+    built_in("native-examples", file)
 }
 
 fn says_hello(server: &Server) {
@@ -66,4 +71,38 @@ fn every_hello_runs_once_given_its_input_as_an_argument() {
             "{lang}"
         );
     }
+}
+
+#[test]
+fn every_wasm_hello_serves_through_http() {
+    for lang in ["rust", "c", "go"] {
+        let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
+        let module = read(&built_in("wasm-examples", &format!("hello-{lang}.wasm")));
+        server
+            .init(&init_binary(&module))
+            .assert(200, "{\"ok\":true}\n");
+        says_hello(&server);
+    }
+}
+
+#[test]
+fn the_markdown_action_renders_and_counts() {
+    let server = Server::start();
+    let module = read(&built_in("wasm-examples", "markdown.wasm"));
+    server
+        .init(&init_binary(&module))
+        .assert(200, "{\"ok\":true}\n");
+    let input = json!({"markdown": "| a |\n|---|\n| *b* |", "options": ["tables"]});
+    let first = server.run(input.clone()).json();
+    assert!(
+        first["html"]
+            .as_str()
+            .unwrap()
+            .contains("<td><em>b</em></td>"),
+        "{first}"
+    );
+    assert_eq!(first["rendered"], 1);
+    assert_eq!(server.run(input).json()["rendered"], 2);
+    let reply = server.run(json!({"markdown": "x", "options": ["nope"]}));
+    assert_eq!(reply.json()["error"], "unknown option \"nope\"");
 }

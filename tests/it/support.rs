@@ -2,6 +2,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -301,27 +303,35 @@ impl ServerBuilder {
         self
     }
 
+    /// Starts wasmloop on a socket we bind and hand down as its fd 3: it is listening
+    /// before the process even starts, so there is no readiness to wait for, and no race
+    /// for a free port.
     pub fn start(self) -> Server {
-        // A port taken between our probe and the server's bind makes it exit: try again.
-        for _ in 0..5 {
-            if let Some(server) = self.try_start() {
-                return server;
-            }
-        }
-        panic!("wasmloop did not start");
-    }
-
-    fn try_start(&self) -> Option<Server> {
-        let addr = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
         let action_dir = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
+        let fd = listener.as_raw_fd();
+        // SAFETY: dup2 and fcntl are async-signal-safe. dup2 clears close-on-exec on the
+        // copy, except when the socket already is fd 3: then clear it by hand.
+        unsafe {
+            command.pre_exec(move || {
+                let done = if fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, 3)
+                };
+                if done == -1 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            })
+        };
         command
             .arg("serve")
-            .arg("--listen")
-            .arg(addr.to_string())
+            .arg("--listen-fd")
+            .arg("3")
             .args(&self.args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -335,22 +345,13 @@ impl ServerBuilder {
         let err = Arc::new(Capture::default());
         out.clone().gather(child.stdout.take().unwrap());
         err.clone().gather(child.stderr.take().unwrap());
-        let mut server = Server {
+        Server {
             addr,
             child,
             out,
             err,
             action_dir,
-        };
-        let deadline = Instant::now() + WAIT;
-        // Readiness: the port accepts connections (or the process has exited).
-        while TcpStream::connect(addr).is_err() {
-            if server.child.try_wait().unwrap().is_some() || Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
         }
-        Some(server)
     }
 }
 
