@@ -11,6 +11,8 @@ native-examples/build.sh
 wasm-examples/build.sh
 
 cargo fmt --check
-cargo fmt --check --manifest-path tests/guest/Cargo.toml
+for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/markdown; do
+  cargo fmt --check --manifest-path "$crate/Cargo.toml"
+done
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked

@@ -25,8 +25,15 @@ fn render(args: &Value, rendered: u64) -> Value {
     }
     let mut out = String::with_capacity(markdown.len() * 3 / 2);
     html::push_html(&mut out, Parser::new_ext(markdown, options));
-    let words = markdown.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)).count();
-    eprintln!("markdown: rendered {} bytes into {} bytes", markdown.len(), out.len());
+    let words = markdown
+        .split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .count();
+    eprintln!(
+        "markdown: rendered {} bytes into {} bytes",
+        markdown.len(),
+        out.len()
+    );
     json!({ "html": out, "words": words, "rendered": rendered })
 }
 

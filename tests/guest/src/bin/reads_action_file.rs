@@ -5,7 +5,9 @@ fn main() {
         let path = format!("/action/{file}");
         let write_refused = std::fs::write("/action/new.txt", "x").is_err();
         match std::fs::read_to_string(&path) {
-            Ok(text) => wasmloop_test_guest::json!({ "text": text, "write_refused": write_refused }),
+            Ok(text) => {
+                wasmloop_test_guest::json!({ "text": text, "write_refused": write_refused })
+            }
             Err(e) => wasmloop_test_guest::json!({ "error_kind": format!("{:?}", e.kind()) }),
         }
     });
