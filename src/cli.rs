@@ -141,6 +141,13 @@ pub struct RuntimeArgs {
     /// Compile every module afresh; keep nothing on disk.
     #[arg(long, env = "WASMLOOP_NO_CACHE")]
     pub no_cache: bool,
+    /// Stop any activation that runs longer than this (e.g. 30s), even without a deadline.
+    #[arg(long, env = "WASMLOOP_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// After SIGTERM, how long in-flight activations may still run before the action is killed.
+    #[arg(long, env = "WASMLOOP_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration,
+          default_value = config::DEFAULT_SHUTDOWN_TIMEOUT)]
+    pub shutdown_timeout: Duration,
     /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
     /// only for uploads you trust.
     #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED")]
@@ -178,6 +185,8 @@ impl RuntimeArgs {
                 self.cache_dir.clone().or(defaults.cache_dir)
             },
             allow_precompiled: self.allow_precompiled,
+            timeout: self.timeout,
+            shutdown_timeout: self.shutdown_timeout,
             sentinels: defaults.sentinels,
         }
     }

@@ -21,6 +21,8 @@ pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
 pub const DEFAULT_START_PROBE: &str = "5ms";
 /// How long the `OW_COMPILER` hook may run.
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
+/// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
+pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Each WebAssembly instance's linear memory is capped at this.
 pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// What `__OW_PROXY_VERSION` tells an action.
@@ -62,6 +64,10 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
     pub allow_precompiled: bool,
+    /// Runtime-wide cap on one activation (the request's own deadline may be earlier).
+    pub timeout: Option<Duration>,
+    /// How long in-flight activations may still run after SIGTERM.
+    pub shutdown_timeout: Duration,
     /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
     pub sentinels: bool,
 }
@@ -87,6 +93,8 @@ impl Default for Config {
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
+            timeout: None,
+            shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
         }
     }

@@ -34,6 +34,9 @@ pub enum Error {
     StartLogged,
     #[error("{}", protocol::MSG_NO_ACTION)]
     NoAction,
+    /// The activation was stopped at its limit; the text names the limit.
+    #[error("the action did not finish within {0} and was stopped")]
+    TimedOut(String),
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -50,11 +53,14 @@ impl Error {
                 StatusCode::BAD_GATEWAY
             }
             Error::NoAction => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::TimedOut(_) | Error::Run(RunError::TimedOut) => StatusCode::GATEWAY_TIMEOUT,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
-            Error::Run(RunError::NotAnObject | RunError::ResultTooLong(_)) => {
-                StatusCode::BAD_GATEWAY
-            }
-            Error::Run(RunError::Restart(_)) => StatusCode::BAD_GATEWAY,
+            Error::Run(
+                RunError::NotAnObject
+                | RunError::NotJson
+                | RunError::ResultTooLong(_)
+                | RunError::Restart(_),
+            ) => StatusCode::BAD_GATEWAY,
         }
     }
 }

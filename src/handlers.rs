@@ -32,6 +32,10 @@ pub async fn other() -> Response {
 
 /// Reads the whole body, refusing it as soon as it passes `limit` bytes.
 async fn read_body(body: Body, limit: usize, route: &'static str) -> Result<Bytes, Error> {
+    // A Content-Length over the cap is refused before a byte of the body is read.
+    if http_body::Body::size_hint(&body).lower() > limit as u64 {
+        return Err(Error::BodyTooLarge { limit, route });
+    }
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let source = e.into_inner();
         if source

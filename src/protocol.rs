@@ -53,17 +53,24 @@ pub struct InitValue {
 struct RunRequestShape {
     #[serde(default, rename = "value")]
     _value: Option<IgnoredAny>,
+    /// Epoch milliseconds, sent as a string by the platform; anything else is ignored.
+    #[serde(default)]
+    deadline: Option<Value>,
 }
 
-/// Checks that a `/run` body is one JSON object, without building it in memory.
-pub fn check_run_body(body: &[u8]) -> Result<(), String> {
+/// Checks that a `/run` body is one JSON object, without building it in memory, and
+/// returns its `deadline` (epoch milliseconds) when it has a usable one.
+pub fn check_run_body(body: &[u8]) -> Result<Option<u64>, String> {
     // serde would also accept an array for a struct; the platform only ever sends objects.
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return Err("expected a JSON object, found an array".to_owned());
     }
-    serde_json::from_slice::<RunRequestShape>(body)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let shape: RunRequestShape = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    Ok(match shape.deadline {
+        Some(Value::String(text)) => text.trim().parse().ok(),
+        Some(Value::Number(n)) => n.as_u64(),
+        _ => None,
+    })
 }
 
 /// The init `env` as variables: strings verbatim, anything else as its compact JSON text.
@@ -87,12 +94,6 @@ pub fn error_body(message: &str) -> Bytes {
     Bytes::from(body)
 }
 
-/// True when `line` is one JSON object or array (and nothing else but whitespace).
-pub fn is_object_or_array(line: &[u8]) -> bool {
-    let first = line.iter().find(|b| !b.is_ascii_whitespace());
-    matches!(first, Some(b'{') | Some(b'[')) && serde_json::from_slice::<IgnoredAny>(line).is_ok()
-}
-
 /// Marks the end of an activation's logs: stdout first, then stderr, as the reference does.
 pub fn write_sentinels() {
     // Errors are ignored on purpose: with a closed stdout the platform is gone anyway.
@@ -111,17 +112,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn objects_and_arrays_are_results_and_nothing_else_is() {
-        assert!(is_object_or_array(b"{\"a\":1}"));
-        assert!(is_object_or_array(b"  [1,2]\n"));
-        assert!(!is_object_or_array(b"null"));
-        assert!(!is_object_or_array(b"\"a string\""));
-        assert!(!is_object_or_array(b"{\"a\":"));
-        assert!(!is_object_or_array(b"{} {}"));
-        assert!(!is_object_or_array(b""));
-    }
-
-    #[test]
     fn env_values_that_are_not_strings_become_json_text() {
         let env: Map<String, Value> =
             serde_json::from_str(r#"{"S":"x=y","N":42,"O":{"a":[1]},"E":"","B":true}"#).unwrap();
@@ -137,6 +127,20 @@ mod tests {
     #[test]
     fn error_bodies_are_json_with_a_newline() {
         assert_eq!(&error_body("a \"q\"")[..], b"{\"error\":\"a \\\"q\\\"\"}\n");
+    }
+
+    #[test]
+    fn the_deadline_is_read_when_usable() {
+        assert_eq!(
+            check_run_body(br#"{"deadline":"1700000000000"}"#),
+            Ok(Some(1_700_000_000_000))
+        );
+        assert_eq!(
+            check_run_body(br#"{"deadline":1700000000000}"#),
+            Ok(Some(1_700_000_000_000))
+        );
+        assert_eq!(check_run_body(br#"{"deadline":"soon"}"#), Ok(None));
+        assert_eq!(check_run_body(br#"{"deadline":null,"value":{}}"#), Ok(None));
     }
 
     #[test]

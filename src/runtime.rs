@@ -1,8 +1,10 @@
 //! The action slot: one `/init` fills it, every `/run` activates what it holds.
 
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use crate::action::{self, Compiler, Limits, Prepared, Upload};
 use crate::config::Config;
@@ -14,6 +16,7 @@ use crate::protocol::{self, InitRequest};
 pub struct Action {
     executor: AnyExecutor,
     sentinels: bool,
+    timeout: Option<Duration>,
     _prepared: Prepared,
 }
 
@@ -101,6 +104,7 @@ impl Runtime {
         let action = Arc::new(Action {
             executor,
             sentinels: config.sentinels,
+            timeout: config.timeout,
             _prepared: prepared,
         });
         // With re-init allowed, the old action (and its children) goes when its last run ends.
@@ -139,18 +143,52 @@ impl Runtime {
 impl Action {
     /// PROTOCOL.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
-        protocol::check_run_body(body).map_err(Error::BadRequest)?;
+        let deadline = protocol::check_run_body(body).map_err(Error::BadRequest)?;
+        let limit = Limit::earliest(deadline, self.timeout);
         let result = self
             .executor
-            .run(executor::lines::frame_request(body))
+            .run(
+                executor::lines::frame_request(body),
+                limit.as_ref().map(|l| l.at),
+            )
             .await;
         if self.sentinels {
             protocol::write_sentinels();
         }
-        let line = result?;
-        if !protocol::is_object_or_array(&line) {
-            return Err(RunError::NotAnObject.into());
+        match (result, limit) {
+            (Err(RunError::TimedOut), Some(limit)) => Err(Error::TimedOut(limit.reason)),
+            (result, _) => Ok(result?),
         }
-        Ok(line)
+    }
+}
+
+/// What stops an activation: the request's own deadline or the runtime-wide `--timeout`.
+struct Limit {
+    at: Instant,
+    /// Said to the client: which limit it was.
+    reason: String,
+}
+
+impl Limit {
+    /// The earlier of the two. A deadline already past on arrival is ignored: the platform's
+    /// own tests send `"deadline":"123"`, and such a request should still run.
+    fn earliest(deadline_ms: Option<u64>, timeout: Option<Duration>) -> Option<Limit> {
+        let now = Instant::now();
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()?
+            .as_millis() as u64;
+        let from_deadline = deadline_ms.filter(|ms| *ms > now_ms).map(|ms| Limit {
+            at: now + Duration::from_millis(ms - now_ms),
+            reason: format!("its deadline ({ms} ms since the epoch)"),
+        });
+        let from_timeout = timeout.map(|t| Limit {
+            at: now + t,
+            reason: format!("--timeout {}", humantime::format_duration(t)),
+        });
+        match (from_deadline, from_timeout) {
+            (Some(d), Some(t)) => Some(if t.at < d.at { t } else { d }),
+            (d, t) => d.or(t),
+        }
     }
 }

@@ -21,15 +21,37 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
 }
 
 /// Serves until `shutdown` completes, then stops the action's children.
+/// Serves until `shutdown` completes; then stops accepting, lets in-flight activations
+/// finish for up to `--shutdown-timeout`, and stops the action (killing its children).
 pub async fn run(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let grace = config.shutdown_timeout;
     let runtime = Arc::new(Runtime::new(config));
-    let served = axum::serve(listener, app(runtime.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
+    let signalled = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(());
+    };
+    let mut serving = std::pin::pin!(
+        axum::serve(listener, app(runtime.clone()))
+            .with_graceful_shutdown(signalled)
+            .into_future()
+    );
+    let served = tokio::select! {
+        served = &mut serving => served,
+        _ = async { if stopping.await.is_err() { std::future::pending::<()>().await } } => {
+            match tokio::time::timeout(grace, &mut serving).await {
+                Ok(served) => served,
+                Err(_) => {
+                    tracing::debug!("in-flight activations outlived the shutdown grace period");
+                    Ok(())
+                }
+            }
+        }
+    };
     runtime.shutdown();
     served
 }

@@ -1,7 +1,29 @@
 //! JSON-lines framing shared by the backends: one request line out, one capped result line in.
 
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use serde::de::IgnoredAny;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+
+use super::RunError;
+
+/// A line with nothing but whitespace answers nothing: it is skipped, not taken for a
+/// result (a writer that sends a line and its `\n` separately can leave one behind).
+pub fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+/// PROTOCOL.md 1.7 step 6: a result is one JSON object or array.
+pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    match serde_json::from_slice::<IgnoredAny>(&line) {
+        Ok(_) if matches!(first, Some(b'{' | b'[')) => Ok(line),
+        Ok(_) => Err(RunError::NotAnObject),
+        Err(_) => Err(RunError::NotJson),
+    }
+}
 
 /// The request as one line: every `\n` removed (raw newlines can only be JSON whitespace),
 /// one `\n` appended. The JSON itself is not re-encoded.
@@ -44,6 +66,21 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
+    /// Drops whatever is buffered or can be read without waiting.
+    pub fn discard_pending(&mut self) {
+        self.buf.clear();
+        self.scanned = 0;
+        let mut scratch = [0u8; 8192];
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            let mut read = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.inner).poll_read(&mut cx, &mut read) {
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => continue,
+                _ => break,
+            }
+        }
+    }
+
     /// The next line, including its `\n`, at most `max` bytes before the newline.
     pub async fn read_line(&mut self, max: usize) -> Result<Bytes, LineError> {
         loop {
@@ -53,7 +90,11 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 if end - 1 > max {
                     return Err(LineError::TooLong(max));
                 }
-                return Ok(self.buf.split_to(end).freeze());
+                let line = self.buf.split_to(end).freeze();
+                if !is_blank(&line) {
+                    return Ok(line);
+                }
+                continue;
             }
             self.scanned = self.buf.len();
             if self.scanned > max {
@@ -98,6 +139,14 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn blank_lines_are_skipped() {
+        let (mut tx, rx) = tokio::io::duplex(64);
+        tx.write_all(b"\n \r\n{}\n").await.unwrap();
+        let mut reader = LineReader::new(rx);
+        assert_eq!(&reader.read_line(10).await.unwrap()[..], b"{}\n");
+    }
+
+    #[tokio::test]
     async fn a_line_over_the_cap_is_refused() {
         let (mut tx, rx) = tokio::io::duplex(1024);
         tx.write_all(&[b'x'; 300]).await.unwrap();
@@ -114,6 +163,41 @@ mod tests {
             reader.read_line(9).await,
             Err(LineError::TooLong(9))
         ));
+    }
+
+    #[test]
+    fn results_must_be_json_objects_or_arrays() {
+        assert!(check_result(Bytes::from_static(b"{\"a\":1}\n")).is_ok());
+        assert!(check_result(Bytes::from_static(b" [1]\n")).is_ok());
+        assert!(matches!(
+            check_result(Bytes::from_static(b"null\n")),
+            Err(RunError::NotAnObject)
+        ));
+        assert!(matches!(
+            check_result(Bytes::from_static(b"\"s\"\n")),
+            Err(RunError::NotAnObject)
+        ));
+        assert!(matches!(
+            check_result(Bytes::from_static(b"oops\n")),
+            Err(RunError::NotJson)
+        ));
+        assert!(matches!(
+            check_result(Bytes::from_static(b"{} {}\n")),
+            Err(RunError::NotJson)
+        ));
+    }
+
+    #[tokio::test]
+    async fn pending_input_is_discarded_without_waiting() {
+        let (mut tx, rx) = tokio::io::duplex(1024);
+        tx.write_all(b"{\"stray\":1}\n{\"stray\":").await.unwrap();
+        let mut reader = LineReader::new(rx);
+        reader.discard_pending();
+        tx.write_all(b"{\"fresh\":1}\n").await.unwrap();
+        assert_eq!(
+            &reader.read_line(100).await.unwrap()[..],
+            b"{\"fresh\":1}\n"
+        );
     }
 
     #[tokio::test]

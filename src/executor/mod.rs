@@ -2,6 +2,7 @@
 
 pub mod lines;
 pub mod native;
+pub mod slot;
 pub mod wasm;
 
 use std::collections::BTreeMap;
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use crate::action::{Entry, Prepared};
 use crate::config::{Config, PROXY_VERSION};
@@ -18,8 +20,13 @@ use crate::protocol;
 /// Runs activations of one initialized action.
 pub trait Executor: Send + Sync {
     /// One activation: `line` is the request framed as one line (see `lines::frame_request`);
-    /// the answer is the action's result line, unchecked, with its `\n`.
-    fn run(&self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+    /// the answer is the action's result line (an object or array), with its `\n`. Past
+    /// `deadline` the activation is stopped and the action restarted.
+    fn run(
+        &self,
+        line: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Bytes, RunError>> + Send;
 }
 
 /// Why an action could not be started (at `/init`, or when restarting it).
@@ -76,8 +83,16 @@ pub enum RunError {
     /// The action exited (or closed its result channel) during the activation.
     #[error("{}{}", protocol::MSG_COMMAND_EXITED, .0.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Exited(Option<String>),
+    /// The result line is JSON, but neither an object nor an array.
     #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
     NotAnObject,
+    /// The result line is not JSON at all (a stray log line?): same message, but the
+    /// worker is out of step and gets replaced.
+    #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
+    NotJson,
+    /// The activation ran past its deadline and was stopped.
+    #[error("the action did not finish in time and was stopped")]
+    TimedOut,
     #[error("the action's result line is longer than {0} bytes (see --max-result-bytes)")]
     ResultTooLong(usize),
     /// The action had died and could not be started again.
@@ -94,10 +109,10 @@ pub enum AnyExecutor {
 }
 
 impl Executor for AnyExecutor {
-    async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
+    async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
         match self {
-            AnyExecutor::Native(native) => native.run(line).await,
-            AnyExecutor::Wasm(wasm) => wasm.run(line).await,
+            AnyExecutor::Native(native) => native.run(line, deadline).await,
+            AnyExecutor::Wasm(wasm) => wasm.run(line, deadline).await,
         }
     }
 }
@@ -134,9 +149,8 @@ pub async fn start(
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
     }
-    // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
-    let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-    match &prepared.entry {
+    let max_result = spec.max_result_bytes;
+    let source = match &prepared.entry {
         // Precompiled modules are ELF files: tell them apart from executables.
         Entry::Native(exec) if wasm::is_precompiled(exec) => {
             if !config.allow_precompiled {
@@ -146,26 +160,29 @@ pub async fn start(
                         .to_owned(),
                 ));
             }
-            let engine = wasm::engine(config.max_memory_bytes)?;
-            let source = wasm::Source::Precompiled(exec);
-            Ok(AnyExecutor::Wasm(
-                wasm::WasmExecutor::start(engine, source, spec, preopen).await?,
-            ))
+            wasm::Source::Precompiled(exec)
         }
-        Entry::Native(exec) => Ok(AnyExecutor::Native(
-            native::NativeExecutor::start(exec.clone(), spec).await?,
-        )),
-        Entry::Wasm(path) => {
-            let engine = wasm::engine(config.max_memory_bytes)?;
-            let source = wasm::Source::Wasm {
-                path,
-                cache_dir: config.cache_dir.as_deref(),
+        Entry::Native(exec) => {
+            let spec = native::NativeSpec {
+                exec: exec.clone(),
+                start: spec,
             };
-            Ok(AnyExecutor::Wasm(
-                wasm::WasmExecutor::start(engine, source, spec, preopen).await?,
-            ))
+            return Ok(AnyExecutor::Native(
+                slot::Slot::start(spec, max_result).await?,
+            ));
         }
-    }
+        Entry::Wasm(path) => wasm::Source::Wasm {
+            path,
+            cache_dir: config.cache_dir.as_deref(),
+        },
+    };
+    // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
+    let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
+    let engine = wasm::engine(config.max_memory_bytes)?;
+    let spec = wasm::prepare(engine, source, spec, preopen).await?;
+    Ok(AnyExecutor::Wasm(
+        slot::Slot::start(spec, max_result).await?,
+    ))
 }
 
 /// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.

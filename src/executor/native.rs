@@ -11,57 +11,44 @@ use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStdin, Command};
 
 use super::lines::{LineError, LineReader};
-use super::{Executor, RunError, StartError, StartSpec, parse_ack};
+use super::slot::{Slot, Worker};
+use super::{RunError, StartError, StartSpec, parse_ack};
 
 /// How long to wait for an exit status once the result channel has closed, and for a
 /// result already written by a child that has exited.
 const EXIT_GRACE: Duration = Duration::from_millis(100);
 
-/// One action, one child at a time; activations queue on the lock in arrival order
-/// (tokio's mutex is fair), so no two ever share the child's pipes.
-pub struct NativeExecutor {
-    exec: PathBuf,
-    spec: StartSpec,
-    slot: tokio::sync::Mutex<Option<Process>>,
+/// What starts a child: the executable and the common start-up settings.
+pub struct NativeSpec {
+    pub exec: PathBuf,
+    pub start: StartSpec,
 }
 
-impl NativeExecutor {
-    pub async fn start(exec: PathBuf, spec: StartSpec) -> Result<Self, StartError> {
-        let process = Process::spawn(&exec, &spec).await?;
-        Ok(NativeExecutor {
-            exec,
-            spec,
-            slot: tokio::sync::Mutex::new(Some(process)),
-        })
+/// One action, one child at a time: no two activations ever share the child's pipes.
+pub type NativeExecutor = Slot<Process>;
+
+impl Worker for Process {
+    type Spec = NativeSpec;
+
+    async fn start(spec: &NativeSpec) -> Result<Self, StartError> {
+        Process::spawn(&spec.exec, &spec.start).await
     }
-}
 
-impl Executor for NativeExecutor {
-    async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
-        let mut slot = self.slot.lock().await;
-        // A child that died since the last activation is replaced before this one.
-        if slot.as_mut().is_some_and(|p| !p.is_alive()) {
-            *slot = None;
-        }
-        let process = match slot.as_mut() {
-            Some(process) => process,
-            None => slot.insert(
-                Process::spawn(&self.exec, &self.spec)
-                    .await
-                    .map_err(RunError::Restart)?,
-            ),
-        };
-        let result = process.activate(&line, self.spec.max_result_bytes).await;
-        if result.is_err() || !process.is_alive() {
-            // Dropping the process kills whatever is left of it; the next activation restarts.
-            *slot = None;
-        }
-        result
+    fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn discard_stray_output(&mut self) {
+        self.results.discard_pending();
+    }
+
+    async fn activate(&mut self, line: Vec<u8>, max_result: usize) -> Result<Bytes, RunError> {
+        self.exchange(&line, max_result).await
     }
 }
 
 /// A running child and the two pipes we hold to it.
-struct Process {
+pub struct Process {
     child: Child,
     stdin: ChildStdin,
     results: LineReader<pipe::Receiver>,
@@ -172,11 +159,7 @@ impl Process {
         parse_ack(&line)
     }
 
-    fn is_alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    async fn activate(&mut self, line: &[u8], max: usize) -> Result<Bytes, RunError> {
+    async fn exchange(&mut self, line: &[u8], max: usize) -> Result<Bytes, RunError> {
         if self.stdin.write_all(line).await.is_err() {
             // EPIPE: the child is gone (or closed its stdin, which is as bad).
             return Err(RunError::Exited(self.exit_detail().await));

@@ -5,6 +5,7 @@ mod support;
 
 mod contract;
 mod examples;
+mod faults;
 mod lifecycle;
 mod local;
 mod uploads;

@@ -281,7 +281,7 @@ impl Capture {
 /// A `wasmloop serve` process on a free loopback port, with its stdout and stderr captured.
 pub struct Server {
     pub addr: SocketAddr,
-    child: Child,
+    child: Mutex<Child>,
     out: Arc<Capture>,
     err: Arc<Capture>,
     pub action_dir: tempfile::TempDir,
@@ -347,7 +347,7 @@ impl ServerBuilder {
         err.clone().gather(child.stderr.take().unwrap());
         Server {
             addr,
-            child,
+            child: Mutex::new(child),
             out,
             err,
             action_dir,
@@ -411,13 +411,22 @@ impl Server {
         self.out.wait_for(what, 1);
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap().id()
+    }
+
     /// Sends SIGTERM and returns the exit code.
-    pub fn terminate(mut self) -> Option<i32> {
+    pub fn terminate(self) -> Option<i32> {
         // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
+        self.wait_exit()
+    }
+
+    /// Waits for the server to exit and returns its exit code.
+    pub fn wait_exit(&self) -> Option<i32> {
         let deadline = Instant::now() + WAIT;
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
                 return status.code();
             }
             assert!(
@@ -442,7 +451,8 @@ pub fn split_sentinels(stream: &str) -> (usize, String) {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

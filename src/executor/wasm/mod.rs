@@ -16,7 +16,8 @@ use engine::{Host, check_command};
 pub use engine::{WasmEngine, is_precompiled};
 use streams::{GuestStdin, GuestStdout, HostStderr, LineTooLong};
 
-use super::{Executor, RunError, StartError, StartSpec, parse_ack};
+use super::slot::{Slot, Worker};
+use super::{RunError, StartError, StartSpec, parse_ack};
 
 /// The engine, made on first use so that native-only deployments never reserve its pool.
 pub fn engine(memory_cap: usize) -> Result<Arc<WasmEngine>, StartError> {
@@ -38,37 +39,36 @@ pub enum Source<'a> {
     Precompiled(&'a Path),
 }
 
-/// Instances of one module; activations queue on the fair lock, one at a time.
-pub struct WasmExecutor {
+/// Everything an instance is made from; restarts take microseconds from the `InstancePre`.
+pub struct WasmSpec {
     engine: Arc<WasmEngine>,
     pre: InstancePre<Host>,
-    spec: StartSpec,
+    start: StartSpec,
     preopen: Option<PathBuf>,
-    slot: tokio::sync::Mutex<Option<Instance>>,
 }
 
-impl WasmExecutor {
-    pub async fn start(
-        engine: Arc<WasmEngine>,
-        source: Source<'_>,
-        spec: StartSpec,
-        preopen: Option<PathBuf>,
-    ) -> Result<Self, StartError> {
-        let module = load(&engine, source).await?;
-        check_command(&module).map_err(StartError::Wasm)?;
-        let pre = engine
-            .linker
-            .instantiate_pre(&module)
-            .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
-        let instance = Instance::start(&engine, &pre, &spec, preopen.as_deref()).await?;
-        Ok(WasmExecutor {
-            engine,
-            pre,
-            spec,
-            preopen,
-            slot: tokio::sync::Mutex::new(Some(instance)),
-        })
-    }
+/// Instances of one module, one at a time.
+pub type WasmExecutor = Slot<Instance>;
+
+/// Compiles (or loads) the module and links it: what `/init` does before the first instance.
+pub async fn prepare(
+    engine: Arc<WasmEngine>,
+    source: Source<'_>,
+    start: StartSpec,
+    preopen: Option<PathBuf>,
+) -> Result<WasmSpec, StartError> {
+    let module = load(&engine, source).await?;
+    check_command(&module).map_err(StartError::Wasm)?;
+    let pre = engine
+        .linker
+        .instantiate_pre(&module)
+        .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
+    Ok(WasmSpec {
+        engine,
+        pre,
+        start,
+        preopen,
+    })
 }
 
 async fn load(engine: &Arc<WasmEngine>, source: Source<'_>) -> Result<Module, StartError> {
@@ -100,32 +100,35 @@ pub fn precompile(bytes: &[u8], memory_cap: usize) -> Result<Vec<u8>, String> {
     engine.precompile(bytes)
 }
 
-impl Executor for WasmExecutor {
-    async fn run(&self, line: Vec<u8>) -> Result<Bytes, RunError> {
-        let mut slot = self.slot.lock().await;
-        if slot.as_ref().is_some_and(|i| i.task.is_finished()) {
-            *slot = None;
-        }
-        let instance = match slot.as_mut() {
-            Some(instance) => instance,
-            None => slot.insert(
-                Instance::start(&self.engine, &self.pre, &self.spec, self.preopen.as_deref())
-                    .await
-                    .map_err(RunError::Restart)?,
-            ),
-        };
-        let result = instance.activate(line).await;
-        if result.is_err() {
-            // A fresh instance from the InstancePre costs microseconds; a half-used one
-            // could answer the next request with this one's leftovers.
-            *slot = None;
-        }
-        result
+impl Worker for Instance {
+    type Spec = WasmSpec;
+
+    async fn start(spec: &WasmSpec) -> Result<Self, StartError> {
+        Instance::start(
+            &spec.engine,
+            &spec.pre,
+            &spec.start,
+            spec.preopen.as_deref(),
+        )
+        .await
+    }
+
+    fn is_alive(&mut self) -> bool {
+        !self.task.is_finished()
+    }
+
+    fn discard_stray_output(&mut self) {
+        self.stdout.discard();
+    }
+
+    async fn activate(&mut self, line: Vec<u8>, _max_result: usize) -> Result<Bytes, RunError> {
+        // The cap is the stdout stream's own, set when the instance was made.
+        self.exchange(line).await
     }
 }
 
 /// One running instance: `_start` runs on its own task for as long as the instance lives.
-struct Instance {
+pub struct Instance {
     stdin: GuestStdin,
     stdout: GuestStdout,
     task: JoinHandle<wasmtime::Result<()>>,
@@ -226,7 +229,7 @@ impl Instance {
         }
     }
 
-    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+    async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         self.stdin.push(Bytes::from(line));
         tokio::select! {
             // A result written just before the guest ended still counts.

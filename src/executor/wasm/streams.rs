@@ -9,6 +9,8 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::async_trait;
+
+use crate::executor::lines::is_blank;
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
 
@@ -173,6 +175,14 @@ impl GuestStdout {
         .await
     }
 
+    /// Forgets lines (and any partial line) that nobody asked for.
+    pub fn discard(&self) {
+        let mut state = lock(&self.0);
+        state.lines.clear();
+        state.partial.clear();
+        state.scanned = 0;
+    }
+
     /// A complete line if one is already there.
     pub fn next_line_now(&self) -> Option<Bytes> {
         let mut state = lock(&self.0);
@@ -199,7 +209,9 @@ impl GuestStdout {
                         state.overflowed = true;
                         break;
                     }
-                    state.lines.push_back(line);
+                    if !is_blank(&line) {
+                        state.lines.push_back(line);
+                    }
                 }
                 None => {
                     state.scanned = state.partial.len();

@@ -1,0 +1,204 @@
+//! Misbehaving actions and hostile input: deadlines, output hazards, crashes, shutdown.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::support::{Backend, Reply, SENTINEL, Server, init_text, read};
+
+/// Generous bounds for a loaded 2-core machine: what matters is that nothing hangs.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+fn error_of(reply: &Reply) -> String {
+    reply.json()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn epoch_ms_in(delay: Duration) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    (now + delay).as_millis().to_string()
+}
+
+fn run_with_deadline(server: &Server, value: Value, deadline: &str) -> (Reply, Duration) {
+    let started = Instant::now();
+    let body = json!({"value": value, "deadline": deadline});
+    let reply = server.post("/run", body.to_string().as_bytes());
+    (reply, started.elapsed())
+}
+
+/// Running or sleeping: not gone, and not a zombie waiting for its parent to reap it.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn wait_until_gone(pid: i32) {
+    let deadline = Instant::now() + PROMPTLY;
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} outlived its action"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+both_backends! {
+    fn a_deadline_stops_an_action_blocked_in_a_host_call(backend: Backend) {
+        let server = Server::with_guest(backend, "slow");
+        let deadline = epoch_ms_in(Duration::from_millis(400));
+        let (reply, took) = run_with_deadline(&server, json!({"sleep_ms": 600_000}), &deadline);
+        assert_eq!(reply.status, 504, "{}", reply.text());
+        assert!(error_of(&reply).contains("its deadline"), "{}", reply.text());
+        assert!(took < PROMPTLY, "took {took:?}");
+        server.wait_sentinels(1);
+        server.run(json!({"after": 1})).assert(200, "{\"after\":1}\n");
+    }
+
+    fn a_deadline_stops_an_action_burning_cpu(backend: Backend) {
+        let server = Server::with_guest(backend, "slow");
+        let deadline = epoch_ms_in(Duration::from_millis(400));
+        let (reply, took) = run_with_deadline(&server, json!({"spin_ms": 600_000}), &deadline);
+        assert_eq!(reply.status, 504, "{}", reply.text());
+        assert!(took < PROMPTLY, "took {took:?}");
+        server.run(json!({"after": 1})).assert(200, "{\"after\":1}\n");
+    }
+
+    fn the_runtime_timeout_applies_without_a_deadline(backend: Backend) {
+        let server = Server::builder().arg("--timeout").arg("300ms").start();
+        server.init(&backend.init_guest("slow")).assert(200, "{\"ok\":true}\n");
+        let reply = server.run(json!({"sleep_ms": 600_000}));
+        reply.assert(504, "{\"error\":\"the action did not finish within --timeout 300ms and was stopped\"}\n");
+        server.run(json!({"sleep_ms": 1})).assert(200, "{\"sleep_ms\":1}\n");
+    }
+
+    fn a_deadline_already_past_on_arrival_is_ignored(backend: Backend) {
+        let server = Server::with_guest(backend, "slow");
+        let (reply, _) = run_with_deadline(&server, json!({"sleep_ms": 50}), "123");
+        reply.assert(200, "{\"sleep_ms\":50}\n");
+    }
+
+    fn a_result_over_the_cap_is_a_502_and_the_next_run_works(backend: Backend) {
+        let server = Server::builder().arg("--max-result-bytes").arg("1000").start();
+        server.init(&backend.init_guest("echo")).assert(200, "{\"ok\":true}\n");
+        let reply = server.run(json!({"big": "x".repeat(2000)}));
+        assert_eq!(reply.status, 502);
+        assert!(error_of(&reply).contains("--max-result-bytes"), "{}", reply.text());
+        server.run(json!({"small": 1})).assert(200, "{\"small\":1}\n");
+    }
+
+    fn a_stray_second_line_is_not_the_next_answer(backend: Backend) {
+        let server = Server::with_guest(backend, "answers_twice");
+        for n in 1..=3 {
+            server.run(json!({"n": n})).assert(200, &format!("{{\"n\":{n}}}\n"));
+        }
+    }
+
+    fn a_line_that_is_not_json_is_a_502_and_does_not_poison_the_next_run(backend: Backend) {
+        let server = Server::with_guest(backend, "garbage_when_asked");
+        server
+            .run(json!({"garbage": true}))
+            .assert(502, "{\"error\":\"The action did not return a dictionary or array.\"}\n");
+        server.run(json!({"n": 2})).assert(200, "{\"n\":2}\n");
+    }
+
+    fn twenty_megabytes_of_logs_come_before_the_sentinel(backend: Backend) {
+        let server = Server::with_guest(backend, "floods_logs");
+        server.run(json!({"mib": 10})).assert(200, "{\"mib\":10}\n");
+        server.wait_sentinels(1);
+        let (out, err) = (server.stdout(), server.stderr());
+        assert!(out.len() + err.len() > 20 * 1024 * 1024);
+        assert!(err.ends_with(&format!("last log line\n{SENTINEL}\n")), "the sentinel came early");
+        assert!(out.ends_with(&format!("{SENTINEL}\n")));
+        assert_eq!(out.matches(SENTINEL).count(), 1);
+        server.run(json!({"mib": 0})).assert(200, "{\"mib\":0}\n");
+    }
+
+    fn sigterm_lets_an_activation_in_flight_finish(backend: Backend) {
+        let server = Server::with_guest(backend, "slow");
+        std::thread::scope(|scope| {
+            let run = scope.spawn(|| server.run(json!({"sleep_ms": 700})));
+            server.wait_stderr("slow: started");
+            // SAFETY: kill(2) on the server we started.
+            unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+            run.join().unwrap().assert(200, "{\"sleep_ms\":700}\n");
+        });
+        assert_eq!(server.wait_exit(), Some(0));
+    }
+}
+
+#[test]
+fn sigterm_gives_up_on_an_activation_that_outlives_the_grace_period() {
+    let server = Server::builder()
+        .arg("--shutdown-timeout")
+        .arg("300ms")
+        .start();
+    server
+        .init(&Backend::Native.init_guest("slow"))
+        .assert(200, "{\"ok\":true}\n");
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // The connection is cut when the server gives up: no answer to check.
+            let _ = std::panic::catch_unwind(|| server.run(json!({"sleep_ms": 600_000})));
+        });
+        server.wait_stderr("slow: started");
+        let started = Instant::now();
+        // SAFETY: kill(2) on the server we started.
+        unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+        assert_eq!(server.wait_exit(), Some(0));
+        assert!(started.elapsed() < PROMPTLY);
+    });
+}
+
+#[test]
+fn a_deadline_takes_down_what_a_native_action_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("grandchild.pid");
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spawns_and_hangs.sh"),
+    )
+    .unwrap();
+    let server = Server::start();
+    let mut body = init_text(&script);
+    body["value"]["env"] = json!({"MARKER": marker});
+    server.init(&body).assert(200, "{\"ok\":true}\n");
+    let (reply, _) =
+        run_with_deadline(&server, json!({}), &epoch_ms_in(Duration::from_millis(500)));
+    assert_eq!(reply.status, 504, "{}", reply.text());
+    let pid: i32 = String::from_utf8(read(&marker))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until_gone(pid);
+}
+
+#[test]
+fn a_native_action_that_closes_its_result_channel_is_restarted() {
+    let server = Server::with_guest(Backend::Native, "closes_result_channel");
+    server.run(json!({"close": true})).assert(
+        400,
+        "{\"error\":\"command exited: the action closed its result channel (fd 3)\"}\n",
+    );
+    server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+}
+
+#[test]
+fn a_native_action_killed_between_runs_is_restarted_transparently() {
+    let server = Server::with_guest(Backend::Native, "pid");
+    let first = server.run(json!({})).json()["pid"].as_i64().unwrap() as i32;
+    // SAFETY: SIGKILL to the action's own process, started by the server for this test.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    wait_until_gone(first);
+    let reply = server.run(json!({}));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_ne!(reply.json()["pid"].as_i64().unwrap() as i32, first);
+}
