@@ -202,3 +202,25 @@ fn a_native_action_killed_between_runs_is_restarted_transparently() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_ne!(reply.json()["pid"].as_i64().unwrap() as i32, first);
 }
+
+#[test]
+fn a_declared_length_over_the_cap_is_refused_before_the_body_is_sent() {
+    use std::io::{Read, Write};
+    let server = Server::with_guest(Backend::Native, "echo");
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(PROMPTLY)).unwrap();
+    // Announces a gigabyte and sends none of it: the answer must not wait for it.
+    stream
+        .write_all(b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = stream
+        .read(&mut answer)
+        .expect("an answer before any body byte");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("--max-run-bytes"), "{answer}");
+    server
+        .run(json!({"still": "serving"}))
+        .assert(200, "{\"still\":\"serving\"}\n");
+}

@@ -14,7 +14,7 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use engine::{Host, check_command};
 pub use engine::{WasmEngine, is_precompiled};
-use streams::{GuestStdin, GuestStdout, HostStderr, LineTooLong};
+use streams::{GuestStdin, GuestStdout, HostStderr, LineTooLong, Output};
 
 use super::slot::{Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
@@ -152,8 +152,8 @@ impl Instance {
         let stdout = GuestStdout::new(spec.max_result_bytes);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(stdin.clone())
-            .stdout(stdout.clone())
-            .stderr(HostStderr)
+            .stdout(Output(stdout.clone()))
+            .stderr(Output(HostStderr))
             .envs(&spec.env)
             .args(&[&spec.main]);
         if let Some(dir) = preopen {

@@ -229,58 +229,15 @@ impl GuestStdout {
     }
 }
 
-#[async_trait]
-impl Pollable for GuestStdout {
-    async fn ready(&mut self) {}
+/// Where a guest's output stream delivers its bytes. Writes never block the guest: the
+/// host side keeps up (lines are queued, stderr is written through).
+pub trait Sink: Clone + Send + Sync + 'static {
+    fn accept(&self, bytes: &[u8]);
 }
 
-impl OutputStream for GuestStdout {
-    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        self.append(&bytes);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> StreamResult<()> {
-        Ok(())
-    }
-
-    fn check_write(&mut self) -> StreamResult<usize> {
-        Ok(1024 * 1024)
-    }
-}
-
-impl AsyncWrite for GuestStdout {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.append(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl IsTerminal for GuestStdout {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl StdoutStream for GuestStdout {
-    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(self.clone())
-    }
-
-    fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(self.clone())
+impl Sink for GuestStdout {
+    fn accept(&self, bytes: &[u8]) {
+        self.append(bytes);
     }
 }
 
@@ -289,21 +246,25 @@ impl StdoutStream for GuestStdout {
 #[derive(Clone, Copy)]
 pub struct HostStderr;
 
-impl HostStderr {
-    fn write_now(bytes: &[u8]) {
+impl Sink for HostStderr {
+    fn accept(&self, bytes: &[u8]) {
         // Nothing sensible to do when our own stderr is gone.
         let _ = std::io::stderr().lock().write_all(bytes);
     }
 }
 
+/// A `Sink` as the stream types wasmtime-wasi wants, written once for every sink.
+#[derive(Clone)]
+pub struct Output<S>(pub S);
+
 #[async_trait]
-impl Pollable for HostStderr {
+impl<S: Sink> Pollable for Output<S> {
     async fn ready(&mut self) {}
 }
 
-impl OutputStream for HostStderr {
+impl<S: Sink> OutputStream for Output<S> {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        HostStderr::write_now(&bytes);
+        self.0.accept(&bytes);
         Ok(())
     }
 
@@ -316,13 +277,13 @@ impl OutputStream for HostStderr {
     }
 }
 
-impl AsyncWrite for HostStderr {
+impl<S: Sink + Unpin> AsyncWrite for Output<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         _: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        HostStderr::write_now(buf);
+        self.0.accept(buf);
         Poll::Ready(Ok(buf.len()))
     }
 
@@ -335,19 +296,19 @@ impl AsyncWrite for HostStderr {
     }
 }
 
-impl IsTerminal for HostStderr {
+impl<S: Sink> IsTerminal for Output<S> {
     fn is_terminal(&self) -> bool {
         false
     }
 }
 
-impl StdoutStream for HostStderr {
+impl<S: Sink + Unpin> StdoutStream for Output<S> {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(*self)
+        Box::new(self.clone())
     }
 
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(*self)
+        Box::new(self.clone())
     }
 }
 
@@ -357,23 +318,37 @@ mod tests {
 
     #[tokio::test]
     async fn stdout_hands_back_whole_lines_however_they_are_written() {
-        let mut out = GuestStdout::new(100);
-        out.write(Bytes::from_static(b"{\"a\"")).unwrap();
-        out.write(Bytes::from_static(b":1}\n[1]\n{")).unwrap();
-        assert_eq!(&out.next_line().await.unwrap()[..], b"{\"a\":1}\n");
-        assert_eq!(&out.next_line().await.unwrap()[..], b"[1]\n");
-        out.write(Bytes::from_static(b"}\n")).unwrap();
-        assert_eq!(&out.next_line().await.unwrap()[..], b"{}\n");
+        let stdout = GuestStdout::new(100);
+        let mut stream = Output(stdout.clone());
+        stream.write(Bytes::from_static(b"{\"a\"")).unwrap();
+        stream.write(Bytes::from_static(b":1}\n\n[1]\n{")).unwrap();
+        assert_eq!(&stdout.next_line().await.unwrap()[..], b"{\"a\":1}\n");
+        assert_eq!(
+            &stdout.next_line().await.unwrap()[..],
+            b"[1]\n",
+            "blank lines are skipped"
+        );
+        stream.write(Bytes::from_static(b"}\n")).unwrap();
+        assert_eq!(&stdout.next_line().await.unwrap()[..], b"{}\n");
     }
 
     #[tokio::test]
     async fn stdout_refuses_a_line_over_the_cap() {
-        let mut out = GuestStdout::new(10);
-        out.write(Bytes::from(vec![b'x'; 11])).unwrap();
-        assert_eq!(out.next_line().await, Err(LineTooLong(10)));
-        let mut out = GuestStdout::new(10);
-        out.write(Bytes::from_static(b"0123456789\n")).unwrap();
-        assert_eq!(out.next_line().await.unwrap().len(), 11);
+        let stdout = GuestStdout::new(10);
+        stdout.append(&[b'x'; 11]);
+        assert_eq!(stdout.next_line().await, Err(LineTooLong(10)));
+        let stdout = GuestStdout::new(10);
+        stdout.append(b"0123456789\n");
+        assert_eq!(stdout.next_line().await.unwrap().len(), 11);
+    }
+
+    #[test]
+    fn stray_output_is_discarded() {
+        let stdout = GuestStdout::new(100);
+        stdout.append(b"{\"stray\":1}\n{\"half");
+        stdout.discard();
+        stdout.append(b"{\"fresh\":1}\n");
+        assert_eq!(&stdout.next_line_now().unwrap()[..], b"{\"fresh\":1}\n");
     }
 
     #[tokio::test]
