@@ -169,6 +169,7 @@ impl RuntimeArgs {
             execution_env: non_empty(&self.execution_env),
             log_init_error: non_empty(&self.log_init_error).is_some(),
             inherited_env: inherited_ow_env(),
+            path_env: std::env::var("PATH").ok(),
             allow_reinit: defaults.allow_reinit,
             max_init_bytes: self.max_init_bytes,
             max_run_bytes: self.max_run_bytes,

@@ -40,6 +40,8 @@ pub struct Config {
     pub action_dir: PathBuf,
     /// `OW_COMPILER`: the hook that turns sources into `bin/exec`.
     pub compiler: Option<PathBuf>,
+    /// Our own `PATH`, which the compiler hook (and only it) gets.
+    pub path_env: Option<String>,
     /// `OW_WAIT_FOR_ACK` (non-empty): children announce readiness with `{"ok":true}`.
     pub wait_for_ack: Option<String>,
     /// `OW_EXECUTION_ENV` (non-empty): `bin/exec.env` must hold this value.
@@ -77,6 +79,7 @@ impl Default for Config {
         Config {
             action_dir: std::env::temp_dir(),
             compiler: None,
+            path_env: None,
             wait_for_ack: None,
             execution_env: None,
             log_init_error: false,

@@ -82,11 +82,10 @@ impl Runtime {
         drop(code);
 
         let config = &self.config;
-        let path = std::env::var("PATH").ok();
         let compiler = config.compiler.as_deref().map(|program| Compiler {
             program,
             env: &env,
-            path: path.as_deref(),
+            path: config.path_env.as_deref(),
             timeout: config.compile_timeout,
         });
         let limits = Limits {
@@ -149,46 +148,90 @@ impl Action {
             .executor
             .run(
                 executor::lines::frame_request(body),
-                limit.as_ref().map(|l| l.at),
+                limit.as_ref().map(|l| l.0),
             )
             .await;
         if self.sentinels {
             protocol::write_sentinels();
         }
         match (result, limit) {
-            (Err(RunError::TimedOut), Some(limit)) => Err(Error::TimedOut(limit.reason)),
+            (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),
             (result, _) => Ok(result?),
         }
     }
 }
 
 /// What stops an activation: the request's own deadline or the runtime-wide `--timeout`.
-struct Limit {
-    at: Instant,
-    /// Said to the client: which limit it was.
-    reason: String,
+#[derive(Debug, PartialEq)]
+enum Limit {
+    /// Epoch milliseconds, from the request.
+    Deadline(u64),
+    Timeout(Duration),
 }
 
 impl Limit {
-    /// The earlier of the two. A deadline already past on arrival is ignored: the platform's
-    /// own tests send `"deadline":"123"`, and such a request should still run.
-    fn earliest(deadline_ms: Option<u64>, timeout: Option<Duration>) -> Option<Limit> {
+    /// The earlier of the two, and when it falls. A deadline already past on arrival is
+    /// ignored: the platform's own tests send `"deadline":"123"`, and those requests run.
+    fn earliest(deadline_ms: Option<u64>, timeout: Option<Duration>) -> Option<(Instant, Limit)> {
         let now = Instant::now();
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .ok()?
-            .as_millis() as u64;
-        let from_deadline = deadline_ms.filter(|ms| *ms > now_ms).map(|ms| Limit {
-            at: now + Duration::from_millis(ms - now_ms),
-            reason: format!("its deadline ({ms} ms since the epoch)"),
+            .map_or(0, |d| d.as_millis() as u64);
+        let from_deadline = deadline_ms.filter(|ms| *ms > now_ms).map(|ms| {
+            (
+                now + Duration::from_millis(ms - now_ms),
+                Limit::Deadline(ms),
+            )
         });
-        let from_timeout = timeout.map(|t| Limit {
-            at: now + t,
-            reason: format!("--timeout {}", humantime::format_duration(t)),
-        });
+        let from_timeout = timeout.map(|t| (now + t, Limit::Timeout(t)));
         match (from_deadline, from_timeout) {
-            (Some(d), Some(t)) => Some(if t.at < d.at { t } else { d }),
+            (Some(d), Some(t)) => Some(if t.0 < d.0 { t } else { d }),
             (d, t) => d.or(t),
         }
+    }
+
+    /// Said to the client: which limit it was.
+    fn describe(&self) -> String {
+        match self {
+            Limit::Deadline(ms) => format!("its deadline ({ms} ms since the epoch)"),
+            Limit::Timeout(t) => format!("--timeout {}", humantime::format_duration(*t)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_ms(ms: u64) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            + ms
+    }
+
+    #[test]
+    fn a_past_deadline_is_ignored_and_the_earlier_limit_wins() {
+        assert_eq!(Limit::earliest(Some(123), None), None);
+        let timeout = Duration::from_secs(5);
+        assert_eq!(
+            Limit::earliest(Some(123), Some(timeout)).unwrap().1,
+            Limit::Timeout(timeout)
+        );
+        let soon = in_ms(60_000);
+        assert_eq!(
+            Limit::earliest(Some(soon), None).unwrap().1,
+            Limit::Deadline(soon)
+        );
+        assert_eq!(
+            Limit::earliest(Some(soon), Some(timeout)).unwrap().1,
+            Limit::Timeout(timeout)
+        );
+        let very_soon = in_ms(1_000);
+        assert_eq!(
+            Limit::earliest(Some(very_soon), Some(timeout)).unwrap().1,
+            Limit::Deadline(very_soon)
+        );
     }
 }
