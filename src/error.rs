@@ -39,6 +39,9 @@ pub enum Error {
     TimedOut(String),
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A bug of ours, reported instead of dropping the connection.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -52,7 +55,7 @@ impl Error {
             Error::Prepare(_) | Error::PrepareLogged | Error::Start(_) | Error::StartLogged => {
                 StatusCode::BAD_GATEWAY
             }
-            Error::NoAction => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::NoAction | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::TimedOut(_) | Error::Run(RunError::TimedOut) => StatusCode::GATEWAY_TIMEOUT,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
             Error::Run(

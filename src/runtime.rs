@@ -140,6 +140,15 @@ impl Runtime {
 }
 
 impl Action {
+    /// `activate` on a task of its own, so that a client hanging up mid-activation cannot
+    /// cancel it halfway: the action would be left holding an answer nobody reads, and the
+    /// logs without their sentinel.
+    pub async fn activate_to_completion(self: Arc<Self>, body: Bytes) -> Result<Bytes, Error> {
+        tokio::spawn(async move { self.activate(&body).await })
+            .await
+            .unwrap_or_else(|e| Err(Error::Internal(format!("the activation failed: {e}"))))
+    }
+
     /// PROTOCOL.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
         let deadline = protocol::check_run_body(body).map_err(Error::BadRequest)?;

@@ -122,6 +122,19 @@ both_backends! {
         server.run(json!({"mib": 0})).assert(200, "{\"mib\":0}\n");
     }
 
+    fn a_client_hanging_up_mid_activation_does_not_leave_its_answer_behind(backend: Backend) {
+        use std::io::Write;
+        let server = Server::with_guest(backend, "slow");
+        let body = json!({"value": {"sleep_ms": 300, "n": 1}}).to_string();
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        write!(stream, "POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+            .unwrap();
+        server.wait_stderr("slow: started");
+        drop(stream);
+        server.run(json!({"n": 2})).assert(200, "{\"n\":2}\n");
+        server.wait_sentinels(2);
+    }
+
     fn sigterm_lets_an_activation_in_flight_finish(backend: Backend) {
         let server = Server::with_guest(backend, "slow");
         std::thread::scope(|scope| {
