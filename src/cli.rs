@@ -141,6 +141,13 @@ pub struct RuntimeArgs {
     /// Compile every module afresh; keep nothing on disk.
     #[arg(long, env = "WASMLOOP_NO_CACHE")]
     pub no_cache: bool,
+    /// How many instances (wasm) or children (native) of the action run activations in
+    /// parallel; each keeps its own state.
+    #[arg(long, env = "WASMLOOP_CONCURRENCY", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// How many activations may wait when every instance is busy; beyond that, 503.
+    #[arg(long, env = "WASMLOOP_MAX_QUEUE", default_value_t = config::DEFAULT_MAX_QUEUE)]
+    pub max_queue: usize,
     /// Stop any activation that runs longer than this (e.g. 30s), even without a deadline.
     #[arg(long, env = "WASMLOOP_TIMEOUT", value_parser = humantime::parse_duration)]
     pub timeout: Option<Duration>,
@@ -186,6 +193,8 @@ impl RuntimeArgs {
                 self.cache_dir.clone().or(defaults.cache_dir)
             },
             allow_precompiled: self.allow_precompiled,
+            concurrency: usize::from(self.concurrency),
+            max_queue: self.max_queue,
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,
             sentinels: defaults.sentinels,

@@ -21,6 +21,8 @@ pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
 pub const DEFAULT_START_PROBE: &str = "5ms";
 /// How long the `OW_COMPILER` hook may run.
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
+/// The platform may send up to 500 activations at once to one container: queue twice that.
+pub const DEFAULT_MAX_QUEUE: usize = 1024;
 /// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Each WebAssembly instance's linear memory is capped at this.
@@ -66,6 +68,10 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
     pub allow_precompiled: bool,
+    /// How many instances (wasm) or children (native) of the action may run at once.
+    pub concurrency: usize,
+    /// How many activations may wait for one when all are busy; more get 503.
+    pub max_queue: usize,
     /// Runtime-wide cap on one activation (the request's own deadline may be earlier).
     pub timeout: Option<Duration>,
     /// How long in-flight activations may still run after SIGTERM.
@@ -96,6 +102,8 @@ impl Default for Config {
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
+            concurrency: 1,
+            max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,

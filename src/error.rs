@@ -57,6 +57,7 @@ impl Error {
             }
             Error::NoAction | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::TimedOut(_) | Error::Run(RunError::TimedOut) => StatusCode::GATEWAY_TIMEOUT,
+            Error::Run(RunError::Busy(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
             Error::Run(
                 RunError::NotAnObject

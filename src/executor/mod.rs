@@ -90,6 +90,11 @@ pub enum RunError {
     /// worker is out of step and gets replaced.
     #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
     NotJson,
+    /// Every worker is busy and the queue is full: the platform should try elsewhere.
+    #[error(
+        "every instance of the action is busy and {0} activations are waiting already; try again or elsewhere (see --concurrency, --max-queue)"
+    )]
+    Busy(usize),
     /// The activation ran past its deadline and was stopped.
     #[error("the action did not finish in time and was stopped")]
     TimedOut,
@@ -150,6 +155,10 @@ pub async fn start(
         check_execution_env(&prepared.bin_dir, expected)?;
     }
     let max_result = spec.max_result_bytes;
+    let size = slot::PoolSize {
+        workers: config.concurrency,
+        max_waiting: config.max_queue,
+    };
     let source = match &prepared.entry {
         // Precompiled modules are ELF files: tell them apart from executables.
         Entry::Native(exec) if wasm::is_precompiled(exec) => {
@@ -168,7 +177,7 @@ pub async fn start(
                 start: spec,
             };
             return Ok(AnyExecutor::Native(
-                slot::Slot::start(spec, max_result).await?,
+                slot::Slot::start(spec, max_result, size).await?,
             ));
         }
         Entry::Wasm(path) => wasm::Source::Wasm {
@@ -181,7 +190,7 @@ pub async fn start(
     let engine = wasm::engine(config.max_memory_bytes)?;
     let spec = wasm::prepare(engine, source, spec, preopen).await?;
     Ok(AnyExecutor::Wasm(
-        slot::Slot::start(spec, max_result).await?,
+        slot::Slot::start(spec, max_result, size).await?,
     ))
 }
 

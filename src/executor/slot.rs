@@ -2,8 +2,10 @@
 //! arrival order, each within its deadline, and a worker that failed is replaced.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
+
 use tokio::time::Instant;
 
 use super::{RunError, StartError, lines};
@@ -30,11 +32,23 @@ pub trait Worker: Sized + Send + 'static {
     ) -> impl Future<Output = Result<Bytes, RunError>> + Send;
 }
 
+/// How many workers, and how many activations may wait for one.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSize {
+    pub workers: usize,
+    pub max_waiting: usize,
+}
+
+/// Up to `workers` workers of one action, made on demand; activations beyond that wait
+/// in arrival order (tokio's semaphore is fair), up to `max_waiting` of them.
 pub struct Slot<W: Worker> {
     spec: W::Spec,
     max_result: usize,
-    // tokio's mutex is fair: waiting activations are served in arrival order.
-    worker: tokio::sync::Mutex<Option<W>>,
+    size: PoolSize,
+    permits: tokio::sync::Semaphore,
+    /// Workers not serving anyone right now.
+    idle: std::sync::Mutex<Vec<W>>,
+    waiting: AtomicUsize,
 }
 
 /// Runs `future` until `deadline` (if any); running out of time is `RunError::TimedOut`.
@@ -50,30 +64,63 @@ async fn within<T>(
     }
 }
 
+/// Counts an activation as waiting for as long as it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl<W: Worker> Slot<W> {
     /// Starts the first worker: failing here fails `/init`.
-    pub async fn start(spec: W::Spec, max_result: usize) -> Result<Self, StartError> {
+    pub async fn start(
+        spec: W::Spec,
+        max_result: usize,
+        size: PoolSize,
+    ) -> Result<Self, StartError> {
         let worker = W::start(&spec).await?;
         Ok(Slot {
             spec,
             max_result,
-            worker: tokio::sync::Mutex::new(Some(worker)),
+            size,
+            permits: tokio::sync::Semaphore::new(size.workers.max(1)),
+            idle: std::sync::Mutex::new(vec![worker]),
+            waiting: AtomicUsize::new(0),
         })
     }
 
+    fn take_idle(&self) -> Option<W> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
     pub async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
-        // Time spent queueing counts against the deadline too.
-        let mut slot = within(deadline, async { Ok(self.worker.lock().await) }).await?;
-        if slot.as_mut().is_some_and(|w| !w.is_alive()) {
-            *slot = None;
-        }
-        let worker = match slot.as_mut() {
+        // Only activations that find every worker busy count against the queue's bound.
+        let permit = match self.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.size.max_waiting {
+                    self.waiting.fetch_sub(1, Ordering::Relaxed);
+                    return Err(RunError::Busy(self.size.max_waiting));
+                }
+                let _waiting = Waiting(&self.waiting);
+                // Time spent queueing counts against the deadline too.
+                within(deadline, async {
+                    self.permits.acquire().await.map_err(|_| RunError::Busy(0))
+                })
+                .await?
+            }
+        };
+        // Owned by this activation until it ends: were it cancelled, the worker goes with it.
+        // A worker that died while idle is replaced before this activation.
+        let mut worker = match self.take_idle().and_then(|mut w| w.is_alive().then_some(w)) {
             Some(worker) => worker,
             None => {
-                let started = within(deadline, async {
+                within(deadline, async {
                     W::start(&self.spec).await.map_err(RunError::Restart)
-                });
-                slot.insert(started.await?)
+                })
+                .await?
             }
         };
         worker.discard_stray_output();
@@ -82,12 +129,16 @@ impl<W: Worker> Slot<W> {
         })
         .await;
         // A JSON answer that is not an object leaves the worker in step; any other failure
-        // may leave it mid-request or out of step: replace it (dropping it kills the child
-        // or the instance), and the next activation restarts it.
-        if matches!(result, Err(ref e) if !matches!(e, RunError::NotAnObject)) || !worker.is_alive()
-        {
-            *slot = None;
+        // may leave it mid-request or out of step: it is dropped (killing the child or the
+        // instance), and a later activation starts a fresh one.
+        let in_step = matches!(result, Ok(_) | Err(RunError::NotAnObject));
+        if in_step && worker.is_alive() {
+            self.idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(worker);
         }
+        drop(permit);
         result
     }
 }

@@ -8,5 +8,6 @@ mod examples;
 mod faults;
 mod lifecycle;
 mod local;
+mod pool;
 mod uploads;
 mod wasm;

@@ -407,6 +407,10 @@ impl Server {
         self.err.wait_for(what, 1);
     }
 
+    pub fn wait_stderr_count(&self, what: &str, count: usize) {
+        self.err.wait_for(what, count);
+    }
+
     pub fn wait_stdout(&self, what: &str) {
         self.out.wait_for(what, 1);
     }
