@@ -63,4 +63,12 @@ chmod +x "$out/hello-sh"
 for lang in rust c go sh; do
   zip_as_exec "$out/hello-$lang" "$out/hello-$lang.zip"
 done
+
+# Python: the launcher as `exec`, beside the action's main.py.
+tmp=$(mktemp -d)
+cp "$here/python/launcher.py" "$tmp/exec"
+cp "$here/python/main.py" "$tmp/"
+rm -f "$out/hello-python.zip"
+(cd "$tmp" && zip -q -X "$out/hello-python.zip" exec main.py)
+rm -rf "$tmp"
 echo "native examples are in $out" >&2

@@ -38,6 +38,39 @@ pub enum Command {
     Run(RunArgs),
     /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled).
     Compile(CompileArgs),
+    /// Compare the backends: the same hello through each, over real HTTP, in one table.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Measured activations per row (after the warm-up).
+    #[arg(long, default_value_t = 10_000)]
+    pub hits: usize,
+    /// Activations per row before measuring.
+    #[arg(long, default_value_t = 1_000)]
+    pub warmup: usize,
+    /// Keep-alive connections sending at once.
+    #[arg(long, short, default_value_t = 1)]
+    pub connections: usize,
+    /// Which rows, in order.
+    #[arg(long, value_delimiter = ',', default_value = "wasm,pipe,exec,floor")]
+    pub rows: Vec<crate::bench::Row>,
+    /// The WebAssembly hello (wasm-examples/build.sh makes it).
+    #[arg(long, default_value = "wasm-examples/out/hello-rust.wasm")]
+    pub wasm: PathBuf,
+    /// The native hello (native-examples/build.sh makes it).
+    #[arg(long, default_value = "native-examples/out/hello-rust")]
+    pub native: PathBuf,
+    /// The Python hello, a zip of the launcher and main.py (native-examples/build.sh).
+    #[arg(long, default_value = "native-examples/out/hello-python.zip")]
+    pub python: PathBuf,
+    /// Measure a running, initialized server's /run instead (e.g. http://127.0.0.1:8080/run).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Also write bench.csv and latency.svg into this folder.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -139,7 +172,7 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Compile every module afresh; keep nothing on disk.
-    #[arg(long, env = "WASMLOOP_NO_CACHE")]
+    #[arg(long, env = "WASMLOOP_NO_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_cache: bool,
     /// How many instances (wasm) or children (native) of the action run activations in
     /// parallel; each keeps its own state.
@@ -157,7 +190,7 @@ pub struct RuntimeArgs {
     pub shutdown_timeout: Duration,
     /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
     /// only for uploads you trust.
-    #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED")]
+    #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_precompiled: bool,
 }
 

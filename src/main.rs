@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use wasmloop::cli::{Cli, Command, CompileArgs, RunArgs, ServeArgs};
+use wasmloop::cli::{BenchArgs, Cli, Command, CompileArgs, RunArgs, ServeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -37,6 +37,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Serve(args)) => serve(args),
         Some(Command::Run(args)) => run_locally(args),
         Some(Command::Compile(args)) => compile(args),
+        Some(Command::Bench(args)) => bench(args),
         None => serve(cli.serve),
     }
 }
@@ -95,4 +96,25 @@ fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
     listener.set_nonblocking(true)?;
     tokio::net::TcpListener::from_std(listener)
         .with_context(|| format!("--listen-fd {fd} is not a listening TCP socket"))
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let options = wasmloop::bench::Options {
+        hits: args.hits,
+        warmup: args.warmup,
+        connections: args.connections,
+        rows: args.rows,
+        wasm: args.wasm,
+        native: args.native,
+        python: args.python,
+        url: args.url,
+        out: args.out,
+    };
+    let rows = async_runtime()?.block_on(wasmloop::bench::run(options))?;
+    print!("{}", wasmloop::bench::table(&rows));
+    let errors: usize = rows.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        anyhow::bail!("{errors} answers were wrong or not 200");
+    }
+    Ok(())
 }

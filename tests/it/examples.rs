@@ -106,3 +106,63 @@ fn the_markdown_action_renders_and_counts() {
     let reply = server.run(json!({"markdown": "x", "options": ["nope"]}));
     assert_eq!(reply.json()["error"], "unknown option \"nope\"");
 }
+
+#[test]
+fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
+    let out = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "wasm-examples/out/hello-rust.wasm",
+        "native-examples/out/hello-python.zip",
+    ] {
+        assert!(
+            root.join(file).is_file(),
+            "{file} is missing: run the examples' build.sh first"
+        );
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(root)
+        .args([
+            "bench",
+            "--hits",
+            "200",
+            "--warmup",
+            "20",
+            "--connections",
+            "2",
+        ])
+        .args(["--rows", "wasm,pipe,exec,python,floor", "--out"])
+        .arg(out.path())
+        .env("WASMLOOP_NO_CACHE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let header = stdout.lines().next().unwrap();
+    for column in [
+        "Label", "Hits", "Average", "Median", "90% Line", "95% Line", "99% Line", "Min", "Max",
+        "req/s",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    for row in ["wasm", "pipe", "exec", "python", "floor"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no {row} row"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[1], "200", "{line}");
+        assert_eq!(cells.last(), Some(&"0"), "errors in {line}");
+    }
+    let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 6, "{csv}");
+    let svg = std::fs::read_to_string(out.path().join("latency.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("python"),
+        "a plot with a legend"
+    );
+}

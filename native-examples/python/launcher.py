@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""An ActionLoop launcher for Python actions: imports main.py (next to this file) and
+serves its main(args) over the protocol of wasmloop's PROTOCOL.md 1.8: an ack on fd 3
+when asked, then one JSON request per line on stdin and one JSON result per line on fd 3.
+Logs (print) go to stdout/stderr. Given a JSON object as first argument, it runs once and
+prints the result. Standard library only."""
+import importlib.util
+import json
+import os
+import sys
+
+
+def load_main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("action", os.path.join(here, "main.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def dumps(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def serve(main):
+    results = os.fdopen(3, "w", encoding="utf-8")
+    if os.environ.get("__OW_WAIT_FOR_ACK"):
+        results.write('{"ok":true}\n')
+        results.flush()
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            for key, value in request.items():
+                if key != "value":
+                    text = value if isinstance(value, str) else dumps(value)
+                    os.environ["__OW_" + key.upper()] = text
+            result = main(request.get("value", {}))
+        except Exception as error:  # the action's failure is its answer, not ours
+            result = {"error": str(error)}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        results.write(dumps(result) + "\n")
+        results.flush()
+
+
+if __name__ == "__main__":
+    action = load_main()
+    if len(sys.argv) > 1:
+        print(dumps(action(json.loads(sys.argv[1]))))
+    else:
+        serve(action)

@@ -1,0 +1,446 @@
+//! `wasmloop bench`: the same hello action through each backend, over real HTTP keep-alive
+//! connections, in one table of latencies (the ActionLoop announcement's columns).
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+/// One way of serving the hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Row {
+    /// The WebAssembly hello in a persistent instance.
+    Wasm,
+    /// The native hello as a persistent child fed over pipes.
+    Pipe,
+    /// A fresh native process per activation, given the input as its first argument.
+    Exec,
+    /// The Python launcher with a hello `main.py`, as a persistent child.
+    Python,
+    /// A path with no action behind it: what HTTP alone costs.
+    Floor,
+}
+
+impl Row {
+    fn label(self) -> &'static str {
+        match self {
+            Row::Wasm => "wasm",
+            Row::Pipe => "pipe",
+            Row::Exec => "exec",
+            Row::Python => "python",
+            Row::Floor => "floor",
+        }
+    }
+}
+
+pub struct Options {
+    pub hits: usize,
+    pub warmup: usize,
+    pub connections: usize,
+    pub rows: Vec<Row>,
+    pub wasm: PathBuf,
+    pub native: PathBuf,
+    pub python: PathBuf,
+    pub url: Option<String>,
+    pub out: Option<PathBuf>,
+}
+
+/// Latencies of one row, in microseconds, sorted.
+pub struct Measured {
+    pub label: String,
+    pub micros: Vec<f64>,
+    pub elapsed: Duration,
+    pub errors: usize,
+}
+
+impl Measured {
+    fn percentile(&self, p: f64) -> f64 {
+        let i = ((p / 100.0) * (self.micros.len() - 1) as f64).round() as usize;
+        self.micros[i.min(self.micros.len() - 1)]
+    }
+
+    fn average(&self) -> f64 {
+        self.micros.iter().sum::<f64>() / self.micros.len() as f64
+    }
+
+    fn per_second(&self) -> f64 {
+        self.micros.len() as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// A `wasmloop serve` of our own, on a socket we bind and hand down, its output discarded.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(file: &Path) -> anyhow::Result<Served> {
+    let bytes = std::fs::read(file).with_context(|| {
+        format!(
+            "cannot read {} (build the examples first: see the README)",
+            file.display()
+        )
+    })?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let fd = listener.as_raw_fd();
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args(["serve", "--listen-fd", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: dup2 and fcntl are async-signal-safe; the copy on fd 3 stays open across exec.
+    unsafe {
+        command.pre_exec(move || {
+            let done = if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if done == -1 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        })
+    };
+    let served = Served {
+        child: command.spawn().context("cannot start wasmloop serve")?,
+        addr,
+    };
+    let code = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+    let init = serde_json::json!({ "value": { "code": code, "binary": true } }).to_string();
+    let answer = std::thread::spawn(move || blocking_post(addr, "/init", init.as_bytes()))
+        .join()
+        .map_err(|_| anyhow::anyhow!("the /init request failed"))??;
+    if answer != "{\"ok\":true}\n" {
+        bail!("cannot initialize {}: {answer}", file.display());
+    }
+    Ok(served)
+}
+
+/// One request on its own connection, for set-up steps.
+fn blocking_post(addr: SocketAddr, path: &str, body: &[u8]) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    stream.write_all(body)?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    Ok(raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default())
+}
+
+/// The `exec` row's server: a fresh process per activation, as the old Docker skeleton did.
+async fn serve_exec(native: PathBuf) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let native = Arc::new(native);
+    let app = axum::Router::new().fallback(move |body: Bytes| {
+        let native = native.clone();
+        async move {
+            let value = serde_json::from_slice::<Value>(&body)
+                .map(|v| v["value"].to_string())
+                .unwrap_or_default();
+            match tokio::process::Command::new(native.as_ref())
+                .arg(value)
+                .stderr(Stdio::null())
+                .output()
+                .await
+            {
+                Ok(output) => (axum::http::StatusCode::OK, output.stdout),
+                Err(e) => (
+                    axum::http::StatusCode::BAD_GATEWAY,
+                    e.to_string().into_bytes(),
+                ),
+            }
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(addr)
+}
+
+fn greeting(name: &str) -> String {
+    format!("{{\"message\":\"Hello, {name}!\"}}\n")
+}
+
+/// Sends `hits` requests over `connections` keep-alive connections; with `check`, each
+/// answer must greet the name that was sent.
+async fn drive(
+    addr: SocketAddr,
+    path: &'static str,
+    hits: usize,
+    connections: usize,
+    check: bool,
+    progress: &ProgressBar,
+) -> anyhow::Result<(Vec<f64>, Duration, usize)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (next, progress) = (next.clone(), progress.clone());
+        tasks.push(tokio::spawn(async move {
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(connection);
+            let (mut micros, mut errors) = (Vec::new(), 0);
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= hits {
+                    break;
+                }
+                let name = format!("bench{n}");
+                let body = format!("{{\"value\":{{\"name\":\"{name}\"}}}}");
+                let request = Request::post(path)
+                    .header("host", "bench")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(body)))?;
+                let sent = Instant::now();
+                let response = sender.send_request(request).await?;
+                let status = response.status();
+                let answer = response.into_body().collect().await?.to_bytes();
+                micros.push(sent.elapsed().as_secs_f64() * 1e6);
+                if !status.is_success() || (check && answer != greeting(&name).as_bytes()) {
+                    errors += 1;
+                }
+                progress.inc(1);
+            }
+            anyhow::Ok((micros, errors))
+        }));
+    }
+    let (mut all, mut errors) = (Vec::with_capacity(hits), 0);
+    for task in tasks {
+        let (micros, e) = task.await??;
+        all.extend(micros);
+        errors += e;
+    }
+    Ok((all, started.elapsed(), errors))
+}
+
+async fn measure(
+    label: &str,
+    addr: SocketAddr,
+    path: &'static str,
+    options: &Options,
+    check: bool,
+) -> anyhow::Result<Measured> {
+    let progress = ProgressBar::new((options.warmup + options.hits) as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} {per_sec}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    progress.set_prefix(label.to_owned());
+    drive(
+        addr,
+        path,
+        options.warmup,
+        options.connections,
+        check,
+        &progress,
+    )
+    .await?;
+    let (mut micros, elapsed, errors) = drive(
+        addr,
+        path,
+        options.hits,
+        options.connections,
+        check,
+        &progress,
+    )
+    .await?;
+    progress.finish_and_clear();
+    micros.sort_by(f64::total_cmp);
+    Ok(Measured {
+        label: label.to_owned(),
+        micros,
+        elapsed,
+        errors,
+    })
+}
+
+pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
+    if options.hits == 0 || options.connections == 0 {
+        bail!("--hits and --connections must be at least 1");
+    }
+    let mut rows = Vec::new();
+    if let Some(url) = &options.url {
+        let url: hyper::Uri = url.parse().context("--url is not a URL")?;
+        let host = url
+            .authority()
+            .context("--url needs a host and port")?
+            .as_str()
+            .to_owned();
+        let addr = tokio::net::lookup_host(&host)
+            .await?
+            .next()
+            .context("--url: no address")?;
+        let path: &'static str = Box::leak(url.path().to_owned().into_boxed_str());
+        rows.push(measure("url", addr, path, &options, false).await?);
+        return Ok(rows);
+    }
+    let mut wasm = None;
+    for row in &options.rows {
+        let measured = match row {
+            Row::Wasm | Row::Floor => {
+                if wasm.is_none() {
+                    wasm = Some(serve(&options.wasm)?);
+                }
+                let addr = wasm.as_ref().map(|s| s.addr).expect("just started");
+                let (path, check) = if *row == Row::Wasm {
+                    ("/run", true)
+                } else {
+                    ("/floor", false)
+                };
+                measure(row.label(), addr, path, &options, check).await?
+            }
+            Row::Pipe | Row::Python => {
+                let file = if *row == Row::Pipe {
+                    &options.native
+                } else {
+                    &options.python
+                };
+                let served = serve(file)?;
+                measure(row.label(), served.addr, "/run", &options, true).await?
+            }
+            Row::Exec => {
+                let addr = serve_exec(options.native.clone()).await?;
+                measure(row.label(), addr, "/run", &options, true).await?
+            }
+        };
+        rows.push(measured);
+    }
+    if let Some(dir) = &options.out {
+        write_outputs(dir, &rows)?;
+    }
+    Ok(rows)
+}
+
+const COLUMNS: [&str; 11] = [
+    "Label", "Hits", "Average", "Median", "90% Line", "95% Line", "99% Line", "Min", "Max",
+    "req/s", "Errors",
+];
+
+fn cells(m: &Measured) -> [String; 11] {
+    let us = |v: f64| format!("{v:.0}");
+    [
+        m.label.clone(),
+        m.micros.len().to_string(),
+        us(m.average()),
+        us(m.percentile(50.0)),
+        us(m.percentile(90.0)),
+        us(m.percentile(95.0)),
+        us(m.percentile(99.0)),
+        us(m.micros[0]),
+        us(m.micros[m.micros.len() - 1]),
+        format!("{:.0}", m.per_second()),
+        m.errors.to_string(),
+    ]
+}
+
+/// The table, latencies in microseconds.
+pub fn table(rows: &[Measured]) -> String {
+    let mut out = format!("{:<8}", COLUMNS[0]);
+    for column in &COLUMNS[1..] {
+        out.push_str(&format!(" {column:>9}"));
+    }
+    out.push('\n');
+    for row in rows {
+        let cells = cells(row);
+        out.push_str(&format!("{:<8}", cells[0]));
+        for cell in &cells[1..] {
+            out.push_str(&format!(" {cell:>9}"));
+        }
+        out.push('\n');
+    }
+    out.push_str("(latencies in µs)\n");
+    out
+}
+
+fn write_outputs(dir: &Path, rows: &[Measured]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut csv = COLUMNS.join(",") + "\n";
+    for row in rows {
+        csv.push_str(&cells(row).join(","));
+        csv.push('\n');
+    }
+    std::fs::write(dir.join("bench.csv"), csv)?;
+    plot(&dir.join("latency.svg"), rows)
+}
+
+/// Latency against percentile, one line per row, on a log scale.
+fn plot(path: &Path, rows: &[Measured]) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let max = rows
+        .iter()
+        .map(|r| r.micros[r.micros.len() - 1])
+        .fold(1.0, f64::max);
+    let min = rows
+        .iter()
+        .map(|r| r.micros[0])
+        .fold(f64::MAX, f64::min)
+        .max(1.0);
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("wasmloop bench: latency by percentile", ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..100f64, (min..max * 1.2).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (µs)")
+        .draw()?;
+    for (i, row) in rows.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points = (0..=1000).map(|k| {
+            let p = k as f64 / 10.0;
+            (p, row.percentile(p))
+        });
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+            .label(row.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
