@@ -255,7 +255,9 @@ fn exit_reason(result: Result<wasmtime::Result<()>, JoinError>) -> String {
             } else if let Some(trap) = e.downcast_ref::<Trap>() {
                 trap.to_string()
             } else {
-                format!("{e}")
+                // The top level is "error while executing at wasm backtrace: ..." with the
+                // whole backtrace; the cause says what happened.
+                e.root_cause().to_string()
             }
         }
         Err(e) => format!("the guest's task failed: {e}"),
