@@ -95,6 +95,13 @@ impl WasmEngine {
         let module = Module::new(&self.engine, bytes)
             .map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
         tracing::debug!(bytes = bytes.len(), "module compiled");
+        // Compiling in parallel leaves freed memory in many malloc arenas; hand it back, or
+        // a long-lived runtime keeps the peak of one compile as its resident size.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free memory to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         if let Some(path) = cached {
             store_in_cache(&module, &path);
         }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Measures, in one run on this machine (release build), the figures issue-level targets
+# are stated in: /init times (wasm cold, wasm from the compile cache, native), a 1 MiB echo,
+# resident memory after /init and per extra pooled instance, and how a CPU-bound wasm
+# action scales from --concurrency 1 to 2. Usage: scripts/perf-targets.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+native-examples/build.sh 2>/dev/null
+wasm-examples/build.sh 2>/dev/null
+cargo build --release --locked --quiet
+guests="${CARGO_TARGET_DIR:-target}/perf-guests"
+cargo build --quiet --locked --release --target wasm32-wasip1 --manifest-path tests/guest/Cargo.toml --target-dir "$guests"
+bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
+port=${PORT:-18390}
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"; kill $(jobs -p) 2>/dev/null || true' EXIT
+
+start() { # FLAGS...: a fresh server; sets $server
+  "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.02; done
+}
+stop() { kill "$server"; wait "$server" 2>/dev/null || true; }
+init_ms() { # FILE: prints how long /init took, in ms
+  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$1")" >"$cache/init.json"
+  curl -sS -o /dev/null -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$cache/init.json" |
+    awk '{printf "%.1f", $1 * 1000}'
+}
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
+
+start --cache-dir "$cache/c"; echo "wasm hello /init, cold compile: $(init_ms wasm-examples/out/hello-rust.wasm) ms"
+echo "RSS after /init of the wasm hello: $(rss_kib) KiB"; stop
+start --cache-dir "$cache/c"; echo "wasm hello /init, from the compile cache: $(init_ms wasm-examples/out/hello-rust.wasm) ms"; stop
+start; echo "native hello /init: $(init_ms native-examples/out/hello-rust) ms"; stop
+
+start --cache-dir "$cache/c"; init_ms "$guests/wasm32-wasip1/release/echo.wasm" >/dev/null
+python3 -c 'import json; print(json.dumps({"value": {"s": "x" * 1048576}}))' >"$cache/mib.json"
+curl -sS -o /dev/null -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null
+best=$(for _ in 1 2 3 4 5; do curl -sS -o /dev/null -w '%{time_total}\n' -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null; done | sort -n | head -1)
+echo "1 MiB echo through HTTP (wasm, best of 5): $(awk -v t="$best" 'BEGIN {printf "%.2f", t * 1000}') ms"; stop
+
+start --cache-dir "$cache/c" --concurrency 8; init_ms wasm-examples/out/hello-rust.wasm >/dev/null
+one=$(rss_kib)
+wrk -t8 -c8 -d2s "http://127.0.0.1:$port/run" -s scripts/wrk-check.lua >/dev/null
+eight=$(rss_kib)
+echo "RSS with 1 wasm instance: $one KiB; with 8 (after 8 connections): $eight KiB; per extra instance: $(( (eight - one) / 7 )) KiB"; stop
+
+cat >"$cache/spin.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"value":{"spin_ms":20}}'
+LUA
+for c in 1 2; do
+  start --cache-dir "$cache/c" --concurrency "$c"; init_ms "$guests/wasm32-wasip1/release/slow.wasm" >/dev/null
+  rps=$(wrk -t2 -c4 -d6s -s "$cache/spin.lua" "http://127.0.0.1:$port/run" | awk '/Requests\/sec/ {print $2}')
+  echo "CPU-bound wasm action (20 ms of work), --concurrency $c: $rps req/s"
+  stop
+done
