@@ -16,3 +16,4 @@ for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/m
 done
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
+scripts/check-dockerfile.sh

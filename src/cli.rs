@@ -1,5 +1,6 @@
 //! The command line: every setting as a flag with an environment twin, turned into a `Config`.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +26,9 @@ pub struct Cli {
     /// Print the runtime's own diagnostics on stderr (RUST_LOG gives finer control).
     #[arg(short, long, global = true)]
     pub verbose: bool,
+    /// Diagnostics on stderr, and /init allowed more than once (the reference's `-debug`).
+    #[arg(long, global = true, env = "OW_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
+    pub debug: bool,
     /// Which diagnostics to print, as a tracing filter (e.g. `wasmloop=trace`).
     #[arg(long, global = true, env = "RUST_LOG", hide_env_values = true)]
     pub log_filter: Option<String>,
@@ -40,6 +44,21 @@ pub enum Command {
     Compile(CompileArgs),
     /// Compare the backends: the same hello through each, over real HTTP, in one table.
     Bench(BenchArgs),
+    /// The reference proxy's `-compile MAIN`: read an upload on stdin, unpack and compile it
+    /// as /init would (with OW_COMPILER), write a zip of the result on stdout.
+    #[command(hide = true)]
+    OwCompile(OwCompileArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OwCompileArgs {
+    /// The action's entry point name, passed to the compiler.
+    pub main: String,
+    /// The action's environment, as a JSON object (the reference's `-env`).
+    #[arg(long)]
+    pub env_json: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -194,6 +213,32 @@ pub struct RuntimeArgs {
     pub allow_precompiled: bool,
 }
 
+/// Rewrites the reference proxy's single-dash flags (`-version`, `-debug`, `-compile MAIN`,
+/// `-env JSON`) into ours, so that wasmloop can stand in for its binary in existing images.
+pub fn from_reference_flags(args: Vec<OsString>) -> Vec<OsString> {
+    let position = |flag: &str| args.iter().position(|a| a == flag);
+    let value_after = |flag: &str| position(flag).and_then(|i| args.get(i + 1)).cloned();
+    let mut out: Vec<OsString> = args.iter().take(1).cloned().collect();
+    if let Some(main) = value_after("-compile") {
+        out.push("ow-compile".into());
+        out.push(main);
+        if let Some(env) = value_after("-env") {
+            out.push("--env-json".into());
+            out.push(env);
+        }
+        if position("-debug").is_some() {
+            out.push("--debug".into());
+        }
+        return out;
+    }
+    out.extend(args.iter().skip(1).map(|arg| match arg.to_str() {
+        Some("-version") => "--version".into(),
+        Some("-debug") => "--debug".into(),
+        _ => arg.clone(),
+    }));
+    out
+}
+
 /// OpenWhisk treats an empty variable as an unset one.
 fn non_empty(value: &Option<String>) -> Option<String> {
     value.clone().filter(|v| !v.is_empty())
@@ -241,4 +286,30 @@ fn inherited_ow_env() -> Vec<(String, String)> {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| k.starts_with("__OW_"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(args: &[&str]) -> Vec<String> {
+        from_reference_flags(args.iter().map(OsString::from).collect())
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn the_reference_proxys_flags_become_ours() {
+        assert_eq!(rewrite(&["w", "-version"]), ["w", "--version"]);
+        assert_eq!(rewrite(&["w", "-debug"]), ["w", "--debug"]);
+        assert_eq!(
+            rewrite(&["w", "-debug", "-compile", "niam", "-env", "{}"]),
+            ["w", "ow-compile", "niam", "--env-json", "{}", "--debug"]
+        );
+        assert_eq!(
+            rewrite(&["w", "serve", "--listen", "0.0.0.0:1"]),
+            ["w", "serve", "--listen", "0.0.0.0:1"]
+        );
+    }
 }

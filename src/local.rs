@@ -80,3 +80,50 @@ pub async fn run(
     runtime.shutdown();
     Ok(())
 }
+
+/// The reference proxy's `-compile MAIN`: `bytes` go through the same unpack and compile
+/// steps as an `/init` upload, and the resulting `bin/` folder comes back as a zip.
+pub async fn compile_to_zip(
+    bytes: Vec<u8>,
+    main: &str,
+    env_json: Option<&str>,
+    config: &Config,
+) -> anyhow::Result<Vec<u8>> {
+    let env: Map<String, Value> = match env_json {
+        Some(text) => serde_json::from_str(text).context("-env is not a JSON object")?,
+        None => Map::new(),
+    };
+    let env = crate::executor::action_env(config, crate::protocol::env_pairs(&env));
+    let upload = crate::action::Upload { bytes, main };
+    let prepared = crate::action::prepare_as_configured(upload, &env, config).await?;
+    zip_folder(&prepared.bin_dir)
+}
+
+/// A zip of everything under `dir`, modes and links kept.
+fn zip_folder(dir: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let mut pending = vec![dir.to_owned()];
+    while let Some(folder) = pending.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&folder)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let name = path.strip_prefix(dir)?.to_string_lossy().into_owned();
+            let meta = std::fs::symlink_metadata(&path)?;
+            let options = zip::write::SimpleFileOptions::default()
+                .unix_permissions(meta.permissions().mode() & 0o777);
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path)?;
+                zip.add_symlink(name, target.to_string_lossy(), options)?;
+            } else if meta.is_dir() {
+                zip.add_directory(name, options)?;
+                pending.push(path);
+            } else {
+                zip.start_file(name, options)?;
+                std::io::copy(&mut std::fs::File::open(&path)?, &mut zip)?;
+            }
+        }
+    }
+    Ok(zip.finish()?.into_inner())
+}

@@ -4,10 +4,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use wasmloop::cli::{BenchArgs, Cli, Command, CompileArgs, RunArgs, ServeArgs};
+use wasmloop::cli::{BenchArgs, Cli, Command, CompileArgs, OwCompileArgs, RunArgs, ServeArgs};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(wasmloop::cli::from_reference_flags(
+        std::env::args_os().collect(),
+    ));
     init_tracing(&cli);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -21,7 +23,7 @@ fn main() -> ExitCode {
 /// The runtime's own diagnostics appear only when asked for: the platform reads our
 /// stdout and stderr as the action's logs.
 fn init_tracing(cli: &Cli) {
-    let filter = match (&cli.log_filter, cli.verbose) {
+    let filter = match (&cli.log_filter, cli.verbose || cli.debug) {
         (Some(filter), _) => filter.clone(),
         (None, true) => "wasmloop=debug".to_owned(),
         (None, false) => return,
@@ -33,12 +35,14 @@ fn init_tracing(cli: &Cli) {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let debug = cli.debug;
     match cli.command {
-        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Serve(args)) => serve(args, debug),
+        Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::Run(args)) => run_locally(args),
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Bench(args)) => bench(args),
-        None => serve(cli.serve),
+        None => serve(cli.serve, debug),
     }
 }
 
@@ -49,8 +53,10 @@ fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = args.runtime.to_config();
+fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
+    let mut config = args.runtime.to_config();
+    // The reference's -debug also allows more than one /init.
+    config.allow_reinit = debug;
     async_runtime()?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
@@ -117,4 +123,22 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("{errors} answers were wrong or not 200");
     }
     Ok(())
+}
+
+fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .context("cannot read the upload on stdin")?;
+    let config = args.runtime.to_config();
+    let zip = async_runtime()?.block_on(wasmloop::local::compile_to_zip(
+        input,
+        &args.main,
+        args.env_json.as_deref(),
+        &config,
+    ))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&zip)?;
+    stdout.flush().context("cannot write the zip on stdout")
 }

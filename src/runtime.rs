@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::action::{self, Compiler, Limits, Prepared, Upload};
+use crate::action::{self, Prepared, Upload};
 use crate::config::Config;
 use crate::error::Error;
 use crate::executor::{self, AnyExecutor, Executor, RunError, StartSpec};
@@ -82,20 +82,11 @@ impl Runtime {
         drop(code);
 
         let config = &self.config;
-        let compiler = config.compiler.as_deref().map(|program| Compiler {
-            program,
-            env: &env,
-            path: config.path_env.as_deref(),
-            timeout: config.compile_timeout,
-        });
-        let limits = Limits {
-            max_entries: config.max_archive_entries,
-            max_bytes: config.max_unpacked_bytes,
-        };
         let upload = Upload { bytes, main: &main };
-        let prepared = action::prepare(upload, &config.action_dir, limits, compiler.as_ref())
+        let prepared = action::prepare_as_configured(upload, &env, config)
             .await
             .map_err(|e| self.init_failure(Error::Prepare(e)))?;
+        tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
         let spec = StartSpec::new(config, env, main);
         let executor = executor::start(&prepared, spec, config)
             .await

@@ -29,6 +29,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let grace = config.shutdown_timeout;
+    tracing::debug!(address = ?listener.local_addr().ok(), "listening");
     // Made now, off the async workers, so that the first wasm /init does not pay for it.
     let memory_cap = config.max_memory_bytes;
     tokio::task::spawn_blocking(move || crate::executor::wasm::engine(memory_cap));

@@ -61,6 +61,26 @@ fn folder_error(path: &Path) -> impl FnOnce(std::io::Error) -> PrepareError + '_
     }
 }
 
+/// `prepare` with the caps, compiler hook and folder the configuration names; `env` is the
+/// action's environment, which the compiler gets too.
+pub async fn prepare_as_configured(
+    upload: Upload<'_>,
+    env: &[(String, String)],
+    config: &crate::config::Config,
+) -> Result<Prepared, PrepareError> {
+    let compiler = config.compiler.as_deref().map(|program| Compiler {
+        program,
+        env,
+        path: config.path_env.as_deref(),
+        timeout: config.compile_timeout,
+    });
+    let limits = Limits {
+        max_entries: config.max_archive_entries,
+        max_bytes: config.max_unpacked_bytes,
+    };
+    prepare(upload, &config.action_dir, limits, compiler.as_ref()).await
+}
+
 /// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`.
 pub async fn prepare(
     upload: Upload<'_>,

@@ -4,6 +4,7 @@
 mod support;
 
 mod contract;
+mod dropin;
 mod examples;
 mod faults;
 mod lifecycle;
