@@ -15,5 +15,5 @@ for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/m
   cargo fmt --check --manifest-path "$crate/Cargo.toml"
 done
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked
 scripts/check-dockerfile.sh
+cargo test --locked

@@ -110,21 +110,8 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: dup2 and fcntl are async-signal-safe; the copy on fd 3 stays open across exec.
-    unsafe {
-        command.pre_exec(move || {
-            let done = if fd == 3 {
-                libc::fcntl(3, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(fd, 3)
-            };
-            if done == -1 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        })
-    };
+    // SAFETY: the closure only makes async-signal-safe calls.
+    unsafe { command.pre_exec(move || crate::executor::native::install_as_fd3(fd)) };
     let served = Served {
         child: command.spawn().context("cannot start wasmloop serve")?,
         addr,

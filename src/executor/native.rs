@@ -76,8 +76,9 @@ fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// In the forked child, before exec: make `fd` the child's fd 3, open across exec.
-fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
+/// In the forked child, before exec: make `fd` the child's fd 3, open across exec. (Also
+/// how `wasmloop bench` and the tests hand a listening socket to `serve --listen-fd 3`.)
+pub fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
         if fd == 3 {

@@ -312,22 +312,8 @@ impl ServerBuilder {
         let action_dir = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
         let fd = listener.as_raw_fd();
-        // SAFETY: dup2 and fcntl are async-signal-safe. dup2 clears close-on-exec on the
-        // copy, except when the socket already is fd 3: then clear it by hand.
-        unsafe {
-            command.pre_exec(move || {
-                let done = if fd == 3 {
-                    libc::fcntl(3, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(fd, 3)
-                };
-                if done == -1 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(())
-                }
-            })
-        };
+        // SAFETY: the closure only makes async-signal-safe calls.
+        unsafe { command.pre_exec(move || wasmloop::executor::native::install_as_fd3(fd)) };
         command
             .arg("serve")
             .arg("--listen-fd")
