@@ -2,7 +2,7 @@
 //! and module loading through the on-disk compile cache.
 
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,7 +103,9 @@ impl WasmEngine {
             libc::malloc_trim(0);
         }
         if let Some(path) = cached {
-            store_in_cache(&module, &path);
+            // Serializing and writing take a few milliseconds the /init need not wait for.
+            let module = module.clone();
+            std::thread::spawn(move || store_in_cache(&module, &path));
         }
         Ok(module)
     }
@@ -114,12 +116,6 @@ impl WasmEngine {
         // wasmtime still checks that they were made by a compatible engine.
         unsafe { Module::deserialize_file(&self.engine, path) }
             .map_err(|e| format!("cannot load the precompiled module: {e:#}"))
-    }
-
-    pub fn precompile(&self, bytes: &[u8]) -> Result<Vec<u8>, String> {
-        self.engine
-            .precompile_module(bytes)
-            .map_err(|e| format!("invalid WebAssembly module: {e:#}"))
     }
 
     /// The wasm's hash and the engine's compatibility hash: a cache entry is only ever
@@ -136,7 +132,7 @@ impl WasmEngine {
 }
 
 /// Best effort: a cache that cannot be written only costs the next `/init` a compile.
-fn store_in_cache(module: &Module, path: &PathBuf) {
+fn store_in_cache(module: &Module, path: &Path) {
     let write = || -> std::io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;

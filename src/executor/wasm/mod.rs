@@ -97,7 +97,10 @@ pub fn precompile(bytes: &[u8], memory_cap: usize) -> Result<Vec<u8>, String> {
     let engine = WasmEngine::new(memory_cap).map_err(|e| format!("{e:#}"))?;
     let module = engine.load(bytes, None)?;
     check_command(&module)?;
-    engine.precompile(bytes)
+    // A serialized module is what precompiling produces: no need to compile twice.
+    module
+        .serialize()
+        .map_err(|e| format!("cannot serialize the module: {e:#}"))
 }
 
 impl Worker for Instance {
