@@ -150,8 +150,19 @@ fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
         .init(&Backend::Wasm.init_guest("echo"))
         .assert(200, OK);
     first.wait_stderr("module compiled");
-    let entries: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
-    assert_eq!(entries.len(), 1, "one compiled module in the cache");
+    // The cache is written after /init has answered: wait for it (bounded).
+    let cached = || -> Vec<_> {
+        std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while cached().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(cached().len(), 1, "one compiled module in the cache");
 
     let second = Server::builder()
         .arg("-v")
