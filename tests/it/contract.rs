@@ -152,7 +152,7 @@ both_backends! {
         for body in [&b"{\"value\":"[..], b"[1,2]", b"\"text\""] {
             let reply = server.post("/run", body);
             assert_eq!(reply.status, 400, "{}", reply.text());
-            let error = reply.json()["error"].as_str().unwrap().to_owned();
+            let error = reply.error();
             assert!(error.starts_with("Error unmarshaling request: "), "{error}");
         }
         server.run(json!({"ok": 1})).assert(200, "{\"ok\":1}\n");
@@ -222,7 +222,7 @@ fn an_init_body_that_is_not_json_of_the_right_shape_is_a_400() {
     ] {
         let reply = server.post("/init", body);
         assert_eq!(reply.status, 400, "{}", reply.text());
-        let error = reply.json()["error"].as_str().unwrap().to_owned();
+        let error = reply.error();
         assert!(error.starts_with("Error unmarshaling request: "), "{error}");
     }
     server
@@ -235,7 +235,7 @@ fn bad_base64_is_a_400() {
     let server = Server::start();
     let reply = server.init(&json!({"value": {"code": "%%% not base64", "binary": true}}));
     assert_eq!(reply.status, 400);
-    let error = reply.json()["error"].as_str().unwrap().to_owned();
+    let error = reply.error();
     assert!(error.starts_with("cannot decode the request: "), "{error}");
 }
 
@@ -263,23 +263,13 @@ fn bodies_over_the_caps_are_413_and_the_server_keeps_serving() {
         .start();
     let reply = server.post("/init", &vec![b' '; 300_000]);
     assert_eq!(reply.status, 413);
-    assert!(
-        reply.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("--max-init-bytes")
-    );
+    assert!(reply.error().contains("--max-init-bytes"));
     // The test actions are larger than this init cap; a script is not.
     let script = "#!/bin/sh\nwhile read -r l; do echo '{\"ok\":1}' >&3; done\n";
     server.init(&init_text(script)).assert(200, OK);
     let reply = server.run(json!({"big": "x".repeat(2000)}));
     assert_eq!(reply.status, 413);
-    assert!(
-        reply.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("--max-run-bytes")
-    );
+    assert!(reply.error().contains("--max-run-bytes"));
     server.run(json!({"small": 1})).assert(200, "{\"ok\":1}\n");
 }
 

@@ -49,8 +49,7 @@ fn dash_debug_allows_a_second_init_and_speaks_on_stderr() {
 }
 
 fn compiler() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/compiler.sh")
+    crate::support::fixture("compiler.sh")
         .to_string_lossy()
         .into_owned()
 }

@@ -1,6 +1,5 @@
 //! Misbehaving actions and hostile input: deadlines, output hazards, crashes, shutdown.
 
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -9,13 +8,6 @@ use crate::support::{Backend, Reply, SENTINEL, Server, init_text, read};
 
 /// Generous bounds for a loaded 2-core machine: what matters is that nothing hangs.
 const PROMPTLY: Duration = Duration::from_secs(10);
-
-fn error_of(reply: &Reply) -> String {
-    reply.json()["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
 
 fn epoch_ms_in(delay: Duration) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
@@ -57,7 +49,7 @@ both_backends! {
         let deadline = epoch_ms_in(Duration::from_millis(400));
         let (reply, took) = run_with_deadline(&server, json!({"sleep_ms": 600_000}), &deadline);
         assert_eq!(reply.status, 504, "{}", reply.text());
-        assert!(error_of(&reply).contains("its deadline"), "{}", reply.text());
+        assert!(reply.error().contains("its deadline"), "{}", reply.text());
         assert!(took < PROMPTLY, "took {took:?}");
         server.wait_sentinels(1);
         server.run(json!({"after": 1})).assert(200, "{\"after\":1}\n");
@@ -91,7 +83,7 @@ both_backends! {
         server.init(&backend.init_guest("echo")).assert(200, "{\"ok\":true}\n");
         let reply = server.run(json!({"big": "x".repeat(2000)}));
         assert_eq!(reply.status, 502);
-        assert!(error_of(&reply).contains("--max-result-bytes"), "{}", reply.text());
+        assert!(reply.error().contains("--max-result-bytes"), "{}", reply.text());
         server.run(json!({"small": 1})).assert(200, "{\"small\":1}\n");
     }
 
@@ -175,10 +167,7 @@ fn sigterm_gives_up_on_an_activation_that_outlives_the_grace_period() {
 fn a_deadline_takes_down_what_a_native_action_spawned() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("grandchild.pid");
-    let script = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spawns_and_hangs.sh"),
-    )
-    .unwrap();
+    let script = std::fs::read_to_string(crate::support::fixture("spawns_and_hangs.sh")).unwrap();
     let server = Server::start();
     let mut body = init_text(&script);
     body["value"]["env"] = json!({"MARKER": marker});

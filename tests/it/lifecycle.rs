@@ -1,7 +1,5 @@
 //! Starting and restarting actions: the ack, exec.env, init errors, crashes, for both backends.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use crate::support::{Backend, Reply, Server, init_text, read, split_sentinels, zip_of};
@@ -9,20 +7,13 @@ use crate::support::{Backend, Reply, Server, init_text, read, split_sentinels, z
 const OK: &str = "{\"ok\":true}\n";
 
 fn fixture(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    String::from_utf8(read(&path)).unwrap()
+    String::from_utf8(read(&crate::support::fixture(name))).unwrap()
 }
 
 fn init_with_ack(backend: Backend, name: &str) -> (Server, Reply) {
     let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
     let reply = server.init(&backend.init_guest(name));
     (server, reply)
-}
-
-fn error_of(reply: &Reply) -> String {
-    reply.json()["error"].as_str().unwrap().to_owned()
 }
 
 both_backends! {
@@ -37,7 +28,7 @@ both_backends! {
     fn an_ack_that_is_not_json_fails_init_with_the_parser_message(backend: Backend) {
         let (_server, reply) = init_with_ack(backend, "ack_not_json");
         assert_eq!(reply.status, 502);
-        let error = error_of(&reply);
+        let error = reply.error();
         assert!(error.starts_with("cannot start action: expected value"), "{error}");
     }
 
@@ -64,7 +55,7 @@ both_backends! {
             Server::builder().env("OW_WAIT_FOR_ACK", "1").arg("--ack-timeout").arg("300ms").start();
         let reply = server.init(&backend.init_guest("never_acks"));
         assert_eq!(reply.status, 502);
-        let error = error_of(&reply);
+        let error = reply.error();
         assert!(error.contains("did not acknowledge its start within 300ms"), "{error}");
     }
 
@@ -77,7 +68,7 @@ both_backends! {
             Backend::Native => "cannot start action: command exited",
             Backend::Wasm => "cannot start action: command exited: exit status: 1",
         };
-        assert_eq!(error_of(&reply), expected);
+        assert_eq!(reply.error(), expected);
         server.wait_stderr("exits_at_start: giving up");
     }
 
@@ -125,7 +116,7 @@ both_backends! {
             Backend::Native => "command exited: signal: 6",
             Backend::Wasm => "command exited: wasm trap: wasm `unreachable` instruction executed",
         };
-        assert!(error_of(&reply).starts_with(expected), "{}", reply.text());
+        assert!(reply.error().starts_with(expected), "{}", reply.text());
         server.run(json!({"after": "abort"})).assert(200, "{\"after\":\"abort\"}\n");
         server.wait_sentinels(4);
     }
@@ -180,5 +171,9 @@ fn a_native_script_that_never_acks_times_out() {
         .start();
     let reply = server.init(&init_text(&fixture("never_acks.sh")));
     assert_eq!(reply.status, 502);
-    assert!(error_of(&reply).contains("did not acknowledge its start within 300ms"));
+    assert!(
+        reply
+            .error()
+            .contains("did not acknowledge its start within 300ms")
+    );
 }

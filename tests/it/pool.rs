@@ -71,7 +71,7 @@ fn a_full_queue_answers_503() {
             .map(|r| r.join().unwrap())
             .map(|reply| {
                 if reply.status == 503 {
-                    let error = reply.json()["error"].as_str().unwrap().to_owned();
+                    let error = reply.error();
                     assert!(error.contains("--max-queue"), "{error}");
                 }
                 reply.status

@@ -103,6 +103,13 @@ fn built_guests(target: Option<&'static str>) -> PathBuf {
     .clone()
 }
 
+/// A file of tests/fixtures.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
 pub fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
@@ -152,6 +159,14 @@ impl Reply {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+
+    /// The `error` text of a JSON error body (panics when there is none).
+    pub fn error(&self) -> String {
+        match &self.json()["error"] {
+            Value::String(text) => text.clone(),
+            _ => panic!("no error in the body: {}", self.text()),
+        }
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {

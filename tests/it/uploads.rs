@@ -9,10 +9,6 @@ use crate::support::{Backend, Server, init_binary, init_text, read, zip_of};
 
 const OK: &str = "{\"ok\":true}\n";
 
-fn error_of(reply: &crate::support::Reply) -> String {
-    reply.json()["error"].as_str().unwrap().to_owned()
-}
-
 fn tar_gz_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut tar = tar::Builder::new(gz);
@@ -65,7 +61,7 @@ fn a_corrupt_zip_is_a_502_not_a_dropped_connection() {
     let reply = server.init(&init_binary(&zip));
     assert_eq!(reply.status, 502);
     assert!(
-        error_of(&reply).starts_with("cannot read zip archive"),
+        reply.error().starts_with("cannot read zip archive"),
         "{}",
         reply.text()
     );
@@ -97,7 +93,7 @@ fn archive_entries_outside_the_folder_are_refused() {
         let reply = server.init(&init_binary(&archive));
         assert_eq!(reply.status, 502, "{}", reply.text());
         assert!(
-            error_of(&reply).contains("outside the action folder"),
+            reply.error().contains("outside the action folder"),
             "{}",
             reply.text()
         );
@@ -141,7 +137,7 @@ fn archives_over_the_caps_are_refused() {
         let reply = server.init(&init_binary(&archive));
         assert_eq!(reply.status, 502);
         assert!(
-            error_of(&reply).contains("more than 3 entries"),
+            reply.error().contains("more than 3 entries"),
             "{}",
             reply.text()
         );
@@ -159,7 +155,7 @@ fn archives_over_the_caps_are_refused() {
     let reply = server.init(&init_binary(&bomb));
     assert_eq!(reply.status, 502);
     assert!(
-        error_of(&reply).contains("more bytes than allowed"),
+        reply.error().contains("more bytes than allowed"),
         "{}",
         reply.text()
     );
@@ -179,7 +175,7 @@ fn each_action_gets_a_fresh_folder() {
 }
 
 fn with_compiler() -> Server {
-    let compiler = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/compiler.sh");
+    let compiler = crate::support::fixture("compiler.sh");
     Server::builder()
         .env("OW_COMPILER", compiler.to_str().unwrap())
         .start()

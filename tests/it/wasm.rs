@@ -5,16 +5,12 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{Backend, Reply, Server, init_binary, read, zip_of};
+use crate::support::{Backend, Server, init_binary, read, zip_of};
 
 const OK: &str = "{\"ok\":true}\n";
 
 fn wasm(name: &str) -> Vec<u8> {
     read(&Backend::Wasm.guest(name))
-}
-
-fn error_of(reply: &Reply) -> String {
-    reply.json()["error"].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -70,7 +66,7 @@ fn growing_past_the_memory_cap_fails_the_activation_not_the_server() {
         .assert(200, "{\"allocated_mib\":16}\n");
     let reply = server.run(json!({"mib": 100}));
     assert_eq!(reply.status, 400, "{}", reply.text());
-    let error = error_of(&reply);
+    let error = reply.error();
     assert!(
         error.starts_with("command exited: ") && error.contains("memory"),
         "{error}"
@@ -88,7 +84,9 @@ fn a_module_that_does_not_validate_is_a_502() {
     let reply = server.init(&init_binary(b"\0asm\x01\0\0\0 definitely not sections"));
     assert_eq!(reply.status, 502);
     assert!(
-        error_of(&reply).starts_with("cannot start action: invalid WebAssembly module"),
+        reply
+            .error()
+            .starts_with("cannot start action: invalid WebAssembly module"),
         "{}",
         reply.text()
     );
@@ -105,7 +103,7 @@ fn a_module_without_start_or_with_unknown_imports_is_a_502() {
     let reply = server.init(&init_binary(&no_start));
     assert_eq!(reply.status, 502);
     assert!(
-        error_of(&reply).contains("exports no `_start`"),
+        reply.error().contains("exports no `_start`"),
         "{}",
         reply.text()
     );
@@ -117,7 +115,7 @@ fn a_module_without_start_or_with_unknown_imports_is_a_502() {
     let reply = server.init(&init_binary(&unknown));
     assert_eq!(reply.status, 502);
     assert!(
-        error_of(&reply).contains("cannot link the module"),
+        reply.error().contains("cannot link the module"),
         "{}",
         reply.text()
     );
@@ -132,7 +130,7 @@ fn returning_from_start_is_an_exit() {
     let reply = server.init(&init_binary(&returns));
     assert_eq!(reply.status, 502);
     assert_eq!(
-        error_of(&reply),
+        reply.error(),
         "cannot start action: command exited: the guest returned from _start"
     );
 }
@@ -196,7 +194,7 @@ fn precompiled_modules_need_the_operators_consent() {
     let reply = server.init(&init_binary(&read(&cwasm)));
     assert_eq!(reply.status, 502);
     assert!(
-        error_of(&reply).contains("--allow-precompiled"),
+        reply.error().contains("--allow-precompiled"),
         "{}",
         reply.text()
     );
