@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+. scripts/lib.sh
+need_wrk
 native-examples/build.sh 2>/dev/null
 wasm-examples/build.sh 2>/dev/null
 cargo build --release --locked --quiet
@@ -14,9 +15,8 @@ bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
 start() { # PORT FILE: a server with FILE initialized, its logs discarded
   "$bin" serve --listen "127.0.0.1:$1" >/dev/null 2>&1 &
   pids+=($!)
-  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && break; sleep 0.05; done
-  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$2")" |
-    curl -sS -XPOST "127.0.0.1:$1/init" --data-binary @- >/dev/null
+  wait_for_port "$1"
+  init_action "$1" "$2" >/dev/null
 }
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null' EXIT

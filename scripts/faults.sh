@@ -4,6 +4,7 @@
 # Usage: scripts/faults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 cargo build --release --locked --quiet
 bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
 guests="${CARGO_TARGET_DIR:-target}/faults-guests"
@@ -21,9 +22,8 @@ fault() {
   [ "$backend" = wasm ] && file="$guests/wasm32-wasip1/release/$guest.wasm"
   "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>&1 &
   local server=$!
-  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$file")" |
-    curl -sS -XPOST "127.0.0.1:$port/init" --data-binary @- >/dev/null
+  wait_for_port "$port"
+  init_action "$port" "$file" >/dev/null
   local answer next
   answer=$(curl -sS -o /dev/stderr -w '%{http_code} %{time_total}s' -XPOST "127.0.0.1:$port/run" \
     -d "$input" 2>/tmp/fault-body)

@@ -5,7 +5,8 @@
 # action scales from --concurrency 1 to 2. Usage: scripts/perf-targets.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+. scripts/lib.sh
+need_wrk
 native-examples/build.sh 2>/dev/null
 wasm-examples/build.sh 2>/dev/null
 cargo build --release --locked --quiet
@@ -19,11 +20,11 @@ trap 'rm -rf "$cache"; kill $(jobs -p) 2>/dev/null || true' EXIT
 start() { # FLAGS...: a fresh server; sets $server
   "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>&1 &
   server=$!
-  for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.02; done
+  wait_for_port "$port"
 }
 stop() { kill "$server"; wait "$server" 2>/dev/null || true; }
 init_ms() { # FILE: prints how long /init took, in ms
-  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$1")" >"$cache/init.json"
+  init_body "$1" >"$cache/init.json"
   curl -sS -o /dev/null -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$cache/init.json" |
     awk '{printf "%.1f", $1 * 1000}'
 }

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 backend=${1:-wasm}
 count=${2:-1000000}
 port=${PORT:-18190}
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+. scripts/lib.sh
+need_wrk
 case "$backend" in
   wasm) wasm-examples/build.sh 2>/dev/null; action=wasm-examples/out/hello-rust.wasm ;;
   native) native-examples/build.sh 2>/dev/null; action=native-examples/out/hello-rust ;;
@@ -18,9 +19,8 @@ cargo build --release --locked --quiet
 "${CARGO_TARGET_DIR:-target}/release/wasmloop" serve --listen "127.0.0.1:$port" >/dev/null 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null' EXIT
-for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$action")" |
-  curl -sS -XPOST "127.0.0.1:$port/init" --data-binary @- >/dev/null
+wait_for_port "$port"
+init_action "$port" "$action" >/dev/null
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 url="http://127.0.0.1:$port/run"
