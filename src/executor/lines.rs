@@ -29,9 +29,12 @@ pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
 /// one `\n` appended. The JSON itself is not re-encoded.
 pub fn frame_request(body: &[u8]) -> Vec<u8> {
     let mut line = Vec::with_capacity(body.len() + 1);
-    for chunk in body.split(|b| *b == b'\n') {
-        line.extend_from_slice(chunk);
+    let mut from = 0;
+    for at in memchr::memchr_iter(b'\n', body) {
+        line.extend_from_slice(&body[from..at]);
+        from = at + 1;
     }
+    line.extend_from_slice(&body[from..]);
     line.push(b'\n');
     line
 }
@@ -84,7 +87,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// The next line, including its `\n`, at most `max` bytes before the newline.
     pub async fn read_line(&mut self, max: usize) -> Result<Bytes, LineError> {
         loop {
-            if let Some(pos) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+            if let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
                 let end = self.scanned + pos + 1;
                 self.scanned = 0;
                 if end - 1 > max {

@@ -201,7 +201,7 @@ impl GuestStdout {
         state.partial.extend_from_slice(bytes);
         loop {
             let from = state.scanned;
-            match state.partial[from..].iter().position(|b| *b == b'\n') {
+            match memchr::memchr(b'\n', &state.partial[from..]) {
                 Some(pos) => {
                     let line = state.partial.split_to(from + pos + 1).freeze();
                     state.scanned = 0;
