@@ -95,17 +95,14 @@ impl WasmEngine {
         let module = Module::new(&self.engine, bytes)
             .map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
         tracing::debug!(bytes = bytes.len(), "module compiled");
-        // Compiling in parallel leaves freed memory in many malloc arenas; hand it back, or
-        // a long-lived runtime keeps the peak of one compile as its resident size.
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only returns free memory to the system.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        release_freed_memory();
         if let Some(path) = cached {
             // Serializing and writing take a few milliseconds the /init need not wait for.
             let module = module.clone();
-            std::thread::spawn(move || store_in_cache(&module, &path));
+            std::thread::spawn(move || {
+                store_in_cache(&module, &path);
+                release_freed_memory();
+            });
         }
         Ok(module)
     }
@@ -128,6 +125,17 @@ impl WasmEngine {
             .hash(&mut engine_hash);
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         format!("{hex}-{:016x}", engine_hash.finish())
+    }
+}
+
+/// Compiling (in parallel) and serializing leave freed memory in several malloc arenas,
+/// which the process keeps for reuse (see `main`): hand it back, or a long-lived runtime
+/// keeps the peak of one compile as its resident size.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
