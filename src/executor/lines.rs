@@ -1,5 +1,6 @@
 //! JSON-lines framing shared by the backends: one request line out, one capped result line in.
 
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
@@ -87,25 +88,73 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// The next line, including its `\n`, at most `max` bytes before the newline.
     pub async fn read_line(&mut self, max: usize) -> Result<Bytes, LineError> {
         loop {
-            if let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
-                let end = self.scanned + pos + 1;
-                self.scanned = 0;
-                if end - 1 > max {
-                    return Err(LineError::TooLong(max));
-                }
-                let line = self.buf.split_to(end).freeze();
-                if !is_blank(&line) {
-                    return Ok(line);
-                }
-                continue;
-            }
-            self.scanned = self.buf.len();
-            if self.scanned > max {
-                return Err(LineError::TooLong(max));
+            if let Some(line) = self.buffered_line(max)? {
+                return Ok(line);
             }
             self.buf.reserve(64 * 1024);
             if self.inner.read_buf(&mut self.buf).await? == 0 {
                 return Err(LineError::Eof);
+            }
+        }
+    }
+}
+
+impl<R> LineReader<R> {
+    /// A complete, non-blank line already in the buffer.
+    fn buffered_line(&mut self, max: usize) -> Result<Option<Bytes>, LineError> {
+        while let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+            let end = self.scanned + pos + 1;
+            self.scanned = 0;
+            if end - 1 > max {
+                return Err(LineError::TooLong(max));
+            }
+            let line = self.buf.split_to(end).freeze();
+            if !is_blank(&line) {
+                return Ok(Some(line));
+            }
+        }
+        self.scanned = self.buf.len();
+        if self.scanned > max {
+            return Err(LineError::TooLong(max));
+        }
+        Ok(None)
+    }
+}
+
+impl<R: AsRawFd> LineReader<R> {
+    /// A line if one is buffered or already in the descriptor, without waiting. The read
+    /// goes straight to the (non-blocking) descriptor: the reactor's idea of readiness
+    /// lags until its next poll. End of file is left for `read_line` to report.
+    pub fn try_read_line_now(&mut self, max: usize) -> Result<Option<Bytes>, LineError> {
+        loop {
+            if let Some(line) = self.buffered_line(max)? {
+                return Ok(Some(line));
+            }
+            self.buf.reserve(64 * 1024);
+            let spare = self.buf.spare_capacity_mut();
+            // SAFETY: read(2) writes at most `spare.len()` bytes into memory we own.
+            let n = unsafe {
+                libc::read(
+                    self.inner.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                )
+            };
+            match n {
+                0 => return Ok(None),
+                n if n > 0 => {
+                    // SAFETY: read(2) initialized the first `n` spare bytes.
+                    unsafe { self.buf.set_len(self.buf.len() + n as usize) };
+                }
+                _ => {
+                    let error = std::io::Error::last_os_error();
+                    return match error.kind() {
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => {
+                            Ok(None)
+                        }
+                        _ => Err(error.into()),
+                    };
+                }
             }
         }
     }
@@ -188,6 +237,27 @@ mod tests {
             check_result(Bytes::from_static(b"{} {}\n")),
             Err(RunError::NotJson)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_line_already_in_the_pipe_is_read_without_waiting() {
+        let (mut tx, rx) = tokio::net::unix::pipe::pipe().unwrap();
+        let mut reader = LineReader::new(rx);
+        assert!(matches!(reader.try_read_line_now(100), Ok(None)));
+        tx.write_all(b"{\"a\":1}\n[2]").await.unwrap();
+        assert_eq!(
+            &reader.try_read_line_now(100).unwrap().unwrap()[..],
+            b"{\"a\":1}\n"
+        );
+        assert!(matches!(reader.try_read_line_now(100), Ok(None)));
+        tx.write_all(b"\n").await.unwrap();
+        assert_eq!(
+            &reader.try_read_line_now(100).unwrap().unwrap()[..],
+            b"[2]\n"
+        );
+        drop(tx);
+        assert!(matches!(reader.try_read_line_now(100), Ok(None)));
+        assert!(matches!(reader.read_line(100).await, Err(LineError::Eof)));
     }
 
     #[tokio::test]

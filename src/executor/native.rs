@@ -18,6 +18,9 @@ use super::{RunError, StartError, StartSpec, parse_ack};
 /// result already written by a child that has exited.
 const EXIT_GRACE: Duration = Duration::from_millis(100);
 
+/// How many times an activation looks for its answer before waiting for the reactor.
+const SPIN_POLLS: usize = 64;
+
 /// What starts a child: the executable and the common start-up settings.
 pub struct NativeSpec {
     pub exec: PathBuf,
@@ -168,6 +171,16 @@ impl Process {
         if self.stdin.write_all(line).await.is_err() {
             // EPIPE: the child is gone (or closed its stdin, which is as bad).
             return Err(RunError::Exited(self.exit_detail().await));
+        }
+        // Most actions answer within microseconds: look for the answer a few times, letting
+        // other tasks run in between, before parking this worker until the reactor wakes
+        // it. A parked thread takes tens of microseconds to wake on a loaded small machine.
+        for _ in 0..SPIN_POLLS {
+            match self.results.try_read_line_now(max) {
+                Ok(Some(result)) => return Ok(result),
+                Ok(None) => tokio::task::yield_now().await,
+                Err(_) => break,
+            }
         }
         let read = tokio::select! {
             biased;
