@@ -3,6 +3,7 @@
 pub mod lines;
 pub mod native;
 pub mod slot;
+mod spawn;
 pub mod wasm;
 
 use std::collections::BTreeMap;

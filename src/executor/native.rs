@@ -1,17 +1,16 @@
 //! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
-use tokio::process::{Child, ChildStdin, Command};
 
 use super::lines::{LineError, LineReader};
 use super::slot::{Slot, Worker};
+use super::spawn::{Child, spawn};
 use super::{RunError, StartError, StartSpec, parse_ack};
 
 /// How long to wait for an exit status once the result channel has closed, and for a
@@ -50,22 +49,12 @@ impl Worker for Process {
     }
 }
 
-/// A running child and the two pipes we hold to it.
+/// A running child and the two pipes we hold to it. Dropping it kills the child and
+/// everything in its process group.
 pub struct Process {
     child: Child,
-    stdin: ChildStdin,
+    stdin: pipe::Sender,
     results: LineReader<pipe::Receiver>,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        // The child leads its own process group: take down anything it spawned too.
-        if let Some(pid) = self.child.id() {
-            // SAFETY: kill(2) has no memory effects; a stale group id at worst fails with ESRCH.
-            unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
-        }
-        let _ = self.child.start_kill();
-    }
 }
 
 /// A pipe whose both ends close on exec, so other children never inherit them.
@@ -79,8 +68,9 @@ fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// In the forked child, before exec: make `fd` the child's fd 3, open across exec. (Also
-/// how `wasmloop bench` and the tests hand a listening socket to `serve --listen-fd 3`.)
+/// For a `pre_exec` hook: make `fd` the child's fd 3, open across exec. How `wasmloop
+/// bench` and the tests hand a listening socket to `serve --listen-fd 3` (actions are
+/// started by `spawn`, which needs no fork).
 pub fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
@@ -97,28 +87,17 @@ pub fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
 
 impl Process {
     async fn spawn(exec: &Path, spec: &StartSpec) -> Result<Process, StartError> {
-        let (read_end, write_end) = cloexec_pipe().map_err(StartError::Pipe)?;
-        let mut command = Command::new(exec);
-        let write_fd = write_end.as_raw_fd();
-        command
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .kill_on_drop(true);
-        // SAFETY: the closure only calls async-signal-safe functions.
-        unsafe { command.pre_exec(move || install_as_fd3(write_fd)) };
-        let mut child = command.spawn().map_err(|e| {
+        let (results_read, results_write) = cloexec_pipe().map_err(StartError::Pipe)?;
+        let (stdin_read, stdin_write) = cloexec_pipe().map_err(StartError::Pipe)?;
+        let child = spawn(exec, &spec.env, &stdin_read, &results_write).map_err(|e| {
             tracing::debug!(exec = %exec.display(), error = %e, "cannot spawn the action");
             StartError::Spawn(e)
         })?;
-        // Our copy of the write end must go, or we would never see end-of-file on fd 3.
-        drop(write_end);
-        drop(command);
-        let stdin = child.stdin.take().expect("stdin was configured as piped");
-        let receiver = pipe::Receiver::from_owned_fd(read_end).map_err(StartError::Pipe)?;
+        // Our copies of the child's ends must go, or we would never see end-of-file on
+        // fd 3 (nor the child on its stdin).
+        drop((stdin_read, results_write));
+        let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(StartError::Pipe)?;
+        let receiver = pipe::Receiver::from_owned_fd(results_read).map_err(StartError::Pipe)?;
         let mut process = Process {
             child,
             stdin,
