@@ -95,15 +95,14 @@ impl WasmEngine {
         let module = Module::new(&self.engine, bytes)
             .map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
         tracing::debug!(bytes = bytes.len(), "module compiled");
-        release_freed_memory();
-        if let Some(path) = cached {
-            // Serializing and writing take a few milliseconds the /init need not wait for.
-            let module = module.clone();
-            std::thread::spawn(move || {
-                store_in_cache(&module, &path);
-                release_freed_memory();
-            });
-        }
+        // Serializing, writing and trimming the heap take milliseconds /init need not wait for.
+        let compiled = module.clone();
+        std::thread::spawn(move || {
+            if let Some(path) = cached {
+                store_in_cache(&compiled, &path);
+            }
+            release_freed_memory();
+        });
         Ok(module)
     }
 
