@@ -2,9 +2,11 @@
 # Measures, in one run on this machine (release build), the figures issue-level targets
 # are stated in: /init times (wasm cold, wasm from the compile cache, native), a 1 MiB echo,
 # resident memory after /init and per extra pooled instance, and how a CPU-bound wasm
-# action scales from --concurrency 1 to 2. Usage: scripts/perf-targets.sh
+# action scales from --concurrency 1 to 2. Times are medians over ROUNDS fresh servers (or
+# activations), since single samples swing by ±20% here. Usage: scripts/perf-targets.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+rounds=${1:-7}
 . scripts/lib.sh
 need_wrk
 native-examples/build.sh 2>/dev/null
@@ -12,6 +14,7 @@ wasm-examples/build.sh 2>/dev/null
 cargo build --release --locked --quiet
 guests="${CARGO_TARGET_DIR:-target}/perf-guests"
 cargo build --quiet --locked --release --target wasm32-wasip1 --manifest-path tests/guest/Cargo.toml --target-dir "$guests"
+cargo build --quiet --locked --release --manifest-path tests/guest/Cargo.toml --target-dir "$guests"
 bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
 port=${PORT:-18390}
 cache=$(mktemp -d)
@@ -29,19 +32,46 @@ init_ms() { # FILE: prints how long /init took, in ms
     awk '{printf "%.1f", $1 * 1000}'
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
+# Resident memory, and how much of it is private (anonymous) and file-backed (code).
+rss_parts() { awk '/VmRSS|RssAnon|RssFile/ {printf "%s %s KiB  ", $1, $2}' "/proc/$server/status"; }
+median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+# FILE [FLAGS...]: median /init time over $rounds fresh servers (with a fresh cache dir
+# each, so "cold" stays cold).
+init_median() {
+  local file=$1
+  shift
+  for i in $(seq "$rounds"); do
+    start "${@//CACHE/$cache/c$i}"
+    init_ms "$file"
+    echo
+    stop
+  done | median
+}
 
-start --cache-dir "$cache/c"; echo "wasm hello /init, cold compile: $(init_ms wasm-examples/out/hello-rust.wasm) ms"
-echo "RSS after /init of the wasm hello: $(rss_kib) KiB"; stop
-start --cache-dir "$cache/c"; echo "wasm hello /init, from the compile cache: $(init_ms wasm-examples/out/hello-rust.wasm) ms"; stop
-start; echo "native hello /init: $(init_ms native-examples/out/hello-rust) ms"; stop
+echo "wasm hello /init, cold compile: $(init_median wasm-examples/out/hello-rust.wasm --cache-dir CACHE) ms (median of $rounds)"
+# The compile cache is written and the heap trimmed in the background: give them a moment.
+start --cache-dir "$cache/cold"; init_ms wasm-examples/out/hello-rust.wasm >/dev/null; sleep 0.3
+echo "resident memory after a cold /init of the wasm hello: $(rss_parts)"; stop
+echo "wasm hello /init, from the compile cache: $(init_median wasm-examples/out/hello-rust.wasm --cache-dir "$cache/c1") ms (median of $rounds)"
+start --cache-dir "$cache/c1"; init_ms wasm-examples/out/hello-rust.wasm >/dev/null; sleep 0.3
+echo "resident memory after /init of the wasm hello from the cache: $(rss_parts)"; stop
+for native in hello-rust hello-c hello-sh.zip; do
+  echo "native /init of $native ($(wc -c <native-examples/out/$native) bytes): $(init_median native-examples/out/$native) ms (median of $rounds)"
+done
 
-start --cache-dir "$cache/c"; init_ms "$guests/wasm32-wasip1/release/echo.wasm" >/dev/null
 python3 -c 'import json; print(json.dumps({"value": {"s": "x" * 1048576}}))' >"$cache/mib.json"
-curl -sS -o /dev/null -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null
-best=$(for _ in 1 2 3 4 5; do curl -sS -o /dev/null -w '%{time_total}\n' -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null; done | sort -n | head -1)
-echo "1 MiB echo through HTTP (wasm, best of 5): $(awk -v t="$best" 'BEGIN {printf "%.2f", t * 1000}') ms"; stop
+for backend in "wasm $guests/wasm32-wasip1/release/echo.wasm" "native $guests/release/echo"; do
+  set -- $backend
+  start; init_ms "$2" >/dev/null
+  curl -sS -o /dev/null -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null
+  mid=$(for _ in $(seq $((rounds * 2 + 1))); do
+    curl -sS -o /dev/null -w '%{time_total}\n' -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null
+  done | median)
+  echo "1 MiB echo through HTTP ($1, median of $((rounds * 2 + 1))): $(awk -v t="$mid" 'BEGIN {printf "%.2f", t * 1000}') ms"
+  stop
+done
 
-start --cache-dir "$cache/c" --concurrency 8; init_ms wasm-examples/out/hello-rust.wasm >/dev/null
+start --cache-dir "$cache/c1" --concurrency 8; init_ms wasm-examples/out/hello-rust.wasm >/dev/null
 one=$(rss_kib)
 wrk -t8 -c8 -d2s "http://127.0.0.1:$port/run" -s scripts/wrk-check.lua >/dev/null
 eight=$(rss_kib)
