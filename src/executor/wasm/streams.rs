@@ -26,8 +26,6 @@ struct InputState {
     reader: Option<Waker>,
     /// Set once the guest first waits for input: it has finished starting up.
     has_waited: bool,
-    /// Whoever waits for `has_waited`.
-    start_watcher: Option<Waker>,
 }
 
 /// The guest's stdin. Unlike a memory pipe it does not report end-of-file when drained:
@@ -44,18 +42,9 @@ impl GuestStdin {
         }
     }
 
-    /// Completes once the guest has asked for input with none there: it is up and idle.
-    pub async fn first_wait(&self) {
-        std::future::poll_fn(|cx| {
-            let mut state = lock(&self.0);
-            if state.has_waited {
-                Poll::Ready(())
-            } else {
-                state.start_watcher = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
+    /// Whether the guest has asked for input with none there: it is up and idle.
+    pub fn has_waited(&self) -> bool {
+        lock(&self.0).has_waited
     }
 
     fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -64,12 +53,7 @@ impl GuestStdin {
             return Poll::Ready(());
         }
         state.reader = Some(cx.waker().clone());
-        if !state.has_waited {
-            state.has_waited = true;
-            if let Some(waker) = state.start_watcher.take() {
-                waker.wake();
-            }
-        }
+        state.has_waited = true;
         Poll::Pending
     }
 
@@ -136,7 +120,6 @@ struct OutputState {
     /// A line grew past the cap: the stream is out of step until the instance is replaced.
     overflowed: bool,
     max: usize,
-    reader: Option<Waker>,
 }
 
 /// Why no line came out of the guest's stdout.
@@ -155,24 +138,16 @@ impl GuestStdout {
             lines: VecDeque::new(),
             overflowed: false,
             max: max_line,
-            reader: None,
         })))
     }
 
-    /// The next complete line, with its `\n`.
-    pub async fn next_line(&self) -> Result<Bytes, LineTooLong> {
-        std::future::poll_fn(|cx| {
-            let mut state = lock(&self.0);
-            if state.overflowed {
-                return Poll::Ready(Err(LineTooLong(state.max)));
-            }
-            if let Some(line) = state.lines.pop_front() {
-                return Poll::Ready(Ok(line));
-            }
-            state.reader = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
+    /// The next complete line (with its `\n`) if there is one, or why there never will be.
+    pub fn take_line(&self) -> Option<Result<Bytes, LineTooLong>> {
+        let mut state = lock(&self.0);
+        if state.overflowed {
+            return Some(Err(LineTooLong(state.max)));
+        }
+        state.lines.pop_front().map(Ok)
     }
 
     /// Forgets lines (and any partial line) that nobody asked for.
@@ -181,16 +156,6 @@ impl GuestStdout {
         state.lines.clear();
         state.partial.clear();
         state.scanned = 0;
-    }
-
-    /// A complete line if one is already there.
-    pub fn next_line_now(&self) -> Option<Bytes> {
-        let mut state = lock(&self.0);
-        if state.overflowed {
-            None
-        } else {
-            state.lines.pop_front()
-        }
     }
 
     fn append(&self, bytes: &[u8]) {
@@ -222,9 +187,6 @@ impl GuestStdout {
                     break;
                 }
             }
-        }
-        if let Some(waker) = state.reader.take() {
-            waker.wake();
         }
     }
 }
@@ -316,30 +278,28 @@ impl<S: Sink + Unpin> StdoutStream for Output<S> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn stdout_hands_back_whole_lines_however_they_are_written() {
+    #[test]
+    fn stdout_hands_back_whole_lines_however_they_are_written() {
         let stdout = GuestStdout::new(100);
         let mut stream = Output(stdout.clone());
         stream.write(Bytes::from_static(b"{\"a\"")).unwrap();
         stream.write(Bytes::from_static(b":1}\n\n[1]\n{")).unwrap();
-        assert_eq!(&stdout.next_line().await.unwrap()[..], b"{\"a\":1}\n");
-        assert_eq!(
-            &stdout.next_line().await.unwrap()[..],
-            b"[1]\n",
-            "blank lines are skipped"
-        );
+        let line = || stdout.take_line().unwrap().unwrap();
+        assert_eq!(&line()[..], b"{\"a\":1}\n");
+        assert_eq!(&line()[..], b"[1]\n", "blank lines are skipped");
+        assert_eq!(stdout.take_line(), None, "half a line is not a line");
         stream.write(Bytes::from_static(b"}\n")).unwrap();
-        assert_eq!(&stdout.next_line().await.unwrap()[..], b"{}\n");
+        assert_eq!(&line()[..], b"{}\n");
     }
 
-    #[tokio::test]
-    async fn stdout_refuses_a_line_over_the_cap() {
+    #[test]
+    fn stdout_refuses_a_line_over_the_cap() {
         let stdout = GuestStdout::new(10);
         stdout.append(&[b'x'; 11]);
-        assert_eq!(stdout.next_line().await, Err(LineTooLong(10)));
+        assert_eq!(stdout.take_line(), Some(Err(LineTooLong(10))));
         let stdout = GuestStdout::new(10);
         stdout.append(b"0123456789\n");
-        assert_eq!(stdout.next_line().await.unwrap().len(), 11);
+        assert_eq!(stdout.take_line().unwrap().unwrap().len(), 11);
     }
 
     #[test]
@@ -348,7 +308,10 @@ mod tests {
         stdout.append(b"{\"stray\":1}\n{\"half");
         stdout.discard();
         stdout.append(b"{\"fresh\":1}\n");
-        assert_eq!(&stdout.next_line_now().unwrap()[..], b"{\"fresh\":1}\n");
+        assert_eq!(
+            &stdout.take_line().unwrap().unwrap()[..],
+            b"{\"fresh\":1}\n"
+        );
     }
 
     #[tokio::test]
@@ -363,7 +326,9 @@ mod tests {
             let mut input = input.clone();
             tokio::spawn(async move { input.blocking_read(4).await.unwrap() })
         };
-        input.first_wait().await;
+        while !input.has_waited() {
+            tokio::task::yield_now().await;
+        }
         input.push(Bytes::from_static(b"{}\n!!"));
         assert_eq!(&reader.await.unwrap()[..], b"{}\n!");
         assert_eq!(&input.read(10).unwrap()[..], b"!");
