@@ -233,53 +233,77 @@ async fn drive(
     Ok((all, started.elapsed(), errors))
 }
 
-async fn measure(
-    label: &str,
+/// Where one row's requests go.
+struct Target {
+    label: &'static str,
     addr: SocketAddr,
     path: &'static str,
-    options: &Options,
+    /// Whether each answer must be the greeting (not for the floor, which answers nothing).
     check: bool,
-) -> anyhow::Result<Measured> {
-    let progress = ProgressBar::new((options.warmup + options.hits) as u64);
+}
+
+/// How many slices each row's hits are measured in.
+const ROUNDS: usize = 10;
+
+/// Warms every row up, then measures them in turn, a slice of their hits at a time: drift
+/// over the run (other load, CPU frequency) then falls on every row alike instead of on
+/// whichever row happened to run during it, which keeps the ratios between rows honest.
+async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Measured>> {
+    let total = targets.len() * (options.warmup + options.hits);
+    let progress = ProgressBar::new(total as u64);
     progress.set_style(
         ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} {per_sec}")
             .expect("a valid template")
             .progress_chars("=> "),
     );
-    progress.set_prefix(label.to_owned());
-    drive(
-        addr,
-        path,
-        options.warmup,
-        options.connections,
-        check,
-        &progress,
-    )
-    .await?;
-    let (mut micros, elapsed, errors) = drive(
-        addr,
-        path,
-        options.hits,
-        options.connections,
-        check,
-        &progress,
-    )
-    .await?;
+    progress.set_prefix("bench");
+    let connections = options.connections;
+    for t in targets {
+        drive(
+            t.addr,
+            t.path,
+            options.warmup,
+            connections,
+            t.check,
+            &progress,
+        )
+        .await?;
+    }
+    let mut sums: Vec<(Vec<f64>, Duration, usize)> = targets
+        .iter()
+        .map(|_| (Vec::with_capacity(options.hits), Duration::ZERO, 0))
+        .collect();
+    let rounds = ROUNDS.min(options.hits);
+    for round in 0..rounds {
+        let share = options.hits / rounds + usize::from(round < options.hits % rounds);
+        for (t, sum) in targets.iter().zip(&mut sums) {
+            let (micros, elapsed, errors) =
+                drive(t.addr, t.path, share, connections, t.check, &progress).await?;
+            sum.0.extend(micros);
+            sum.1 += elapsed;
+            sum.2 += errors;
+        }
+    }
     progress.finish_and_clear();
-    micros.sort_by(f64::total_cmp);
-    Ok(Measured {
-        label: label.to_owned(),
-        micros,
-        elapsed,
-        errors,
-    })
+    Ok(targets
+        .iter()
+        .zip(sums)
+        .map(|(t, (mut micros, elapsed, errors))| {
+            micros.sort_by(f64::total_cmp);
+            Measured {
+                label: t.label.to_owned(),
+                micros,
+                elapsed,
+                errors,
+            }
+        })
+        .collect())
 }
 
 pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     if options.hits == 0 || options.connections == 0 {
         bail!("--hits and --connections must be at least 1");
     }
-    let mut rows = Vec::new();
     if let Some(url) = &options.url {
         let url: hyper::Uri = url.parse().context("--url is not a URL")?;
         let host = url
@@ -292,23 +316,36 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             .next()
             .context("--url: no address")?;
         let path: &'static str = Box::leak(url.path().to_owned().into_boxed_str());
-        rows.push(measure("url", addr, path, &options, false).await?);
-        return Ok(rows);
+        let target = Target {
+            label: "url",
+            addr,
+            path,
+            check: false,
+        };
+        return measure(&[target], &options).await;
     }
+    // Every server stays up until the end: the rows are measured in turns.
+    let mut servers = Vec::new();
     let mut wasm = None;
+    let mut targets = Vec::new();
     for row in &options.rows {
-        let measured = match row {
+        let (addr, path, check) = match row {
             Row::Wasm | Row::Floor => {
-                if wasm.is_none() {
-                    wasm = Some(serve(&options.wasm)?);
-                }
-                let addr = wasm.as_ref().map(|s| s.addr).expect("just started");
-                let (path, check) = if *row == Row::Wasm {
-                    ("/run", true)
-                } else {
-                    ("/floor", false)
+                let addr = match wasm {
+                    Some(addr) => addr,
+                    None => {
+                        let served = serve(&options.wasm)?;
+                        let addr = served.addr;
+                        servers.push(served);
+                        wasm = Some(addr);
+                        addr
+                    }
                 };
-                measure(row.label(), addr, path, &options, check).await?
+                if *row == Row::Wasm {
+                    (addr, "/run", true)
+                } else {
+                    (addr, "/floor", false)
+                }
             }
             Row::Pipe | Row::Python => {
                 let file = if *row == Row::Pipe {
@@ -317,15 +354,21 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
                     &options.python
                 };
                 let served = serve(file)?;
-                measure(row.label(), served.addr, "/run", &options, true).await?
+                let addr = served.addr;
+                servers.push(served);
+                (addr, "/run", true)
             }
-            Row::Exec => {
-                let addr = serve_exec(options.native.clone()).await?;
-                measure(row.label(), addr, "/run", &options, true).await?
-            }
+            Row::Exec => (serve_exec(options.native.clone()).await?, "/run", true),
         };
-        rows.push(measured);
+        targets.push(Target {
+            label: row.label(),
+            addr,
+            path,
+            check,
+        });
     }
+    let rows = measure(&targets, &options).await?;
+    drop(servers);
     if let Some(dir) = &options.out {
         write_outputs(dir, &rows)?;
     }
