@@ -100,8 +100,26 @@ pub struct ServeArgs {
     /// Serve on this already-listening socket, inherited from a supervisor, instead of --listen.
     #[arg(long, env = "WASMLOOP_LISTEN_FD", value_name = "FD")]
     pub listen_fd: Option<i32>,
+    /// Threads serving HTTP and running wasm instances [default: --concurrency, at most
+    /// one per CPU]. Compiles and file work run on threads of their own.
+    #[arg(long, env = "WASMLOOP_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+}
+
+impl ServeArgs {
+    /// One thread per activation that can run at once: with one, every hop between the
+    /// connection, the activation and the instance stays on one thread (a second idle
+    /// worker gets woken by each of them: 2.5 context switches per request instead of 1.1
+    /// in `perf stat`, and ~50% more CPU per activation on a 2-core machine).
+    pub fn worker_threads(&self) -> usize {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        match self.threads {
+            Some(n) => usize::from(n),
+            None => usize::from(self.runtime.concurrency).min(cpus),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -297,6 +315,22 @@ mod tests {
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn serving_threads_follow_the_concurrency_up_to_the_cpus() {
+        let threads = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["wasmloop", "serve"].iter().chain(args)).unwrap();
+            let Some(Command::Serve(serve)) = cli.command else {
+                panic!("not serve")
+            };
+            serve.worker_threads()
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(threads(&[]), 1);
+        assert_eq!(threads(&["--concurrency", "500"]), cpus);
+        assert_eq!(threads(&["--concurrency", "500", "--threads", "3"]), 3);
+        assert!(Cli::try_parse_from(["wasmloop", "serve", "--threads", "0"]).is_err());
     }
 
     #[test]

@@ -60,8 +60,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// A multi-thread runtime with `threads` workers, or one per CPU.
+fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        builder.worker_threads(threads);
+    }
+    builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -71,7 +76,7 @@ fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
     let mut config = args.runtime.to_config();
     // The reference's -debug also allows more than one /init.
     config.allow_reinit = debug;
-    async_runtime()?.block_on(async {
+    async_runtime(Some(args.worker_threads()))?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
             None => tokio::net::TcpListener::bind(args.listen)
@@ -90,7 +95,7 @@ fn run_locally(args: RunArgs) -> anyhow::Result<()> {
         None => wasmloop::local::Inputs::Stdin,
     };
     let config = args.runtime.to_config();
-    async_runtime()?.block_on(wasmloop::local::run(
+    async_runtime(None)?.block_on(wasmloop::local::run(
         &args.file, &args.main, args.env, inputs, config,
     ))
 }
@@ -130,7 +135,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         url: args.url,
         out: args.out,
     };
-    let rows = async_runtime()?.block_on(wasmloop::bench::run(options))?;
+    let rows = async_runtime(None)?.block_on(wasmloop::bench::run(options))?;
     print!("{}", wasmloop::bench::table(&rows));
     let errors: usize = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {
@@ -146,7 +151,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
         .read_to_end(&mut input)
         .context("cannot read the upload on stdin")?;
     let config = args.runtime.to_config();
-    let zip = async_runtime()?.block_on(wasmloop::local::compile_to_zip(
+    let zip = async_runtime(None)?.block_on(wasmloop::local::compile_to_zip(
         input,
         &args.main,
         args.env_json.as_deref(),
