@@ -177,3 +177,28 @@ fn a_native_script_that_never_acks_times_out() {
             .contains("did not acknowledge its start within 300ms")
     );
 }
+
+#[test]
+fn a_native_action_starts_with_sigpipe_at_its_default_and_no_signal_blocked() {
+    // Rust ignores SIGPIPE and ignored signals survive exec: an action inheriting that
+    // would see `yes | head -1` fail with EPIPE errors instead of ending quietly.
+    let script = "#!/bin/sh\n\
+        while read -r line; do\n\
+          ign=$(awk '/^SigIgn/ {print $2}' /proc/self/status)\n\
+          blk=$(awk '/^SigBlk/ {print $2}' /proc/self/status)\n\
+          echo \"{\\\"ign\\\":\\\"$ign\\\",\\\"blk\\\":\\\"$blk\\\"}\" >&3\n\
+        done\n";
+    let server = Server::start();
+    server.init(&init_text(script)).assert(200, OK);
+    let reply = server.run(json!({}));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let masks = reply.json();
+    let hex = |key: &str| u64::from_str_radix(masks[key].as_str().unwrap(), 16).unwrap();
+    const SIGPIPE: u32 = 13;
+    assert_eq!(
+        hex("ign") & (1 << (SIGPIPE - 1)),
+        0,
+        "SIGPIPE ignored: {masks}"
+    );
+    assert_eq!(hex("blk"), 0, "signals blocked: {masks}");
+}
