@@ -6,11 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 . scripts/lib.sh
-need_wrk
-native-examples/build.sh 2>/dev/null
-wasm-examples/build.sh 2>/dev/null
-cargo build --release --locked --quiet
-bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
+build_for_measuring
 
 start() { # PORT FILE: a server with FILE initialized, its logs discarded
   "$bin" serve --listen "127.0.0.1:$1" >/dev/null 2>&1 &

@@ -26,3 +26,12 @@ need_wrk() {
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq wrk >/dev/null
   else sudo apt-get update -qq && sudo apt-get install -y -qq wrk >/dev/null; fi
 }
+
+# The examples and a release build of wasmloop, for the measuring scripts; sets $bin.
+build_for_measuring() {
+  need_wrk
+  native-examples/build.sh 2>/dev/null
+  wasm-examples/build.sh 2>/dev/null
+  cargo build --release --locked --quiet
+  bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
+}

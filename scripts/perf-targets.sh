@@ -8,14 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-7}
 . scripts/lib.sh
-need_wrk
-native-examples/build.sh 2>/dev/null
-wasm-examples/build.sh 2>/dev/null
-cargo build --release --locked --quiet
+build_for_measuring
 guests="${CARGO_TARGET_DIR:-target}/perf-guests"
 cargo build --quiet --locked --release --target wasm32-wasip1 --manifest-path tests/guest/Cargo.toml --target-dir "$guests"
 cargo build --quiet --locked --release --manifest-path tests/guest/Cargo.toml --target-dir "$guests"
-bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
 port=${PORT:-18390}
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"; kill $(jobs -p) 2>/dev/null || true' EXIT
