@@ -6,6 +6,11 @@ use crate::support::{Backend, Reply, Server, init_text, read, split_sentinels, z
 
 const OK: &str = "{\"ok\":true}\n";
 
+/// A native action counts as started once it has lived through the start probe (2 ms by
+/// default); on a loaded machine an action that exits at once may take longer than that
+/// to do so. The tests about such exits give it ample time.
+const SURE_PROBE: &str = "500ms";
+
 fn fixture(name: &str) -> String {
     String::from_utf8(read(&crate::support::fixture(name))).unwrap()
 }
@@ -60,7 +65,7 @@ both_backends! {
     }
 
     fn an_exit_during_init_is_a_502(backend: Backend) {
-        let server = Server::start();
+        let server = Server::builder().arg("--start-probe").arg(SURE_PROBE).start();
         let reply = server.init(&backend.init_guest("exits_at_start"));
         assert_eq!(reply.status, 502);
         // A native child's exit is reported as the reference does; a guest's says how.
@@ -73,7 +78,11 @@ both_backends! {
     }
 
     fn an_exit_during_init_is_logged_when_asked(backend: Backend) {
-        let server = Server::builder().env("OW_LOG_INIT_ERROR", "1").start();
+        let server = Server::builder()
+            .env("OW_LOG_INIT_ERROR", "1")
+            .arg("--start-probe")
+            .arg(SURE_PROBE)
+            .start();
         let reply = server.init(&backend.init_guest("exits_at_start"));
         reply.assert(502, "{\"error\":\"Cannot start action. Check logs for details.\"}\n");
         server.wait_sentinels(1);
@@ -125,7 +134,10 @@ both_backends! {
 #[test]
 fn a_restart_that_fails_gives_an_error_on_each_run() {
     let marker = tempfile::tempdir().unwrap();
-    let server = Server::start();
+    let server = Server::builder()
+        .arg("--start-probe")
+        .arg(SURE_PROBE)
+        .start();
     let mut body = init_text(&fixture("fails_on_restart.sh"));
     body["value"]["env"] = json!({"MARKER": marker.path().join("started")});
     server.init(&body).assert(200, OK);
