@@ -149,6 +149,18 @@ pub struct CompileArgs {
     /// The linear-memory cap the module will run under (must match the server's).
     #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
     pub max_memory_bytes: usize,
+    /// The compiler to use (must match the server's).
+    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Cranelift)]
+    pub wasm_compiler: config::WasmCompiler,
+}
+
+impl CompileArgs {
+    pub fn engine_settings(&self) -> config::EngineSettings {
+        config::EngineSettings {
+            memory_cap: self.max_memory_bytes,
+            compiler: self.wasm_compiler,
+        }
+    }
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -205,6 +217,10 @@ pub struct RuntimeArgs {
     /// Cap on each WebAssembly instance's linear memory, in bytes; growing past it traps.
     #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
     pub max_memory_bytes: usize,
+    /// Which compiler makes machine code of WebAssembly modules: winch makes a cold /init
+    /// several times faster, for code that runs slower.
+    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Cranelift)]
+    pub wasm_compiler: config::WasmCompiler,
     /// Folder for compiled WebAssembly modules, reused across /inits and restarts [default: <temp dir>/wasmloop-cache].
     #[arg(long, env = "WASMLOOP_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -283,6 +299,7 @@ impl RuntimeArgs {
             start_probe: self.start_probe,
             compile_timeout: self.compile_timeout,
             max_memory_bytes: self.max_memory_bytes,
+            wasm_compiler: self.wasm_compiler,
             cache_dir: if self.no_cache {
                 None
             } else {

@@ -66,6 +66,8 @@ pub struct Config {
     pub compile_timeout: Duration,
     /// Cap on each WebAssembly instance's linear memory.
     pub max_memory_bytes: usize,
+    /// Which compiler turns WebAssembly into machine code.
+    pub wasm_compiler: WasmCompiler,
     /// Where compiled WebAssembly modules are kept between `/init`s (`None`: no cache).
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
@@ -80,6 +82,34 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
     pub sentinels: bool,
+}
+
+/// Wasmtime's two compilers: a cold `/init` is almost all compiling, and they trade its
+/// time against the speed of the code (the Rust hello: ~55-70 ms against ~20 ms here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WasmCompiler {
+    /// Optimizing: the fastest code, the slowest compile.
+    Cranelift,
+    /// Baseline, single pass: compiles several times faster, runs slower code.
+    Winch,
+}
+
+impl Config {
+    /// What the process-wide wasm engine is made with.
+    pub fn engine_settings(&self) -> EngineSettings {
+        EngineSettings {
+            memory_cap: self.max_memory_bytes,
+            compiler: self.wasm_compiler,
+        }
+    }
+}
+
+/// The settings a wasm engine, and every module compiled for it, depend on: a module
+/// precompiled with other settings cannot be loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineSettings {
+    pub memory_cap: usize,
+    pub compiler: WasmCompiler,
 }
 
 impl Default for Config {
@@ -102,6 +132,7 @@ impl Default for Config {
             start_probe: duration(DEFAULT_START_PROBE),
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            wasm_compiler: WasmCompiler::Cranelift,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
             concurrency: 1,

@@ -103,7 +103,7 @@ fn run_locally(args: RunArgs) -> anyhow::Result<()> {
 fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
-    let compiled = wasmloop::executor::wasm::precompile(&bytes, args.max_memory_bytes)
+    let compiled = wasmloop::executor::wasm::precompile(&bytes, args.engine_settings())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
     std::fs::write(&args.output, compiled)
         .with_context(|| format!("cannot write {}", args.output.display()))

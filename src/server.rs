@@ -31,8 +31,8 @@ pub async fn run(
     let grace = config.shutdown_timeout;
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
     // Made now, off the async workers, so that the first wasm /init does not pay for it.
-    let memory_cap = config.max_memory_bytes;
-    tokio::task::spawn_blocking(move || crate::executor::wasm::engine(memory_cap));
+    let settings = config.engine_settings();
+    tokio::task::spawn_blocking(move || crate::executor::wasm::engine(settings));
     let runtime = Arc::new(Runtime::new(config));
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let signalled = async move {

@@ -188,7 +188,7 @@ pub async fn start(
     };
     // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
     let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-    let engine = wasm::engine(config.max_memory_bytes)?;
+    let engine = wasm::engine(config.engine_settings())?;
     let spec = wasm::prepare(engine, source, spec, preopen).await?;
     Ok(AnyExecutor::Wasm(
         slot::Slot::start(spec, max_result, size).await?,

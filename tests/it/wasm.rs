@@ -177,21 +177,28 @@ fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
         .assert(200, "{\"cached\":true}\n");
 }
 
-#[test]
-fn precompiled_modules_need_the_operators_consent() {
-    let dir = tempfile::tempdir().unwrap();
+/// The echo guest precompiled by `wasmloop compile ARGS...`.
+fn precompiled_echo(dir: &tempfile::TempDir, args: &[&str]) -> Vec<u8> {
     let cwasm = dir.path().join("echo.cwasm");
     let status = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
         .arg("compile")
         .arg(Backend::Wasm.guest("echo"))
         .arg("-o")
         .arg(&cwasm)
+        .args(args)
         .status()
         .unwrap();
     assert!(status.success());
+    read(&cwasm)
+}
+
+#[test]
+fn precompiled_modules_need_the_operators_consent() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = precompiled_echo(&dir, &[]);
 
     let server = Server::start();
-    let reply = server.init(&init_binary(&read(&cwasm)));
+    let reply = server.init(&init_binary(&cwasm));
     assert_eq!(reply.status, 502);
     assert!(
         reply.error().contains("--allow-precompiled"),
@@ -200,7 +207,7 @@ fn precompiled_modules_need_the_operators_consent() {
     );
 
     let server = Server::builder().arg("--allow-precompiled").start();
-    server.init(&init_binary(&read(&cwasm))).assert(200, OK);
+    server.init(&init_binary(&cwasm)).assert(200, OK);
     server
         .run(json!({"precompiled": 1}))
         .assert(200, "{\"precompiled\":1}\n");
@@ -220,4 +227,40 @@ fn compile_refuses_what_is_not_a_command_module() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid WebAssembly module"));
+}
+
+#[test]
+fn with_winch_a_module_serves_traps_and_is_stopped_like_with_cranelift() {
+    let server = Server::builder()
+        .arg("--wasm-compiler")
+        .arg("winch")
+        .arg("--timeout")
+        .arg("300ms")
+        .start();
+    server.init(&init_binary(&wasm("slow"))).assert(200, OK);
+    server
+        .run(json!({"sleep_ms": 1}))
+        .assert(200, "{\"sleep_ms\":1}\n");
+    // Only epoch interruption can stop a guest spinning in its own code.
+    server.run(json!({"spin_ms": 600_000})).assert(
+        504,
+        "{\"error\":\"the action did not finish within --timeout 300ms and was stopped\"}\n",
+    );
+    server
+        .run(json!({"after": 1}))
+        .assert(200, "{\"after\":1}\n");
+}
+
+#[test]
+fn a_module_precompiled_for_another_compiler_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = precompiled_echo(&dir, &["--wasm-compiler", "winch"]);
+    let server = Server::builder().arg("--allow-precompiled").start();
+    let reply = server.init(&init_binary(&cwasm));
+    assert_eq!(reply.status, 502);
+    assert!(
+        reply.error().contains("cannot load the precompiled module"),
+        "{}",
+        reply.text()
+    );
 }

@@ -9,9 +9,11 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use wasmtime::{
     Config, Engine, ExternType, InstanceAllocationStrategy, Linker, Module,
-    PoolingAllocationConfig, Precompiled, StoreLimits,
+    PoolingAllocationConfig, Precompiled, StoreLimits, Strategy,
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
+
+use crate::config::{EngineSettings, WasmCompiler};
 
 /// How often the epoch advances: guests yield to other tasks (and, later, meet their
 /// deadlines) at this granularity.
@@ -32,28 +34,32 @@ pub struct WasmEngine {
     pub memory_cap: usize,
 }
 
-fn config(memory_cap: usize, pooling: bool) -> Config {
+fn config(settings: EngineSettings, pooling: bool) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
+    config.strategy(match settings.compiler {
+        WasmCompiler::Cranelift => Strategy::Cranelift,
+        WasmCompiler::Winch => Strategy::Winch,
+    });
     if pooling {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_core_instances(POOL_SLOTS)
             .total_memories(POOL_SLOTS)
             .total_tables(POOL_SLOTS)
             .total_stacks(POOL_SLOTS)
-            .max_memory_size(memory_cap);
+            .max_memory_size(settings.memory_cap);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
 }
 
 impl WasmEngine {
-    pub fn new(memory_cap: usize) -> wasmtime::Result<Arc<WasmEngine>> {
+    pub fn new(settings: EngineSettings) -> wasmtime::Result<Arc<WasmEngine>> {
         // The pool reserves address space for every slot; hosts with strict overcommit
         // refuse that, and then instances are allocated one by one instead.
-        let engine = Engine::new(&config(memory_cap, true)).or_else(|e| {
+        let engine = Engine::new(&config(settings, true)).or_else(|e| {
             tracing::debug!(error = %e, "no pooling allocator: falling back to on-demand");
-            Engine::new(&config(memory_cap, false))
+            Engine::new(&config(settings, false))
         })?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut Host| &mut host.wasi)?;
@@ -71,7 +77,7 @@ impl WasmEngine {
         Ok(Arc::new(WasmEngine {
             engine,
             linker,
-            memory_cap,
+            memory_cap: settings.memory_cap,
         }))
     }
 

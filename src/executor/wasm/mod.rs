@@ -20,12 +20,13 @@ use streams::{GuestStdin, GuestStdout, HostStderr, LineTooLong, Output};
 
 use super::slot::{Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
+use crate::config::EngineSettings;
 
 /// The engine, made on first use so that native-only deployments never reserve its pool.
-pub fn engine(memory_cap: usize) -> Result<Arc<WasmEngine>, StartError> {
+pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
     static ENGINE: OnceLock<Result<Arc<WasmEngine>, String>> = OnceLock::new();
     ENGINE
-        .get_or_init(|| WasmEngine::new(memory_cap).map_err(|e| format!("{e:#}")))
+        .get_or_init(|| WasmEngine::new(settings).map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(StartError::Wasm)
 }
@@ -95,8 +96,8 @@ async fn load(engine: &Arc<WasmEngine>, source: Source<'_>) -> Result<Module, St
 }
 
 /// Compiles a module ahead of time for `--allow-precompiled` uploads.
-pub fn precompile(bytes: &[u8], memory_cap: usize) -> Result<Vec<u8>, String> {
-    let engine = WasmEngine::new(memory_cap).map_err(|e| format!("{e:#}"))?;
+pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
+    let engine = WasmEngine::new(settings).map_err(|e| format!("{e:#}"))?;
     let module = engine.load(bytes, None)?;
     check_command(&module)?;
     // A serialized module is what precompiling produces: no need to compile twice.
