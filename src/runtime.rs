@@ -1,6 +1,10 @@
 //! The action slot: one `/init` fills it, every `/run` activates what it holds.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -131,13 +135,14 @@ impl Runtime {
 }
 
 impl Action {
-    /// `activate` on a task of its own, so that a client hanging up mid-activation cannot
-    /// cancel it halfway: the action would be left holding an answer nobody reads, and the
-    /// logs without their sentinel.
+    /// `activate`, finished even if the client hangs up halfway: cancelled there, the action
+    /// would be left holding an answer nobody reads, and the logs without their sentinel.
+    /// It runs in the handler's own poll (a task of its own costs two wake-ups per /run)
+    /// and moves to a task only if the handler is dropped first.
     pub async fn activate_to_completion(self: Arc<Self>, body: Bytes) -> Result<Bytes, Error> {
-        tokio::spawn(async move { self.activate(&body).await })
+        FinishOnDrop::new(async move { self.activate(&body).await })
             .await
-            .unwrap_or_else(|e| Err(Error::Internal(format!("the activation failed: {e}"))))
+            .unwrap_or_else(|| Err(Error::Internal("the activation failed".to_owned())))
     }
 
     /// PROTOCOL.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
@@ -157,6 +162,49 @@ impl Action {
         match (result, limit) {
             (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),
             (result, _) => Ok(result?),
+        }
+    }
+}
+
+/// Polls its future in place; dropped before that future is done, it hands the rest to a
+/// task of its own. A panic inside comes out as `None` instead of unwinding the caller.
+struct FinishOnDrop<F: Future + Send + 'static>(Option<Pin<Box<F>>>);
+
+impl<F: Future + Send + 'static> FinishOnDrop<F> {
+    fn new(future: F) -> Self {
+        FinishOnDrop(Some(Box::pin(future)))
+    }
+}
+
+impl<F: Future + Send + 'static> Future for FinishOnDrop<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(future) = self.0.as_mut() else {
+            return Poll::Pending;
+        };
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)));
+        let output = match polled {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(output)) => Some(output),
+            Err(_) => {
+                tracing::error!("an activation panicked");
+                None
+            }
+        };
+        self.0 = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for FinishOnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                rest.await;
+            });
         }
     }
 }

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{Backend, Server, init_binary, read, zip_of};
+use crate::support::{Backend, SENTINEL, Server, init_binary, read, zip_of};
 
 const OK: &str = "{\"ok\":true}\n";
 
@@ -263,4 +263,36 @@ fn a_module_precompiled_for_another_compiler_is_refused() {
         "{}",
         reply.text()
     );
+}
+
+#[test]
+fn a_log_line_written_in_pieces_reaches_stderr_whole_while_instances_run_in_parallel() {
+    let server = Server::builder().arg("--concurrency").arg("2").start();
+    server
+        .init(&Backend::Wasm.init_guest("logs_in_pieces"))
+        .assert(200, OK);
+    let server = &server;
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..40)
+            .map(|tag| scope.spawn(move || server.run(json!({"pieces": 300, "tag": tag % 2}))))
+            .collect();
+        for run in runs {
+            assert_eq!(run.join().unwrap().status, 200);
+        }
+    });
+    server.wait_sentinels(40);
+    let lines: Vec<String> = server
+        .stderr()
+        .lines()
+        .filter(|l| !l.contains(SENTINEL))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 40, "{lines:?}");
+    for line in lines {
+        let ok = ["a", "b"]
+            .iter()
+            .enumerate()
+            .any(|(tag, letter)| line == format!("pieces {tag}:{}", letter.repeat(300)));
+        assert!(ok, "a torn log line: {line:?}");
+    }
 }

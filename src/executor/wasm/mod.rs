@@ -16,7 +16,7 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use engine::{Host, check_command};
 pub use engine::{WasmEngine, is_precompiled};
-use streams::{GuestStdin, GuestStdout, HostStderr, LineTooLong, Output};
+use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
 use super::slot::{Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
@@ -129,7 +129,9 @@ impl Worker for Instance {
 
     async fn activate(&mut self, line: Vec<u8>, _max_result: usize) -> Result<Bytes, RunError> {
         // The cap is the stdout stream's own, set when the instance was made.
-        self.exchange(line).await
+        let result = self.exchange(line).await;
+        self.stderr.flush();
+        result
     }
 }
 
@@ -144,6 +146,7 @@ type Guest = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
 pub struct Instance {
     stdin: GuestStdin,
     stdout: GuestStdout,
+    stderr: GuestStderr,
     guest: Guest,
     /// How `_start` ended, once it has (it must not be polled again).
     ended: Option<String>,
@@ -158,10 +161,11 @@ impl Instance {
     ) -> Result<Instance, StartError> {
         let stdin = GuestStdin::default();
         let stdout = GuestStdout::new(spec.max_result_bytes);
+        let stderr = GuestStderr::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(stdin.clone())
             .stdout(Output(stdout.clone()))
-            .stderr(Output(HostStderr))
+            .stderr(Output(stderr.clone()))
             .envs(&spec.env)
             .args(&[&spec.main]);
         if let Some(dir) = preopen {
@@ -197,15 +201,18 @@ impl Instance {
         let mut instance = Instance {
             stdin,
             stdout,
+            stderr,
             guest,
             ended: None,
         };
-        if spec.wait_for_ack {
-            instance.wait_for_ack(spec).await?;
+        let started = if spec.wait_for_ack {
+            instance.wait_for_ack(spec).await
         } else {
-            instance.wait_until_idle(spec).await?;
-        }
-        Ok(instance)
+            instance.wait_until_idle(spec).await
+        };
+        // What the guest logged while starting is out before /init answers.
+        instance.stderr.flush();
+        started.map(|()| instance)
     }
 
     /// Runs the guest as far as it can go now, noting if `_start` has ended.
@@ -214,6 +221,11 @@ impl Instance {
             && let Poll::Ready(result) = self.guest.as_mut().poll(cx)
         {
             self.ended = Some(exit_reason(result));
+        }
+        if self.ended.is_some() {
+            self.stderr.flush();
+        } else {
+            self.stderr.flush_lines();
         }
     }
 
@@ -276,6 +288,13 @@ impl Instance {
             }
         })
         .await
+    }
+}
+
+impl Drop for Instance {
+    /// Stopped mid-activation (past its deadline), the guest may hold a partial log line.
+    fn drop(&mut self) {
+        self.stderr.flush();
     }
 }
 
