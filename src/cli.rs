@@ -149,16 +149,21 @@ pub struct CompileArgs {
     /// The linear-memory cap the module will run under (must match the server's).
     #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
     pub max_memory_bytes: usize,
-    /// The compiler to use (must match the server's).
-    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Cranelift)]
+    /// The compiler to use (must match the server's; tiered makes Cranelift code, what a
+    /// tiered server ends up running).
+    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
     pub wasm_compiler: config::WasmCompiler,
+    /// Set by a server that compiles in a child process: errors are printed bare, the
+    /// child dies with the server, and `background` lowers its priority.
+    #[arg(long, hide = true, value_enum)]
+    pub for_server: Option<config::ChildRole>,
 }
 
 impl CompileArgs {
     pub fn engine_settings(&self) -> config::EngineSettings {
         config::EngineSettings {
             memory_cap: self.max_memory_bytes,
-            compiler: self.wasm_compiler,
+            codegen: self.wasm_compiler.final_tier(),
         }
     }
 }
@@ -210,16 +215,16 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_START_PROBE", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_START_PROBE)]
     pub start_probe: Duration,
-    /// How long the OW_COMPILER hook may run.
+    /// How long the OW_COMPILER hook, or compiling a WebAssembly module, may take.
     #[arg(long, env = "WASMLOOP_COMPILE_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_COMPILE_TIMEOUT)]
     pub compile_timeout: Duration,
     /// Cap on each WebAssembly instance's linear memory, in bytes; growing past it traps.
     #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
     pub max_memory_bytes: usize,
-    /// Which compiler makes machine code of WebAssembly modules: winch makes a cold /init
-    /// several times faster, for code that runs slower.
-    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Cranelift)]
+    /// Which compiler makes machine code of WebAssembly modules: tiered serves Winch's
+    /// code (fast to make) until Cranelift's (fast to run) is ready; see docs/deploying.md.
+    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
     pub wasm_compiler: config::WasmCompiler,
     /// Folder for compiled WebAssembly modules, reused across /inits and restarts [default: <temp dir>/wasmloop-cache].
     #[arg(long, env = "WASMLOOP_CACHE_DIR")]

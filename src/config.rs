@@ -84,32 +84,88 @@ pub struct Config {
     pub sentinels: bool,
 }
 
-/// Wasmtime's two compilers: a cold `/init` is almost all compiling, and they trade its
-/// time against the speed of the code (the Rust hello: ~55-70 ms against ~20 ms here).
+/// How WebAssembly becomes machine code. A cold `/init` is almost all compiling, and
+/// wasmtime's two compilers trade its time against the speed of the code (the Rust hello:
+/// ~55-70 ms against ~20 ms here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum WasmCompiler {
+    /// Winch first, so that `/init` answers soon; Cranelift meanwhile, in the background,
+    /// and instances are replaced by ones running its code once it is ready.
+    Tiered,
     /// Optimizing: the fastest code, the slowest compile.
     Cranelift,
     /// Baseline, single pass: compiles several times faster, runs slower code.
     Winch,
 }
 
+/// One of wasmtime's compilers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Codegen {
+    Cranelift,
+    Winch,
+}
+
+impl Codegen {
+    pub fn name(self) -> &'static str {
+        match self {
+            Codegen::Cranelift => "cranelift",
+            Codegen::Winch => "winch",
+        }
+    }
+}
+
+/// How a server uses a compile child (`wasmloop compile --for-server`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChildRole {
+    /// An `/init` waits for it.
+    Foreground,
+    /// It makes code to replace what already serves: it must not slow the serving down.
+    Background,
+}
+
+impl ChildRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            ChildRole::Foreground => "foreground",
+            ChildRole::Background => "background",
+        }
+    }
+}
+
+impl WasmCompiler {
+    /// The compiler whose code serves first, and the one whose code replaces it later.
+    pub fn tiers(self) -> (Codegen, Option<Codegen>) {
+        match self {
+            WasmCompiler::Tiered => (Codegen::Winch, Some(Codegen::Cranelift)),
+            WasmCompiler::Cranelift => (Codegen::Cranelift, None),
+            WasmCompiler::Winch => (Codegen::Winch, None),
+        }
+    }
+
+    /// The compiler whose code an action ends up running: what the compile cache and
+    /// precompiled modules hold.
+    pub fn final_tier(self) -> Codegen {
+        let (first, then) = self.tiers();
+        then.unwrap_or(first)
+    }
+}
+
 impl Config {
-    /// What the process-wide wasm engine is made with.
-    pub fn engine_settings(&self) -> EngineSettings {
+    /// What the wasm engine for `codegen`'s code is made with.
+    pub fn engine_settings(&self, codegen: Codegen) -> EngineSettings {
         EngineSettings {
             memory_cap: self.max_memory_bytes,
-            compiler: self.wasm_compiler,
+            codegen,
         }
     }
 }
 
 /// The settings a wasm engine, and every module compiled for it, depend on: a module
-/// precompiled with other settings cannot be loaded.
+/// compiled with other settings cannot be loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineSettings {
     pub memory_cap: usize,
-    pub compiler: WasmCompiler,
+    pub codegen: Codegen,
 }
 
 impl Default for Config {
@@ -132,7 +188,7 @@ impl Default for Config {
             start_probe: duration(DEFAULT_START_PROBE),
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
-            wasm_compiler: WasmCompiler::Cranelift,
+            wasm_compiler: WasmCompiler::Tiered,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
             concurrency: 1,

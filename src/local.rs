@@ -7,7 +7,7 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::config::Config;
+use crate::config::{Config, WasmCompiler};
 use crate::runtime::Runtime;
 
 /// Where the inputs come from.
@@ -27,6 +27,11 @@ pub async fn run(
     mut config: Config,
 ) -> anyhow::Result<()> {
     config.sentinels = false;
+    // One short process: no point serving quick code first and replacing the instance
+    // (and its state) halfway through the inputs.
+    if config.wasm_compiler == WasmCompiler::Tiered {
+        config.wasm_compiler = WasmCompiler::Cranelift;
+    }
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let env: Map<String, Value> = env
         .into_iter()

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 use wasmloop::cli::{BenchArgs, Cli, Command, CompileArgs, OwCompileArgs, RunArgs, ServeArgs};
+use wasmloop::config::ChildRole;
 
 fn main() -> ExitCode {
     keep_freed_memory_for_reuse();
@@ -42,9 +43,12 @@ fn init_tracing(cli: &Cli) {
         (None, true) => "wasmloop=debug".to_owned(),
         (None, false) => return,
     };
+    // Colours only for a person at a terminal: a log collector would keep the escape codes.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        .with_ansi(colours)
         .init();
 }
 
@@ -101,12 +105,41 @@ fn run_locally(args: RunArgs) -> anyhow::Result<()> {
 }
 
 fn compile(args: CompileArgs) -> anyhow::Result<()> {
+    if let Some(role) = args.for_server {
+        compile_for_server(&args, role);
+    }
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
     let compiled = wasmloop::executor::wasm::precompile(&bytes, args.engine_settings())
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
     std::fs::write(&args.output, compiled)
         .with_context(|| format!("cannot write {}", args.output.display()))
+}
+
+/// A server's compile child: it dies with the server, yields the CPU to it when working in
+/// the background, and reports a failure as the bare message the server passes on.
+fn compile_for_server(args: &CompileArgs, role: ChildRole) -> ! {
+    // SAFETY: prctl and setpriority only change attributes of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if role == ChildRole::Background {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+        }
+    }
+    let compiled = std::fs::read(&args.input)
+        .map_err(|e| format!("cannot read {}: {e}", args.input.display()))
+        .and_then(|bytes| wasmloop::executor::wasm::precompile(&bytes, args.engine_settings()))
+        .and_then(|compiled| {
+            std::fs::write(&args.output, compiled)
+                .map_err(|e| format!("cannot write {}: {e}", args.output.display()))
+        });
+    match compiled {
+        Ok(()) => std::process::exit(0),
+        Err(message) => {
+            eprint!("{message}");
+            std::process::exit(1)
+        }
+    }
 }
 
 /// A listening socket handed down by whoever started us (a supervisor, or the tests).

@@ -30,9 +30,12 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let grace = config.shutdown_timeout;
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
-    // Made now, off the async workers, so that the first wasm /init does not pay for it.
-    let settings = config.engine_settings();
-    tokio::task::spawn_blocking(move || crate::executor::wasm::engine(settings));
+    // Made now, off the async workers, so that the first wasm /init does not pay for them.
+    let (first, then) = config.wasm_compiler.tiers();
+    for codegen in std::iter::once(first).chain(then) {
+        let settings = config.engine_settings(codegen);
+        tokio::task::spawn_blocking(move || crate::executor::wasm::engine(settings));
+    }
     let runtime = Arc::new(Runtime::new(config));
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let signalled = async move {

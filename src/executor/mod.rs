@@ -124,6 +124,7 @@ impl Executor for AnyExecutor {
 }
 
 /// What every backend needs to start an action.
+#[derive(Clone)]
 pub struct StartSpec {
     pub env: Vec<(String, String)>,
     pub main: String,
@@ -181,17 +182,12 @@ pub async fn start(
                 slot::Slot::start(spec, max_result, size).await?,
             ));
         }
-        Entry::Wasm(path) => wasm::Source::Wasm {
-            path,
-            cache_dir: config.cache_dir.as_deref(),
-        },
+        Entry::Wasm(path) => wasm::Source::Wasm(path),
     };
     // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
     let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-    let engine = wasm::engine(config.engine_settings())?;
-    let spec = wasm::prepare(engine, source, spec, preopen).await?;
     Ok(AnyExecutor::Wasm(
-        slot::Slot::start(spec, max_result, size).await?,
+        wasm::start(source, spec, preopen, config, size).await?,
     ))
 }
 

@@ -2,7 +2,8 @@
 //! arrival order, each within its deadline, and a worker that failed is replaced.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
 
@@ -42,13 +43,21 @@ pub struct PoolSize {
 /// Up to `workers` workers of one action, made on demand; activations beyond that wait
 /// in arrival order (tokio's semaphore is fair), up to `max_waiting` of them.
 pub struct Slot<W: Worker> {
-    spec: W::Spec,
+    /// What new workers are made from; `upgrade` replaces it.
+    spec: RwLock<Arc<W::Spec>>,
+    /// Bumped with each new spec: workers made from an older one are retired.
+    generation: AtomicU64,
     max_result: usize,
     size: PoolSize,
     permits: tokio::sync::Semaphore,
-    /// Workers not serving anyone right now.
-    idle: std::sync::Mutex<Vec<W>>,
+    /// Workers not serving anyone right now, with the generation they were made from.
+    idle: Mutex<Vec<(u64, W)>>,
     waiting: AtomicUsize,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves a plain list behind: keep using it.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs `future` until `deadline` (if any); running out of time is `RunError::TimedOut`.
@@ -82,17 +91,75 @@ impl<W: Worker> Slot<W> {
     ) -> Result<Self, StartError> {
         let worker = W::start(&spec).await?;
         Ok(Slot {
-            spec,
+            spec: RwLock::new(Arc::new(spec)),
+            generation: AtomicU64::new(0),
             max_result,
             size,
             permits: tokio::sync::Semaphore::new(size.workers.max(1)),
-            idle: std::sync::Mutex::new(vec![worker]),
+            idle: Mutex::new(vec![(0, worker)]),
             waiting: AtomicUsize::new(0),
         })
     }
 
-    fn take_idle(&self) -> Option<W> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    fn current_spec(&self) -> (u64, Arc<W::Spec>) {
+        let spec = self.spec.read().unwrap_or_else(|e| e.into_inner());
+        (self.generation.load(Ordering::Acquire), spec.clone())
+    }
+
+    /// An idle worker of the current generation that is still alive; others are dropped.
+    fn take_idle(&self) -> Option<(u64, W)> {
+        let current = self.generation.load(Ordering::Acquire);
+        let mut retired = Vec::new();
+        let found = {
+            let mut idle = lock(&self.idle);
+            loop {
+                match idle.pop() {
+                    Some((generation, mut worker)) => {
+                        if generation == current && worker.is_alive() {
+                            break Some((generation, worker));
+                        }
+                        retired.push(worker);
+                    }
+                    None => break None,
+                }
+            }
+        };
+        // Dropped outside the lock: stopping a worker may take a moment.
+        drop(retired);
+        found
+    }
+
+    async fn start_worker(&self) -> Result<(u64, W), StartError> {
+        let (generation, spec) = self.current_spec();
+        Ok((generation, W::start(&spec).await?))
+    }
+
+    /// From now on workers are made from `spec`; idle ones made from the old spec are
+    /// replaced now, off the activations' path (busy ones when they finish). Each
+    /// replacement holds a permit, so the pool never grows past its size.
+    pub async fn upgrade(&self, spec: W::Spec) -> Result<(), StartError> {
+        {
+            let mut current = self.spec.write().unwrap_or_else(|e| e.into_inner());
+            *current = Arc::new(spec);
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        let current = self.generation.load(Ordering::Acquire);
+        loop {
+            let Ok(_permit) = self.permits.acquire().await else {
+                return Ok(());
+            };
+            let stale = {
+                let mut idle = lock(&self.idle);
+                let position = idle.iter().position(|(g, _)| *g != current);
+                position.map(|at| idle.swap_remove(at))
+            };
+            if stale.is_none() {
+                return Ok(());
+            }
+            drop(stale);
+            let fresh = self.start_worker().await?;
+            lock(&self.idle).push(fresh);
+        }
     }
 
     pub async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
@@ -114,11 +181,11 @@ impl<W: Worker> Slot<W> {
         };
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
         // A worker that died while idle is replaced before this activation.
-        let mut worker = match self.take_idle().and_then(|mut w| w.is_alive().then_some(w)) {
-            Some(worker) => worker,
+        let (generation, mut worker) = match self.take_idle() {
+            Some(idle) => idle,
             None => {
                 within(deadline, async {
-                    W::start(&self.spec).await.map_err(RunError::Restart)
+                    self.start_worker().await.map_err(RunError::Restart)
                 })
                 .await?
             }
@@ -132,11 +199,9 @@ impl<W: Worker> Slot<W> {
         // may leave it mid-request or out of step: it is dropped (killing the child or the
         // instance), and a later activation starts a fresh one.
         let in_step = matches!(result, Ok(_) | Err(RunError::NotAnObject));
-        if in_step && worker.is_alive() {
-            self.idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(worker);
+        let current = generation == self.generation.load(Ordering::Acquire);
+        if in_step && current && worker.is_alive() {
+            lock(&self.idle).push((generation, worker));
         }
         drop(permit);
         result

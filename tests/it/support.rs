@@ -318,6 +318,11 @@ impl ServerBuilder {
         self
     }
 
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
     /// Starts wasmloop on a socket we bind and hand down as its fd 3: it is listening
     /// before the process even starts, so there is no readiness to wait for, and no race
     /// for a free port.

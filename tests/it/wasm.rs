@@ -135,38 +135,44 @@ fn returning_from_start_is_an_exit() {
     );
 }
 
+/// The compiled modules in a cache folder.
+fn cached(cache: &tempfile::TempDir) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect()
+}
+
+fn count_is(server: &Server, count: u64) {
+    server
+        .run(json!({}))
+        .assert(200, &format!("{{\"count\":{count}}}\n"));
+}
+
 #[test]
 fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
     let cache = tempfile::tempdir().unwrap();
     let cache_dir = cache.path().to_str().unwrap();
-    let first = Server::builder()
-        .arg("-v")
-        .arg("--cache-dir")
-        .arg(cache_dir)
-        .start();
+    let server = || {
+        Server::builder()
+            .args(&[
+                "-v",
+                "--wasm-compiler",
+                "cranelift",
+                "--cache-dir",
+                cache_dir,
+            ])
+            .start()
+    };
+    let first = server();
     first
         .init(&Backend::Wasm.init_guest("echo"))
         .assert(200, OK);
-    first.wait_stderr("module compiled");
-    // The cache is written after /init has answered: wait for it (bounded).
-    let cached = || -> Vec<_> {
-        std::fs::read_dir(cache.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
-            .collect()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while cached().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(cached().len(), 1, "one compiled module in the cache");
+    assert!(first.stderr().contains("module compiled"));
+    assert_eq!(cached(&cache).len(), 1, "one compiled module in the cache");
 
-    let second = Server::builder()
-        .arg("-v")
-        .arg("--cache-dir")
-        .arg(cache_dir)
-        .start();
+    let second = server();
     second
         .init(&Backend::Wasm.init_guest("echo"))
         .assert(200, OK);
@@ -175,6 +181,75 @@ fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
     second
         .run(json!({"cached": true}))
         .assert(200, "{\"cached\":true}\n");
+}
+
+#[test]
+fn tiered_serves_quick_code_first_then_moves_to_optimized_code_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().to_str().unwrap();
+    let server = || {
+        Server::builder()
+            .args(&["-v", "--cache-dir", cache_dir])
+            .start()
+    };
+    let first = server();
+    first
+        .init(&Backend::Wasm.init_guest("counter"))
+        .assert(200, OK);
+    assert!(
+        first.stderr().contains("codegen=\"winch\""),
+        "{}",
+        first.stderr()
+    );
+    count_is(&first, 1);
+    first.wait_stderr("optimized code ready");
+    assert!(first.stderr().contains("codegen=\"cranelift\""));
+    // The instance was replaced by one running the optimized code: its state starts over,
+    // once, and is then kept as usual.
+    for count in 1..=3 {
+        count_is(&first, count);
+    }
+    assert_eq!(cached(&cache).len(), 2, "both compiles in the cache");
+
+    // The optimized code is in the cache: nothing to compile, nothing to tier.
+    let second = server();
+    second
+        .init(&Backend::Wasm.init_guest("counter"))
+        .assert(200, OK);
+    second.wait_stderr("module loaded from the compile cache");
+    for count in 1..=3 {
+        count_is(&second, count);
+    }
+    let log = second.stderr();
+    assert!(!log.contains("module compiled"), "{log}");
+    assert!(!log.contains("optimized code ready"), "{log}");
+}
+
+#[test]
+fn a_compile_that_outlives_compile_timeout_fails_the_init_not_the_server() {
+    for compiler in ["tiered", "cranelift"] {
+        let server = Server::builder()
+            .args(&[
+                "--no-cache",
+                "--compile-timeout",
+                "1ms",
+                "--wasm-compiler",
+                compiler,
+            ])
+            .start();
+        let reply = server.init(&Backend::Wasm.init_guest("echo"));
+        assert_eq!(reply.status, 502);
+        let error = reply.error();
+        assert!(
+            error.contains("(see --compile-timeout)"),
+            "{compiler}: {error}"
+        );
+        assert_eq!(
+            server.post("/run", b"{}").status,
+            500,
+            "no action, still serving"
+        );
+    }
 }
 
 /// The echo guest precompiled by `wasmloop compile ARGS...`.

@@ -1,8 +1,9 @@
-//! The process-wide wasmtime engine: its configuration, the WASI linker, the epoch ticker,
-//! and module loading through the on-disk compile cache.
+//! The wasmtime engines (one per compiler in use): configuration, the WASI linker, the
+//! epoch ticker, and modules from the compile cache or from a compile child.
 
 use std::hash::{Hash, Hasher};
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use wasmtime::{
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
 
-use crate::config::{EngineSettings, WasmCompiler};
+use crate::config::{ChildRole, Codegen, EngineSettings};
 
 /// How often the epoch advances: guests yield to other tasks (and, later, meet their
 /// deadlines) at this granularity.
@@ -32,14 +33,15 @@ pub struct WasmEngine {
     pub engine: Engine,
     pub linker: Linker<Host>,
     pub memory_cap: usize,
+    settings: EngineSettings,
 }
 
 fn config(settings: EngineSettings, pooling: bool) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
-    config.strategy(match settings.compiler {
-        WasmCompiler::Cranelift => Strategy::Cranelift,
-        WasmCompiler::Winch => Strategy::Winch,
+    config.strategy(match settings.codegen {
+        Codegen::Cranelift => Strategy::Cranelift,
+        Codegen::Winch => Strategy::Winch,
     });
     if pooling {
         let mut pool = PoolingAllocationConfig::new();
@@ -78,37 +80,66 @@ impl WasmEngine {
             engine,
             linker,
             memory_cap: settings.memory_cap,
+            settings,
         }))
     }
 
-    /// Compiles `bytes`, or loads what an earlier compile of the same bytes by a compatible
-    /// engine left in `cache_dir`.
-    pub fn load(&self, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Module, String> {
-        let cached = cache_dir.map(|dir| dir.join(format!("{}.cwasm", self.cache_key(bytes))));
-        if let Some(path) = cached.as_deref().filter(|p| p.is_file()) {
-            // SAFETY: the cache folder holds only what `store_in_cache` wrote, from modules
-            // this process compiled; the file name ties it to these bytes and this engine.
-            match unsafe { Module::deserialize_file(&self.engine, path) } {
-                Ok(module) => {
-                    tracing::debug!(path = %path.display(), "module loaded from the compile cache");
-                    return Ok(module);
-                }
-                Err(e) => {
-                    tracing::debug!(path = %path.display(), error = %e, "ignoring a bad cache entry")
-                }
+    /// The module compiled from `bytes` for this engine, if the compile cache holds it.
+    pub fn cached(&self, bytes: &[u8], cache_dir: Option<&Path>) -> Option<Module> {
+        let path = cache_dir?.join(self.cache_name(bytes));
+        if !path.is_file() {
+            return None;
+        }
+        // SAFETY: the cache folder holds only what compile children of this program wrote;
+        // the file name ties it to these bytes and this engine's settings.
+        match unsafe { Module::deserialize_file(&self.engine, &path) } {
+            Ok(module) => {
+                tracing::debug!(path = %path.display(), "module loaded from the compile cache");
+                Some(module)
+            }
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "ignoring a bad cache entry");
+                None
             }
         }
-        let module = Module::new(&self.engine, bytes)
-            .map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
-        tracing::debug!(bytes = bytes.len(), "module compiled");
-        // Serializing, writing and trimming the heap take milliseconds /init need not wait for.
-        let compiled = module.clone();
-        std::thread::spawn(move || {
-            if let Some(path) = cached {
-                store_in_cache(&compiled, &path);
-            }
-            release_freed_memory();
-        });
+    }
+
+    /// Compiles the module in `wasm` (whose bytes are `bytes`) in a child process, which
+    /// keeps the compiler's memory and code pages out of this one (a long-lived server
+    /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
+    /// crash. The result goes to the compile cache.
+    pub async fn compile(
+        &self,
+        wasm: &Path,
+        bytes: &[u8],
+        cache_dir: Option<&Path>,
+        child: CompileChild,
+    ) -> Result<Module, String> {
+        let dir = cache_dir.map_or_else(std::env::temp_dir, Path::to_owned);
+        // Written aside and renamed into the cache, so that a reader never sees half a file.
+        let output = std::fs::create_dir_all(&dir)
+            .and_then(|()| tempfile::NamedTempFile::new_in(&dir))
+            .map_err(|e| {
+                format!(
+                    "cannot make room for the compiled module in {}: {e}",
+                    dir.display()
+                )
+            })?;
+        child.run(wasm, output.path(), self.settings).await?;
+        // SAFETY: our own executable just wrote this file, for these settings.
+        let module = unsafe { Module::deserialize_file(&self.engine, output.path()) }
+            .map_err(|e| format!("cannot load the compiled module: {e:#}"))?;
+        tracing::debug!(
+            bytes = bytes.len(),
+            codegen = self.settings.codegen.name(),
+            "module compiled"
+        );
+        if let Some(dir) = cache_dir
+            && let Err(e) = output.persist(dir.join(self.cache_name(bytes)))
+        {
+            // Only the next /init of these bytes pays for it: it compiles again.
+            tracing::debug!(error = %e.error, "cannot write the compile cache");
+        }
         Ok(module)
     }
 
@@ -122,43 +153,75 @@ impl WasmEngine {
 
     /// The wasm's hash and the engine's compatibility hash: a cache entry is only ever
     /// loaded by an engine that could have written it.
-    fn cache_key(&self, bytes: &[u8]) -> String {
+    fn cache_name(&self, bytes: &[u8]) -> String {
         let digest = Sha256::digest(bytes);
         let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut engine_hash);
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{hex}-{:016x}", engine_hash.finish())
+        format!("{hex}-{:016x}.cwasm", engine_hash.finish())
     }
 }
 
-/// Compiling (in parallel) and serializing leave freed memory in several malloc arenas,
-/// which the process keeps for reuse (see `main`): hand it back, or a long-lived runtime
-/// keeps the peak of one compile as its resident size.
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free memory to the system.
-    unsafe {
-        libc::malloc_trim(0);
+/// How a server runs a compile child: `wasmloop compile --for-server`, our own executable.
+#[derive(Debug, Clone, Copy)]
+pub struct CompileChild {
+    pub role: ChildRole,
+    pub timeout: Duration,
+}
+
+impl CompileChild {
+    async fn run(self, wasm: &Path, output: &Path, settings: EngineSettings) -> Result<(), String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find the wasmloop executable to compile with: {e}"))?;
+        let mut command = tokio::process::Command::new(exe);
+        command
+            .arg("compile")
+            .arg("--for-server")
+            .arg(self.role.name())
+            .arg("--wasm-compiler")
+            .arg(settings.codegen.name())
+            .arg("--max-memory-bytes")
+            .arg(settings.memory_cap.to_string())
+            .arg("--output")
+            .arg(output)
+            .arg(wasm)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let finished = tokio::time::timeout(self.timeout, command.output())
+            .await
+            .map_err(|_| {
+                format!(
+                    "compiling took longer than {} (see --compile-timeout)",
+                    humantime::format_duration(self.timeout)
+                )
+            })?
+            .map_err(|e| format!("cannot start the compiler: {e}"))?;
+        if finished.status.success() {
+            return Ok(());
+        }
+        let message = String::from_utf8_lossy(&finished.stderr).trim().to_owned();
+        Err(if message.is_empty() {
+            format!("the compiler failed ({})", finished.status)
+        } else {
+            message
+        })
     }
 }
 
-/// Best effort: a cache that cannot be written only costs the next `/init` a compile.
-fn store_in_cache(module: &Module, path: &Path) {
-    let write = || -> std::io::Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let bytes = module.serialize().map_err(std::io::Error::other)?;
-        // Written aside and renamed, so that a reader never sees half a file.
-        let tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::fs::write(tmp.path(), bytes)?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
-    };
-    if let Err(e) = write() {
-        tracing::debug!(path = %path.display(), error = %e, "cannot write the compile cache");
-    }
+/// What a compile child does: compile `bytes` for an engine with `settings`, serialized.
+pub fn compile_here(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
+    // Made once and thrown away: no instance pool, no epoch ticker (neither changes the code).
+    let engine = Engine::new(&config(settings, false)).map_err(|e| format!("{e:#}"))?;
+    let module =
+        Module::new(&engine, bytes).map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
+    check_command(&module)?;
+    module
+        .serialize()
+        .map_err(|e| format!("cannot serialize the module: {e:#}"))
 }
 
 /// Whether `path` holds a module precompiled by wasmtime (an ELF file, not an executable).

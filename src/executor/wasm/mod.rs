@@ -10,23 +10,30 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
+use tokio::time::Instant;
+
 use bytes::Bytes;
 use wasmtime::{InstancePre, Module, Store, StoreLimitsBuilder, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use engine::{Host, check_command};
+use engine::{CompileChild, Host, check_command};
 pub use engine::{WasmEngine, is_precompiled};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
-use super::slot::{Slot, Worker};
+use super::slot::{PoolSize, Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
-use crate::config::EngineSettings;
+use crate::config::{ChildRole, Codegen, Config, EngineSettings};
 
-/// The engine, made on first use so that native-only deployments never reserve its pool.
+/// The engine for `settings`' compiler, made on first use so that native-only deployments
+/// never reserve its pool. One per compiler: a tiered action uses both.
 pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
-    static ENGINE: OnceLock<Result<Arc<WasmEngine>, String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| WasmEngine::new(settings).map_err(|e| format!("{e:#}")))
+    type Made = OnceLock<Result<Arc<WasmEngine>, String>>;
+    static ENGINES: [Made; 2] = [OnceLock::new(), OnceLock::new()];
+    let made = &ENGINES[match settings.codegen {
+        Codegen::Cranelift => 0,
+        Codegen::Winch => 1,
+    }];
+    made.get_or_init(|| WasmEngine::new(settings).map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(StartError::Wasm)
 }
@@ -34,10 +41,7 @@ pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
 /// Where the module comes from.
 pub enum Source<'a> {
     /// WebAssembly bytes, compiled (or taken from the compile cache).
-    Wasm {
-        path: &'a Path,
-        cache_dir: Option<&'a Path>,
-    },
+    Wasm(&'a Path),
     /// A module precompiled by `wasmloop compile`.
     Precompiled(&'a Path),
 }
@@ -50,21 +54,177 @@ pub struct WasmSpec {
     preopen: Option<PathBuf>,
 }
 
-/// Instances of one module, one at a time.
-pub type WasmExecutor = Slot<Instance>;
+/// The instances of one module, and the compile of its optimized code while it is coming.
+pub struct WasmExecutor {
+    slot: Arc<Slot<Instance>>,
+    /// Stopped (with its compile child) when the action goes.
+    _upgrade: Option<AbortOnDrop>,
+}
 
-/// Compiles (or loads) the module and links it: what `/init` does before the first instance.
-pub async fn prepare(
-    engine: Arc<WasmEngine>,
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl WasmExecutor {
+    pub async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
+        self.slot.run(line, deadline).await
+    }
+}
+
+/// Compiles (or loads) the module and starts its first instance: what `/init` does. With
+/// a tiered compiler the first code is the quick one, and the optimized code replaces it
+/// once a background compile has made it.
+pub async fn start(
     source: Source<'_>,
     start: StartSpec,
     preopen: Option<PathBuf>,
+    config: &Config,
+    size: PoolSize,
+) -> Result<WasmExecutor, StartError> {
+    let final_engine = engine(config.engine_settings(config.wasm_compiler.final_tier()))?;
+    let serve = |engine, module: Module, start, preopen| async move {
+        let spec = link(engine, &module, start, preopen)?;
+        let max_result = spec.start.max_result_bytes;
+        Ok::<_, StartError>(Arc::new(Slot::start(spec, max_result, size).await?))
+    };
+    let only = |slot| WasmExecutor {
+        slot,
+        _upgrade: None,
+    };
+    let wasm = match source {
+        Source::Precompiled(path) => {
+            let module = blocking({
+                let (engine, path) = (final_engine.clone(), path.to_owned());
+                move || engine.load_precompiled(&path)
+            })
+            .await?;
+            return Ok(only(serve(final_engine, module, start, preopen).await?));
+        }
+        Source::Wasm(path) => path,
+    };
+    let bytes = std::fs::read(wasm)
+        .map_err(|e| StartError::Wasm(format!("cannot read {}: {e}", wasm.display())))?;
+    let bytes = Arc::new(bytes);
+    let cache_dir = config.cache_dir.clone();
+    let lookup = |engine: &Arc<WasmEngine>| {
+        let (engine, bytes, cache_dir) = (engine.clone(), bytes.clone(), cache_dir.clone());
+        blocking(move || Ok(engine.cached(&bytes, cache_dir.as_deref())))
+    };
+    let child = CompileChild {
+        role: ChildRole::Foreground,
+        timeout: config.compile_timeout,
+    };
+    // The final code may be in the cache already: then there is nothing to tier.
+    if let Some(module) = lookup(&final_engine).await? {
+        return Ok(only(serve(final_engine, module, start, preopen).await?));
+    }
+    let (first, then) = config.wasm_compiler.tiers();
+    if then.is_none() {
+        let module = final_engine
+            .compile(wasm, &bytes, cache_dir.as_deref(), child)
+            .await
+            .map_err(StartError::Wasm)?;
+        return Ok(only(serve(final_engine, module, start, preopen).await?));
+    }
+    let quick_engine = engine(config.engine_settings(first))?;
+    let quick = match lookup(&quick_engine).await? {
+        Some(module) => Ok(module),
+        None => {
+            quick_engine
+                .compile(wasm, &bytes, cache_dir.as_deref(), child)
+                .await
+        }
+    };
+    let module = match quick {
+        Ok(module) => module,
+        // Winch does not support every proposal Cranelift does: the optimizing compiler
+        // has the last word (and its message is the one reported).
+        Err(e) => {
+            tracing::debug!(
+                error = e,
+                "the quick compile failed: compiling optimized code"
+            );
+            let module = final_engine
+                .compile(wasm, &bytes, cache_dir.as_deref(), child)
+                .await
+                .map_err(StartError::Wasm)?;
+            return Ok(only(serve(final_engine, module, start, preopen).await?));
+        }
+    };
+    let slot = serve(quick_engine, module, start.clone(), preopen.clone()).await?;
+    let later = Upgrade {
+        engine: final_engine,
+        wasm: wasm.to_owned(),
+        bytes,
+        cache_dir,
+        child: CompileChild {
+            role: ChildRole::Background,
+            ..child
+        },
+        start,
+        preopen,
+    };
+    let upgrade = tokio::spawn(later.run(Arc::downgrade(&slot)));
+    Ok(WasmExecutor {
+        slot,
+        _upgrade: Some(AbortOnDrop(upgrade.abort_handle())),
+    })
+}
+
+/// The background half of a tiered start: the optimized code, and instances made from it.
+struct Upgrade {
+    engine: Arc<WasmEngine>,
+    wasm: PathBuf,
+    bytes: Arc<Vec<u8>>,
+    cache_dir: Option<PathBuf>,
+    child: CompileChild,
+    start: StartSpec,
+    preopen: Option<PathBuf>,
+}
+
+impl Upgrade {
+    async fn run(self, slot: std::sync::Weak<Slot<Instance>>) {
+        let compiled = self
+            .engine
+            .compile(
+                &self.wasm,
+                &self.bytes,
+                self.cache_dir.as_deref(),
+                self.child,
+            )
+            .await
+            .map_err(StartError::Wasm);
+        let upgraded = match compiled.and_then(|m| link(self.engine, &m, self.start, self.preopen))
+        {
+            Ok(spec) => match slot.upgrade() {
+                Some(slot) => slot.upgrade(spec).await,
+                None => return,
+            },
+            Err(e) => Err(e),
+        };
+        match upgraded {
+            Ok(()) => tracing::debug!("optimized code ready: instances now run it"),
+            // The quick code keeps serving: slower, but it works.
+            Err(e) => tracing::debug!(error = %e, "no optimized code: keeping the quick code"),
+        }
+    }
+}
+
+/// Checks that the module is a command and links it against WASI.
+fn link(
+    engine: Arc<WasmEngine>,
+    module: &Module,
+    start: StartSpec,
+    preopen: Option<PathBuf>,
 ) -> Result<WasmSpec, StartError> {
-    let module = load(&engine, source).await?;
-    check_command(&module).map_err(StartError::Wasm)?;
+    check_command(module).map_err(StartError::Wasm)?;
     let pre = engine
         .linker
-        .instantiate_pre(&module)
+        .instantiate_pre(module)
         .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
     Ok(WasmSpec {
         engine,
@@ -74,36 +234,19 @@ pub async fn prepare(
     })
 }
 
-async fn load(engine: &Arc<WasmEngine>, source: Source<'_>) -> Result<Module, StartError> {
-    let engine = engine.clone();
-    let job: Box<dyn FnOnce() -> Result<Module, String> + Send> = match source {
-        Source::Wasm { path, cache_dir } => {
-            let bytes = std::fs::read(path)
-                .map_err(|e| StartError::Wasm(format!("cannot read {}: {e}", path.display())))?;
-            let cache_dir = cache_dir.map(Path::to_owned);
-            Box::new(move || engine.load(&bytes, cache_dir.as_deref()))
-        }
-        Source::Precompiled(path) => {
-            let path = path.to_owned();
-            Box::new(move || engine.load_precompiled(&path))
-        }
-    };
-    // Compiling takes from milliseconds to seconds of CPU: keep it off the async workers.
+/// File work and deserializing take a millisecond or so: off the async workers.
+async fn blocking<T: Send + 'static>(
+    job: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, StartError> {
     tokio::task::spawn_blocking(job)
         .await
-        .map_err(|e| StartError::Wasm(format!("compiling stopped: {e}")))?
+        .map_err(|e| StartError::Wasm(format!("loading the module stopped: {e}")))?
         .map_err(StartError::Wasm)
 }
 
-/// Compiles a module ahead of time for `--allow-precompiled` uploads.
+/// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
 pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
-    let engine = WasmEngine::new(settings).map_err(|e| format!("{e:#}"))?;
-    let module = engine.load(bytes, None)?;
-    check_command(&module)?;
-    // A serialized module is what precompiling produces: no need to compile twice.
-    module
-        .serialize()
-        .map_err(|e| format!("cannot serialize the module: {e:#}"))
+    engine::compile_here(bytes, settings)
 }
 
 impl Worker for Instance {
