@@ -31,25 +31,34 @@ rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 # Resident memory, and how much of it is private (anonymous) and file-backed (code).
 rss_parts() { awk '/VmRSS|RssAnon|RssFile/ {printf "%s %s KiB  ", $1, $2}' "/proc/$server/status"; }
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-# FILE [FLAGS...]: median /init time over $rounds fresh servers (with a fresh cache dir
-# each, so "cold" stays cold).
+# FILE [FLAGS...]: median /init time over $rounds fresh servers (CACHE in FLAGS becomes a
+# fresh cache dir each time, so "cold" stays cold).
 init_median() {
   local file=$1
   shift
   for i in $(seq "$rounds"); do
-    start "${@//CACHE/$cache/c$i}"
+    start "${@//CACHE/$(mktemp -d -p "$cache")}"
     init_ms "$file"
     echo
     stop
   done | median
 }
 
-echo "wasm hello /init, cold compile: $(init_median wasm-examples/out/hello-rust.wasm --cache-dir CACHE) ms (median of $rounds)"
-# The compile cache is written and the heap trimmed in the background: give them a moment.
-start --cache-dir "$cache/cold"; init_ms wasm-examples/out/hello-rust.wasm >/dev/null; sleep 0.3
-echo "resident memory after a cold /init of the wasm hello: $(rss_parts)"; stop
-echo "wasm hello /init, from the compile cache: $(init_median wasm-examples/out/hello-rust.wasm --cache-dir "$cache/c1") ms (median of $rounds)"
-start --cache-dir "$cache/c1"; init_ms wasm-examples/out/hello-rust.wasm >/dev/null; sleep 0.3
+for compiler in tiered cranelift winch; do
+  echo "wasm hello /init, cold compile, --wasm-compiler $compiler: $(init_median wasm-examples/out/hello-rust.wasm --cache-dir CACHE --wasm-compiler $compiler) ms (median of $rounds)"
+done
+for compiler in tiered cranelift; do
+  start --cache-dir "$cache/cold-$compiler" --wasm-compiler $compiler
+  init_ms wasm-examples/out/hello-rust.wasm >/dev/null
+  echo "resident memory right after a cold /init of the wasm hello ($compiler): $(rss_parts)"
+  # Tiered: the optimized code is made in the background (a few hundred ms at most here).
+  sleep 1
+  echo "resident memory 1 s later: $(rss_parts)"; stop
+done
+# A cache holding the optimized code, as a tiered server leaves it once its upgrade is done.
+warm="$cache/cold-tiered"
+echo "wasm hello /init, from the compile cache: $(init_median wasm-examples/out/hello-rust.wasm --cache-dir "$warm") ms (median of $rounds)"
+start --cache-dir "$warm"; init_ms wasm-examples/out/hello-rust.wasm >/dev/null; sleep 0.3
 echo "resident memory after /init of the wasm hello from the cache: $(rss_parts)"; stop
 for native in hello-rust hello-c hello-sh.zip; do
   echo "native /init of $native ($(wc -c <native-examples/out/$native) bytes): $(init_median native-examples/out/$native) ms (median of $rounds)"
@@ -67,7 +76,7 @@ for backend in "wasm $guests/wasm32-wasip1/release/echo.wasm" "native $guests/re
   stop
 done
 
-start --cache-dir "$cache/c1" --concurrency 8; init_ms wasm-examples/out/hello-rust.wasm >/dev/null
+start --cache-dir "$warm" --concurrency 8; init_ms wasm-examples/out/hello-rust.wasm >/dev/null
 one=$(rss_kib)
 wrk -t8 -c8 -d2s "http://127.0.0.1:$port/run" -s scripts/wrk-check.lua >/dev/null
 eight=$(rss_kib)
@@ -79,6 +88,7 @@ wrk.body = '{"value":{"spin_ms":20}}'
 LUA
 for c in 1 2; do
   start --cache-dir "$cache/c" --concurrency "$c"; init_ms "$guests/wasm32-wasip1/release/slow.wasm" >/dev/null
+  sleep 1 # for the optimized code
   rps=$(wrk -t2 -c4 -d6s -s "$cache/spin.lua" "http://127.0.0.1:$port/run" | awk '/Requests\/sec/ {print $2}')
   echo "CPU-bound wasm action (20 ms of work), --concurrency $c: $rps req/s"
   stop

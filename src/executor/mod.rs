@@ -177,6 +177,7 @@ pub async fn start(
             let spec = native::NativeSpec {
                 exec: exec.clone(),
                 start: spec,
+                pipe_size: native::pipe_size(size.workers),
             };
             return Ok(AnyExecutor::Native(
                 slot::Slot::start(spec, max_result, size).await?,
