@@ -371,3 +371,44 @@ fn a_log_line_written_in_pieces_reaches_stderr_whole_while_instances_run_in_para
         assert!(ok, "a torn log line: {line:?}");
     }
 }
+
+/// Voluntary context switches of the server's epoch thread so far.
+fn epoch_thread_switches(server: &Server) -> u64 {
+    let tasks = format!("/proc/{}/task", server.pid());
+    for task in std::fs::read_dir(tasks).unwrap() {
+        let task = task.unwrap().path();
+        if std::fs::read_to_string(task.join("comm")).unwrap().trim() == "wasmloop-epoch" {
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+                .unwrap();
+            return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        }
+    }
+    panic!("no wasmloop-epoch thread");
+}
+
+#[test]
+fn an_idle_server_stops_ticking_and_a_later_spinning_guest_still_meets_its_deadline() {
+    let server = Server::builder().args(&["--timeout", "500ms"]).start();
+    server
+        .init(&Backend::Wasm.init_guest("slow"))
+        .assert(200, OK);
+    server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+    // Idle for a while: the epoch thread parks (it ticked every 10 ms before).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let before = epoch_thread_switches(&server);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let idle_wakeups = epoch_thread_switches(&server) - before;
+    assert!(
+        idle_wakeups <= 2,
+        "{idle_wakeups} wake-ups in 500 ms of idling"
+    );
+    // A guest spinning in its own code is stopped only by the epoch advancing.
+    let started = std::time::Instant::now();
+    let reply = server.run(json!({"spin_ms": 600_000}));
+    assert_eq!(reply.status, 504, "{}", reply.text());
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    server.run(json!({"n": 2})).assert(200, "{\"n\":2}\n");
+}

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use wasmtime::{InstancePre, Module, Store, StoreLimitsBuilder, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use engine::{CompileChild, Host, check_command};
+use engine::{CompileChild, Host, check_command, ticker};
 pub use engine::{WasmEngine, is_precompiled};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
@@ -348,11 +348,13 @@ impl Instance {
             guest,
             ended: None,
         };
+        let ticking = ticker::running();
         let started = if spec.wait_for_ack {
             instance.wait_for_ack(spec).await
         } else {
             instance.wait_until_idle(spec).await
         };
+        drop(ticking);
         // What the guest logged while starting is out before /init answers.
         instance.stderr.flush();
         started.map(|()| instance)
@@ -417,6 +419,7 @@ impl Instance {
     }
 
     async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        let _ticking = ticker::running();
         self.stdin.push(Bytes::from(line));
         std::future::poll_fn(|cx| {
             self.poll_guest(cx);
