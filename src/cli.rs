@@ -153,10 +153,14 @@ pub struct CompileArgs {
     /// tiered server ends up running).
     #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
     pub wasm_compiler: config::WasmCompiler,
-    /// Set by a server that compiles in a child process: errors are printed bare, the
-    /// child dies with the server, and `background` lowers its priority.
+    /// Set by a server that compiles in a child process: the module goes to stdout, errors
+    /// are printed bare, the child dies with the server, and `background` lowers its
+    /// priority and compiles on one core.
     #[arg(long, hide = true, value_enum)]
     pub for_server: Option<config::ChildRole>,
+    /// The server's pid (with --for-server): a child whose server is gone gives up.
+    #[arg(long, hide = true)]
+    pub parent_pid: Option<u32>,
 }
 
 impl CompileArgs {

@@ -117,27 +117,50 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
 }
 
 /// A server's compile child: it dies with the server, yields the CPU to it when working in
-/// the background, and reports a failure as the bare message the server passes on.
+/// the background, writes the compiled module on stdout and reports a failure as the bare
+/// message the server passes on.
 fn compile_for_server(args: &CompileArgs, role: ChildRole) -> ! {
-    // SAFETY: prctl and setpriority only change attributes of this process.
+    use std::io::Write;
+    // The death signal comes when the thread that spawned us ends: an async worker of the
+    // server, which lives as long as the server does.
+    // SAFETY: prctl, getppid and setpriority only concern this process.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The server may have gone before the line above took effect.
+        if args
+            .parent_pid
+            .is_some_and(|pid| libc::getppid() as u32 != pid)
+        {
+            std::process::exit(1);
+        }
         if role == ChildRole::Background {
             libc::setpriority(libc::PRIO_PROCESS, 0, 10);
         }
     }
+    // In the background, one core: the server's activations keep the others.
+    let parallel = role == ChildRole::Foreground;
     let compiled = std::fs::read(&args.input)
-        .map_err(|e| format!("cannot read {}: {e}", args.input.display()))
-        .and_then(|bytes| wasmloop::executor::wasm::precompile(&bytes, args.engine_settings()))
-        .and_then(|compiled| {
-            std::fs::write(&args.output, compiled)
-                .map_err(|e| format!("cannot write {}: {e}", args.output.display()))
+        .map_err(|e| wasmloop::executor::wasm::CompileError {
+            message: format!("cannot read {}: {e}", args.input.display()),
+            not_for_winch: false,
+        })
+        .and_then(|bytes| {
+            wasmloop::executor::wasm::compile_here(&bytes, args.engine_settings(), parallel)
         });
     match compiled {
-        Ok(()) => std::process::exit(0),
-        Err(message) => {
-            eprint!("{message}");
-            std::process::exit(1)
+        Ok(compiled) => {
+            let mut stdout = std::io::stdout().lock();
+            let written = stdout.write_all(&compiled).and_then(|()| stdout.flush());
+            std::process::exit(if written.is_ok() { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprint!("{}", e.message);
+            let code = if e.not_for_winch {
+                wasmloop::executor::wasm::EXIT_NOT_FOR_WINCH
+            } else {
+                1
+            };
+            std::process::exit(code)
         }
     }
 }

@@ -140,9 +140,16 @@ impl Action {
     /// It runs in the handler's own poll (a task of its own costs two wake-ups per /run)
     /// and moves to a task only if the handler is dropped first.
     pub async fn activate_to_completion(self: Arc<Self>, body: Bytes) -> Result<Bytes, Error> {
+        let sentinels = self.sentinels;
         FinishOnDrop::new(async move { self.activate(&body).await })
             .await
-            .unwrap_or_else(|| Err(Error::Internal("the activation failed".to_owned())))
+            .unwrap_or_else(|| {
+                // It panicked before its sentinels: the platform waits for them.
+                if sentinels {
+                    protocol::write_sentinels();
+                }
+                Err(Error::Internal("the activation failed".to_owned()))
+            })
     }
 
     /// PROTOCOL.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.

@@ -134,31 +134,47 @@ impl<W: Worker> Slot<W> {
         Ok((generation, W::start(&spec).await?))
     }
 
-    /// From now on workers are made from `spec`; idle ones made from the old spec are
-    /// replaced now, off the activations' path (busy ones when they finish). Each
-    /// replacement holds a permit, so the pool never grows past its size.
+    /// From now on workers are made from `spec`, once a first worker made from it has
+    /// started (otherwise the old spec stays, and the error is returned). Idle workers
+    /// made from the old spec are swapped for fresh ones as these are ready, so that
+    /// activations find one; busy ones are dropped when their activation ends.
     pub async fn upgrade(&self, spec: W::Spec) -> Result<(), StartError> {
-        {
-            let mut current = self.spec.write().unwrap_or_else(|e| e.into_inner());
-            *current = Arc::new(spec);
-            self.generation.fetch_add(1, Ordering::AcqRel);
-        }
-        let current = self.generation.load(Ordering::Acquire);
+        let mut fresh = W::start(&spec).await?;
+        let current = {
+            let mut slot_spec = self.spec.write().unwrap_or_else(|e| e.into_inner());
+            *slot_spec = Arc::new(spec);
+            self.generation.fetch_add(1, Ordering::AcqRel) + 1
+        };
         loop {
-            let Ok(_permit) = self.permits.acquire().await else {
-                return Ok(());
-            };
             let stale = {
                 let mut idle = lock(&self.idle);
-                let position = idle.iter().position(|(g, _)| *g != current);
-                position.map(|at| idle.swap_remove(at))
+                match idle.iter().position(|(g, _)| *g != current) {
+                    Some(at) => Some(std::mem::replace(&mut idle[at], (current, fresh)).1),
+                    None => {
+                        // Every worker was busy: this one serves the next activation.
+                        if idle.len() < self.size.workers.max(1) {
+                            idle.push((current, fresh));
+                        }
+                        None
+                    }
+                }
             };
+            // Dropped outside the lock: stopping a worker may take a moment.
             if stale.is_none() {
                 return Ok(());
             }
             drop(stale);
-            let fresh = self.start_worker().await?;
-            lock(&self.idle).push(fresh);
+            if !lock(&self.idle).iter().any(|(g, _)| *g != current) {
+                return Ok(());
+            }
+            match self.start_worker().await {
+                Ok((_, worker)) => fresh = worker,
+                Err(e) => {
+                    // The new spec has worked once: activations will start their own.
+                    tracing::debug!(error = %e, "cannot start a worker to replace an old one");
+                    return Ok(());
+                }
+            }
         }
     }
 
@@ -205,5 +221,83 @@ impl<W: Worker> Slot<W> {
         }
         drop(permit);
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker that answers with the id of the spec it was made from.
+    struct Fake(u32);
+
+    struct FakeSpec {
+        id: u32,
+        starts: bool,
+    }
+
+    impl Worker for Fake {
+        type Spec = FakeSpec;
+
+        async fn start(spec: &FakeSpec) -> Result<Self, StartError> {
+            if spec.starts {
+                Ok(Fake(spec.id))
+            } else {
+                Err(StartError::Exited)
+            }
+        }
+
+        fn is_alive(&mut self) -> bool {
+            true
+        }
+
+        fn discard_stray_output(&mut self) {}
+
+        async fn activate(&mut self, _: Vec<u8>, _: usize) -> Result<Bytes, RunError> {
+            Ok(Bytes::from(format!("{{\"spec\":{}}}\n", self.0)))
+        }
+    }
+
+    async fn answer(slot: &Slot<Fake>) -> String {
+        let answer = slot.run(b"{}\n".to_vec(), None).await.unwrap();
+        String::from_utf8(answer.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_upgrade_whose_worker_cannot_start_keeps_the_old_spec() {
+        let size = PoolSize {
+            workers: 2,
+            max_waiting: 10,
+        };
+        let slot = Slot::start(
+            FakeSpec {
+                id: 1,
+                starts: true,
+            },
+            1024,
+            size,
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
+        let failing = FakeSpec {
+            id: 2,
+            starts: false,
+        };
+        assert!(slot.upgrade(failing).await.is_err());
+        assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
+        assert!(
+            slot.upgrade(FakeSpec {
+                id: 3,
+                starts: true
+            })
+            .await
+            .is_ok()
+        );
+        assert_eq!(answer(&slot).await, "{\"spec\":3}\n");
+        assert_eq!(answer(&slot).await, "{\"spec\":3}\n");
+        let idle = lock(&slot.idle);
+        assert_eq!(idle.len(), 1, "the old worker was swapped, not added to");
+        assert!(idle.iter().all(|(g, w)| *g == 1 && w.0 == 3));
     }
 }

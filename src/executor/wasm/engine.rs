@@ -43,10 +43,8 @@ pub mod ticker {
     static PARKED: AtomicBool = AtomicBool::new(false);
 
     pub(super) fn add(engine: &Engine) -> wasmtime::Result<()> {
-        ENGINES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(engine.weak());
+        // Under the lock: engines made at the same time must not start two tickers.
+        let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
         if THREAD.get().is_none() {
             let thread = std::thread::Builder::new()
                 .name("wasmloop-epoch".to_owned())
@@ -54,6 +52,7 @@ pub mod ticker {
                 .map_err(|e| wasmtime::format_err!("cannot start the epoch ticker: {e}"))?;
             let _ = THREAD.set(thread.thread().clone());
         }
+        engines.push(engine.weak());
         Ok(())
     }
 
@@ -187,39 +186,37 @@ impl WasmEngine {
     /// Compiles the module in `wasm` (whose bytes are `bytes`) in a child process, which
     /// keeps the compiler's memory and code pages out of this one (a long-lived server
     /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
-    /// crash. The result goes to the compile cache.
+    /// crash. With `cache_dir`, the result is kept there (best effort).
     pub async fn compile(
         &self,
         wasm: &Path,
         bytes: &[u8],
         cache_dir: Option<&Path>,
         child: CompileChild,
-    ) -> Result<Module, String> {
-        let dir = cache_dir.map_or_else(std::env::temp_dir, Path::to_owned);
-        // Written aside and renamed into the cache, so that a reader never sees half a file.
-        let output = std::fs::create_dir_all(&dir)
-            .and_then(|()| tempfile::NamedTempFile::new_in(&dir))
-            .map_err(|e| {
-                format!(
-                    "cannot make room for the compiled module in {}: {e}",
-                    dir.display()
-                )
-            })?;
-        child.run(wasm, output.path(), self.settings).await?;
-        // SAFETY: our own executable just wrote this file, for these settings.
-        let module = unsafe { Module::deserialize_file(&self.engine, output.path()) }
-            .map_err(|e| format!("cannot load the compiled module: {e:#}"))?;
+    ) -> Result<Module, CompileError> {
+        let compiled = child.run(wasm, self.settings).await?;
+        let engine = self.engine.clone();
+        let cached = cache_dir.map(|dir| dir.join(self.cache_name(bytes)));
+        let module = tokio::task::spawn_blocking(move || {
+            // Mapped from the cache file when there is one: its code is then file-backed
+            // memory, shared with other processes loading the same file.
+            if let Some(path) = cached.filter(|path| store_in_cache(&compiled, path)) {
+                // SAFETY: the file holds what our own executable just compiled.
+                if let Ok(module) = unsafe { Module::deserialize_file(&engine, &path) } {
+                    return Ok(module);
+                }
+            }
+            // SAFETY: the bytes are what our own executable just compiled.
+            unsafe { Module::deserialize(&engine, &compiled) }
+        })
+        .await
+        .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
+        .map_err(|e| CompileError::fatal(format!("cannot load the compiled module: {e:#}")))?;
         tracing::debug!(
             bytes = bytes.len(),
             codegen = self.settings.codegen.name(),
             "module compiled"
         );
-        if let Some(dir) = cache_dir
-            && let Err(e) = output.persist(dir.join(self.cache_name(bytes)))
-        {
-            // Only the next /init of these bytes pays for it: it compiles again.
-            tracing::debug!(error = %e.error, "cannot write the compile cache");
-        }
         Ok(module)
     }
 
@@ -244,64 +241,165 @@ impl WasmEngine {
     }
 }
 
-/// How a server runs a compile child: `wasmloop compile --for-server`, our own executable.
+/// Whether `dir` can be trusted to hold compiled code, which is loaded and run unchecked:
+/// ours (or root's), and writable by nobody else. Made (private) if missing. The default
+/// folder is under the shared temp dir, where anyone could have made it first.
+pub fn usable_cache_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    // SAFETY: geteuid has no failure mode.
+    let me = unsafe { libc::geteuid() };
+    match std::fs::metadata(dir) {
+        Ok(meta)
+            if meta.is_dir()
+                && (meta.uid() == me || meta.uid() == 0)
+                && meta.mode() & 0o022 == 0 =>
+        {
+            true
+        }
+        Ok(_) => {
+            tracing::debug!(dir = %dir.display(), "not using the compile cache: others could write to it");
+            false
+        }
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), error = %e, "not using the compile cache");
+            false
+        }
+    }
+}
+
+/// Writes a compiled module into the cache, aside and renamed so that a reader never sees
+/// half a file. A cache that cannot be written only costs the next `/init` a compile.
+fn store_in_cache(compiled: &[u8], path: &Path) -> bool {
+    let write = || -> std::io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut file = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut file, compiled)?;
+        file.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    };
+    match write() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "cannot write the compile cache");
+            false
+        }
+    }
+}
+
+/// Why a compile child made no module.
+#[derive(Debug)]
+pub struct CompileError {
+    pub message: String,
+    /// Winch cannot compile this module but Cranelift can: worth another try with it.
+    pub not_for_winch: bool,
+}
+
+impl CompileError {
+    fn fatal(message: String) -> Self {
+        CompileError {
+            message,
+            not_for_winch: false,
+        }
+    }
+}
+
+/// The exit status by which a compile child says "not with Winch, but with Cranelift".
+pub const EXIT_NOT_FOR_WINCH: i32 = 3;
+
+/// How a server runs a compile child: `wasmloop compile --for-server`, our own executable,
+/// which writes the compiled module on its stdout.
 #[derive(Debug, Clone, Copy)]
 pub struct CompileChild {
     pub role: ChildRole,
+    /// When the compile must be done by (all tries of one `/init` share it).
+    pub deadline: tokio::time::Instant,
+    /// The `--compile-timeout` the deadline comes from, for the message.
     pub timeout: Duration,
 }
 
 impl CompileChild {
-    async fn run(self, wasm: &Path, output: &Path, settings: EngineSettings) -> Result<(), String> {
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("cannot find the wasmloop executable to compile with: {e}"))?;
-        let mut command = tokio::process::Command::new(exe);
+    async fn run(self, wasm: &Path, settings: EngineSettings) -> Result<Vec<u8>, CompileError> {
+        // Our own executable, even if its file was replaced or removed since we started.
+        let mut command = tokio::process::Command::new("/proc/self/exe");
         command
             .arg("compile")
             .arg("--for-server")
             .arg(self.role.name())
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
             .arg("--wasm-compiler")
             .arg(settings.codegen.name())
             .arg("--max-memory-bytes")
             .arg(settings.memory_cap.to_string())
             .arg("--output")
-            .arg(output)
+            .arg("-")
             .arg(wasm)
+            // Its stderr is the error message: no diagnostics of ours in it.
+            .env_remove("RUST_LOG")
+            .env_remove("OW_DEBUG")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let finished = tokio::time::timeout(self.timeout, command.output())
+        let finished = tokio::time::timeout_at(self.deadline, command.output())
             .await
             .map_err(|_| {
-                format!(
+                CompileError::fatal(format!(
                     "compiling took longer than {} (see --compile-timeout)",
                     humantime::format_duration(self.timeout)
-                )
+                ))
             })?
-            .map_err(|e| format!("cannot start the compiler: {e}"))?;
+            .map_err(|e| CompileError::fatal(format!("cannot start the compiler: {e}")))?;
         if finished.status.success() {
-            return Ok(());
+            return Ok(finished.stdout);
         }
         let message = String::from_utf8_lossy(&finished.stderr).trim().to_owned();
-        Err(if message.is_empty() {
-            format!("the compiler failed ({})", finished.status)
-        } else {
-            message
+        Err(CompileError {
+            message: if message.is_empty() {
+                format!("the compiler failed ({})", finished.status)
+            } else {
+                message
+            },
+            not_for_winch: finished.status.code() == Some(EXIT_NOT_FOR_WINCH),
         })
     }
 }
 
 /// What a compile child does: compile `bytes` for an engine with `settings`, serialized.
-pub fn compile_here(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
+/// `parallel`: on every core (for an `/init` waiting), or on one (in the background).
+pub fn compile_here(
+    bytes: &[u8],
+    settings: EngineSettings,
+    parallel: bool,
+) -> Result<Vec<u8>, CompileError> {
     // Made once and thrown away: no instance pool, no epoch ticker (neither changes the code).
-    let engine = Engine::new(&config(settings, false)).map_err(|e| format!("{e:#}"))?;
-    let module =
-        Module::new(&engine, bytes).map_err(|e| format!("invalid WebAssembly module: {e:#}"))?;
-    check_command(&module)?;
+    let mut config = config(settings, false);
+    config.parallel_compilation(parallel);
+    let engine = Engine::new(&config).map_err(|e| CompileError::fatal(format!("{e:#}")))?;
+    let module = Module::new(&engine, bytes).map_err(|e| {
+        let message = format!("invalid WebAssembly module: {e:#}");
+        // Winch lacks some proposals Cranelift has: say so when that is the only problem.
+        let cranelift = EngineSettings {
+            codegen: Codegen::Cranelift,
+            ..settings
+        };
+        let not_for_winch = settings.codegen == Codegen::Winch
+            && Engine::new(&self::config(cranelift, false))
+                .is_ok_and(|engine| Module::validate(&engine, bytes).is_ok());
+        CompileError {
+            message,
+            not_for_winch,
+        }
+    })?;
+    check_command(&module).map_err(CompileError::fatal)?;
     module
         .serialize()
-        .map_err(|e| format!("cannot serialize the module: {e:#}"))
+        .map_err(|e| CompileError::fatal(format!("cannot serialize the module: {e:#}")))
 }
 
 /// Whether `path` holds a module precompiled by wasmtime (an ELF file, not an executable).

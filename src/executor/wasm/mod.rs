@@ -17,7 +17,7 @@ use wasmtime::{InstancePre, Module, Store, StoreLimitsBuilder, Trap, UpdateDeadl
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use engine::{CompileChild, Host, check_command, ticker};
-pub use engine::{WasmEngine, is_precompiled};
+pub use engine::{CompileError, EXIT_NOT_FOR_WINCH, WasmEngine, compile_here, is_precompiled};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
 use super::slot::{PoolSize, Slot, Worker};
@@ -109,51 +109,48 @@ pub async fn start(
     let bytes = std::fs::read(wasm)
         .map_err(|e| StartError::Wasm(format!("cannot read {}: {e}", wasm.display())))?;
     let bytes = Arc::new(bytes);
-    let cache_dir = config.cache_dir.clone();
+    let cache_dir = config
+        .cache_dir
+        .clone()
+        .filter(|dir| engine::usable_cache_dir(dir));
     let lookup = |engine: &Arc<WasmEngine>| {
         let (engine, bytes, cache_dir) = (engine.clone(), bytes.clone(), cache_dir.clone());
         blocking(move || Ok(engine.cached(&bytes, cache_dir.as_deref())))
     };
     let child = CompileChild {
         role: ChildRole::Foreground,
+        deadline: tokio::time::Instant::now() + config.compile_timeout,
         timeout: config.compile_timeout,
     };
+    let compile_error = |e: CompileError| StartError::Wasm(e.message);
     // The final code may be in the cache already: then there is nothing to tier.
     if let Some(module) = lookup(&final_engine).await? {
         return Ok(only(serve(final_engine, module, start, preopen).await?));
     }
     let (first, then) = config.wasm_compiler.tiers();
+    let compile_final = || final_engine.compile(wasm, &bytes, cache_dir.as_deref(), child);
     if then.is_none() {
-        let module = final_engine
-            .compile(wasm, &bytes, cache_dir.as_deref(), child)
-            .await
-            .map_err(StartError::Wasm)?;
-        return Ok(only(serve(final_engine, module, start, preopen).await?));
+        let module = compile_final().await.map_err(compile_error)?;
+        return Ok(only(
+            serve(final_engine.clone(), module, start, preopen).await?,
+        ));
     }
+    // Not cached: it is soon replaced, and a later /init finds the final code instead.
     let quick_engine = engine(config.engine_settings(first))?;
-    let quick = match lookup(&quick_engine).await? {
-        Some(module) => Ok(module),
-        None => {
-            quick_engine
-                .compile(wasm, &bytes, cache_dir.as_deref(), child)
-                .await
-        }
-    };
-    let module = match quick {
+    let module = match quick_engine.compile(wasm, &bytes, None, child).await {
         Ok(module) => module,
-        // Winch does not support every proposal Cranelift does: the optimizing compiler
-        // has the last word (and its message is the one reported).
-        Err(e) => {
+        // Winch lacks some proposals Cranelift has: then Cranelift's code serves at once.
+        Err(e) if e.not_for_winch => {
             tracing::debug!(
-                error = e,
-                "the quick compile failed: compiling optimized code"
+                error = e.message,
+                "not for the quick compiler: compiling optimized code"
             );
-            let module = final_engine
-                .compile(wasm, &bytes, cache_dir.as_deref(), child)
-                .await
-                .map_err(StartError::Wasm)?;
-            return Ok(only(serve(final_engine, module, start, preopen).await?));
+            let module = compile_final().await.map_err(compile_error)?;
+            return Ok(only(
+                serve(final_engine.clone(), module, start, preopen).await?,
+            ));
         }
+        Err(e) => return Err(compile_error(e)),
     };
     let slot = serve(quick_engine, module, start.clone(), preopen.clone()).await?;
     let later = Upgrade {
@@ -197,7 +194,7 @@ impl Upgrade {
                 self.child,
             )
             .await
-            .map_err(StartError::Wasm);
+            .map_err(|e| StartError::Wasm(e.message));
         let upgraded = match compiled.and_then(|m| link(self.engine, &m, self.start, self.preopen))
         {
             Ok(spec) => match slot.upgrade() {
@@ -246,7 +243,7 @@ async fn blocking<T: Send + 'static>(
 
 /// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
 pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
-    engine::compile_here(bytes, settings)
+    engine::compile_here(bytes, settings, true).map_err(|e| e.message)
 }
 
 impl Worker for Instance {

@@ -225,14 +225,18 @@ impl GuestStderr {
 
     /// Writes out everything: the logs must be out before the activation's sentinel.
     pub fn flush(&self) {
-        let mut pending = lock(&self.0);
-        if !pending.is_empty() {
-            write_stderr(&pending);
-            pending.clear();
-            if pending.capacity() > STDERR_BATCH {
-                *pending = Vec::new();
-            }
-        }
+        write_out(&mut lock(&self.0));
+    }
+}
+
+/// Writes out `pending` and empties it, giving back what a burst of logs made it grow to.
+fn write_out(pending: &mut Vec<u8>) {
+    if !pending.is_empty() {
+        write_stderr(pending);
+        pending.clear();
+    }
+    if pending.capacity() > 2 * STDERR_BATCH {
+        *pending = Vec::new();
     }
 }
 
@@ -250,8 +254,7 @@ impl Sink for GuestStderr {
         }
         pending.extend_from_slice(bytes);
         if pending.len() >= STDERR_BATCH {
-            write_stderr(&pending);
-            pending.clear();
+            write_out(&mut pending);
         }
     }
 }
