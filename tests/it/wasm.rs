@@ -484,3 +484,53 @@ fn a_cache_folder_others_can_write_to_is_not_used() {
         "code written where others can write"
     );
 }
+
+#[test]
+fn stdout_takes_every_buffer_of_a_write_and_a_closed_stderr_refuses_writes() {
+    let guest = wat::parse_str(
+        r#"(module
+          (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+          (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+          (import "wasi_snapshot_preview1" "fd_close" (func $close (param i32) (result i32)))
+          (memory (export "memory") 1)
+          (data (i32.const 100) "{\"a\":1}\n")
+          (data (i32.const 200) "{\"closed\":true}\n")
+          (data (i32.const 300) "{\"closed\":false}\n")
+          (data (i32.const 400) "log\n")
+          (func $next
+            (drop (call $read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8))))
+          (func $out (param $at i32) (param $len i32)
+            (i32.store (i32.const 48) (local.get $at))
+            (i32.store (i32.const 52) (local.get $len))
+            (drop (call $write (i32.const 1) (i32.const 48) (i32.const 1) (i32.const 40))))
+          (func (export "_start")
+            (i32.store (i32.const 0) (i32.const 1024))
+            (i32.store (i32.const 4) (i32.const 4096))
+            ;; The first answer in two buffers of one write.
+            (call $next)
+            (i32.store (i32.const 16) (i32.const 100))
+            (i32.store (i32.const 20) (i32.const 5))
+            (i32.store (i32.const 24) (i32.const 105))
+            (i32.store (i32.const 28) (i32.const 3))
+            (drop (call $write (i32.const 1) (i32.const 16) (i32.const 2) (i32.const 40)))
+            ;; The second: with stderr closed, a write to it is EBADF (8).
+            (call $next)
+            (drop (call $close (i32.const 2)))
+            (i32.store (i32.const 56) (i32.const 400))
+            (i32.store (i32.const 60) (i32.const 4))
+            (if (i32.eq (call $write (i32.const 2) (i32.const 56) (i32.const 1) (i32.const 40))
+                        (i32.const 8))
+              (then (call $out (i32.const 200) (i32.const 16)))
+              (else (call $out (i32.const 300) (i32.const 17))))
+            (loop $idle (call $next) (br $idle))))"#,
+    )
+    .unwrap();
+    let server = Server::builder().args(&["--timeout", "5s"]).start();
+    server.init(&init_binary(&guest)).assert(200, OK);
+    server.run(json!({})).assert(200, "{\"a\":1}\n");
+    server.run(json!({})).assert(200, "{\"closed\":true}\n");
+    assert!(
+        !server.stderr().contains("log\n"),
+        "written to a closed stderr"
+    );
+}

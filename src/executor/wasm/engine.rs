@@ -14,6 +14,8 @@ use wasmtime::{
 };
 use wasmtime_wasi::p1::WasiP1Ctx;
 
+use super::stdio::DirectStdio;
+use super::streams::{GuestStderr, GuestStdout};
 use crate::config::{ChildRole, Codegen, EngineSettings};
 
 /// How often the epoch advances while guests run: they yield to other tasks (and so meet
@@ -116,6 +118,10 @@ const POOL_SLOTS: u32 = 128;
 pub struct Host {
     pub wasi: WasiP1Ctx,
     pub limits: StoreLimits,
+    /// The guest's stdout and stderr, also written to directly (see `stdio`).
+    pub stdout: GuestStdout,
+    pub stderr: GuestStderr,
+    pub stdio: DirectStdio,
 }
 
 pub struct WasmEngine {
@@ -154,6 +160,7 @@ impl WasmEngine {
         })?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut Host| &mut host.wasi)?;
+        super::stdio::add_to_linker(&mut linker)?;
         ticker::add(&engine)?;
         Ok(Arc::new(WasmEngine {
             engine,

@@ -2,6 +2,7 @@
 //! on its WASI stdin and answering on its stdout. The only code that touches wasmtime.
 
 mod engine;
+mod stdio;
 mod streams;
 
 use std::future::Future;
@@ -326,6 +327,9 @@ impl Instance {
             Host {
                 wasi: wasi.build_p1(),
                 limits,
+                stdout: stdout.clone(),
+                stderr: stderr.clone(),
+                stdio: Default::default(),
             },
         );
         store.limiter(|host| &mut host.limits);
