@@ -24,8 +24,8 @@ fn main() -> ExitCode {
 
 /// Request and result buffers of a megabyte or more would otherwise be fresh `mmap`s (or
 /// trimmed heap) on every activation, each page faulted in and zeroed again: a tenth of a
-/// 1 MiB echo. Keeping up to 32 MiB of freed heap per arena for reuse removes that cost;
-/// after a compile, `malloc_trim` still hands the compiler's memory back explicitly.
+/// 1 MiB echo. Keeping up to 32 MiB of freed heap per arena for reuse removes that cost
+/// (the compiler, whose peaks would then stay, runs in child processes).
 fn keep_freed_memory_for_reuse() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes allocator thresholds, before any thread is started.

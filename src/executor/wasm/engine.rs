@@ -127,8 +127,7 @@ pub struct Host {
 pub struct WasmEngine {
     pub engine: Engine,
     pub linker: Linker<Host>,
-    pub memory_cap: usize,
-    settings: EngineSettings,
+    pub settings: EngineSettings,
 }
 
 fn config(settings: EngineSettings, pooling: bool) -> Config {
@@ -165,7 +164,6 @@ impl WasmEngine {
         Ok(Arc::new(WasmEngine {
             engine,
             linker,
-            memory_cap: settings.memory_cap,
             settings,
         }))
     }

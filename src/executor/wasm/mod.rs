@@ -107,9 +107,13 @@ pub async fn start(
         }
         Source::Wasm(path) => path,
     };
-    let bytes = std::fs::read(wasm)
-        .map_err(|e| StartError::Wasm(format!("cannot read {}: {e}", wasm.display())))?;
-    let bytes = Arc::new(bytes);
+    let bytes = Arc::new(
+        blocking({
+            let path = wasm.to_owned();
+            move || std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        })
+        .await?,
+    );
     let cache_dir = config
         .cache_dir
         .clone()
@@ -319,7 +323,7 @@ impl Instance {
                 })?;
         }
         let limits = StoreLimitsBuilder::new()
-            .memory_size(engine.memory_cap)
+            .memory_size(engine.settings.memory_cap)
             .trap_on_grow_failure(true)
             .build();
         let mut store = Store::new(
