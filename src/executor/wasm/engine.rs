@@ -168,9 +168,9 @@ impl WasmEngine {
         }))
     }
 
-    /// The module compiled from `bytes` for this engine, if the compile cache holds it.
-    pub fn cached(&self, bytes: &[u8], cache_dir: Option<&Path>) -> Option<Module> {
-        let path = cache_dir?.join(self.cache_name(bytes));
+    /// The module with `digest` compiled for this engine, if the compile cache holds it.
+    pub fn cached(&self, digest: &WasmDigest, cache_dir: Option<&Path>) -> Option<Module> {
+        let path = cache_dir?.join(self.cache_name(digest));
         if !path.is_file() {
             return None;
         }
@@ -188,20 +188,20 @@ impl WasmEngine {
         }
     }
 
-    /// Compiles the module in `wasm` (whose bytes are `bytes`) in a child process, which
+    /// Compiles the module in `wasm` (whose digest is `digest`) in a child process, which
     /// keeps the compiler's memory and code pages out of this one (a long-lived server
     /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
     /// crash. With `cache_dir`, the result is kept there (best effort).
     pub async fn compile(
         &self,
         wasm: &Path,
-        bytes: &[u8],
+        digest: &WasmDigest,
         cache_dir: Option<&Path>,
         child: CompileChild,
     ) -> Result<Module, CompileError> {
         let compiled = child.run(wasm, self.settings).await?;
         let engine = self.engine.clone();
-        let cached = cache_dir.map(|dir| dir.join(self.cache_name(bytes)));
+        let cached = cache_dir.map(|dir| dir.join(self.cache_name(digest)));
         let module = tokio::task::spawn_blocking(move || {
             // Mapped from the cache file when there is one: its code is then file-backed
             // memory, shared with other processes loading the same file.
@@ -218,7 +218,7 @@ impl WasmEngine {
         .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
         .map_err(|e| CompileError::fatal(format!("cannot load the compiled module: {e:#}")))?;
         tracing::debug!(
-            bytes = bytes.len(),
+            wasm = %wasm.display(),
             codegen = self.settings.codegen.name(),
             "module compiled"
         );
@@ -235,14 +235,29 @@ impl WasmEngine {
 
     /// The wasm's hash and the engine's compatibility hash: a cache entry is only ever
     /// loaded by an engine that could have written it.
-    fn cache_name(&self, bytes: &[u8]) -> String {
-        let digest = Sha256::digest(bytes);
+    fn cache_name(&self, digest: &WasmDigest) -> String {
         let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut engine_hash);
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{hex}-{:016x}.cwasm", engine_hash.finish())
+        format!("{}-{:016x}.cwasm", digest.0, engine_hash.finish())
+    }
+}
+
+/// A WebAssembly module's SHA-256, in hex: what names its compiled code in the cache.
+/// Taken once per `/init`, so that neither the bytes nor their hashing are kept around for
+/// the later, background compile.
+#[derive(Debug, Clone)]
+pub struct WasmDigest(String);
+
+impl WasmDigest {
+    pub fn of(bytes: &[u8]) -> Self {
+        WasmDigest(
+            Sha256::digest(bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        )
     }
 }
 

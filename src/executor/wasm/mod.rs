@@ -17,7 +17,7 @@ use bytes::Bytes;
 use wasmtime::{InstancePre, Module, Store, StoreLimitsBuilder, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use engine::{CompileChild, Host, check_command, ticker};
+use engine::{CompileChild, Host, WasmDigest, check_command, ticker};
 pub use engine::{CompileError, EXIT_NOT_FOR_WINCH, WasmEngine, compile_here, is_precompiled};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
@@ -107,20 +107,23 @@ pub async fn start(
         }
         Source::Wasm(path) => path,
     };
-    let bytes = Arc::new(
-        blocking({
-            let path = wasm.to_owned();
-            move || std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-        })
-        .await?,
-    );
+    // The child compiles from the file: here its bytes are only needed for their digest.
+    let digest = blocking({
+        let path = wasm.to_owned();
+        move || {
+            std::fs::read(&path)
+                .map(|bytes| WasmDigest::of(&bytes))
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        }
+    })
+    .await?;
     let cache_dir = config
         .cache_dir
         .clone()
         .filter(|dir| engine::usable_cache_dir(dir));
     let lookup = |engine: &Arc<WasmEngine>| {
-        let (engine, bytes, cache_dir) = (engine.clone(), bytes.clone(), cache_dir.clone());
-        blocking(move || Ok(engine.cached(&bytes, cache_dir.as_deref())))
+        let (engine, digest, cache_dir) = (engine.clone(), digest.clone(), cache_dir.clone());
+        blocking(move || Ok(engine.cached(&digest, cache_dir.as_deref())))
     };
     let child = CompileChild {
         role: ChildRole::Foreground,
@@ -133,7 +136,7 @@ pub async fn start(
         return Ok(only(serve(final_engine, module, start, preopen).await?));
     }
     let (first, then) = config.wasm_compiler.tiers();
-    let compile_final = || final_engine.compile(wasm, &bytes, cache_dir.as_deref(), child);
+    let compile_final = || final_engine.compile(wasm, &digest, cache_dir.as_deref(), child);
     if then.is_none() {
         let module = compile_final().await.map_err(compile_error)?;
         return Ok(only(
@@ -142,7 +145,7 @@ pub async fn start(
     }
     // Not cached: it is soon replaced, and a later /init finds the final code instead.
     let quick_engine = engine(config.engine_settings(first))?;
-    let module = match quick_engine.compile(wasm, &bytes, None, child).await {
+    let module = match quick_engine.compile(wasm, &digest, None, child).await {
         Ok(module) => module,
         // Winch lacks some proposals Cranelift has: then Cranelift's code serves at once.
         Err(e) if e.not_for_winch => {
@@ -161,7 +164,7 @@ pub async fn start(
     let later = Upgrade {
         engine: final_engine,
         wasm: wasm.to_owned(),
-        bytes,
+        digest,
         cache_dir,
         child: CompileChild {
             role: ChildRole::Background,
@@ -181,7 +184,7 @@ pub async fn start(
 struct Upgrade {
     engine: Arc<WasmEngine>,
     wasm: PathBuf,
-    bytes: Arc<Vec<u8>>,
+    digest: WasmDigest,
     cache_dir: Option<PathBuf>,
     child: CompileChild,
     start: StartSpec,
@@ -194,7 +197,7 @@ impl Upgrade {
             .engine
             .compile(
                 &self.wasm,
-                &self.bytes,
+                &self.digest,
                 self.cache_dir.as_deref(),
                 self.child,
             )
