@@ -169,7 +169,7 @@ fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
     first
         .init(&Backend::Wasm.init_guest("echo"))
         .assert(200, OK);
-    assert!(first.stderr().contains("module compiled"));
+    first.wait_stderr("module compiled");
     assert_eq!(cached(&cache).len(), 1, "one compiled module in the cache");
 
     let second = server();
@@ -196,11 +196,7 @@ fn tiered_serves_quick_code_first_then_moves_to_optimized_code_once() {
     first
         .init(&Backend::Wasm.init_guest("counter"))
         .assert(200, OK);
-    assert!(
-        first.stderr().contains("codegen=\"winch\""),
-        "{}",
-        first.stderr()
-    );
+    first.wait_stderr("codegen=\"winch\"");
     count_is(&first, 1);
     first.wait_stderr("optimized code ready");
     assert!(first.stderr().contains("codegen=\"cranelift\""));
@@ -442,9 +438,9 @@ fn a_module_winch_cannot_compile_starts_on_cranelift_code() {
     .unwrap();
     let server = Server::builder().args(&["-v", "--no-cache"]).start();
     server.init(&init_binary(&tail_calls)).assert(200, OK);
-    let log = server.stderr();
-    assert!(log.contains("not for the quick compiler"), "{log}");
-    assert!(log.contains("codegen=\"cranelift\""), "{log}");
+    // The log is read by another thread: wait for the lines rather than race it.
+    server.wait_stderr("not for the quick compiler");
+    server.wait_stderr("codegen=\"cranelift\"");
 
     // A module neither compiler takes is refused at once, with the validator's message.
     let invalid =
@@ -474,11 +470,7 @@ fn a_cache_folder_others_can_write_to_is_not_used() {
         .init(&Backend::Wasm.init_guest("echo"))
         .assert(200, OK);
     server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
-    assert!(
-        server.stderr().contains("not using the compile cache"),
-        "{}",
-        server.stderr()
-    );
+    server.wait_stderr("not using the compile cache");
     assert!(
         cached(&cache).is_empty(),
         "code written where others can write"
