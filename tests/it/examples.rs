@@ -86,6 +86,29 @@ fn every_wasm_hello_serves_through_http() {
 }
 
 #[test]
+fn the_rust_wasm_hello_unescapes_names_and_refuses_a_name_that_is_not_text() {
+    let server = Server::start();
+    let module = read(&built_in("wasm-examples", "hello-rust.wasm"));
+    server
+        .init(&init_binary(&module))
+        .assert(200, "{\"ok\":true}\n");
+    server
+        .run(json!({"name": "\"Mike\"\n❄"}))
+        .assert(200, "{\"message\":\"Hello, \\\"Mike\\\"\\n❄!\"}\n");
+    let reply = server.run(json!({"name": 5}));
+    assert_eq!(reply.status, 200);
+    let error = reply.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.starts_with("bad request: invalid type: integer `5`, expected a string"),
+        "{error}"
+    );
+    // The instance goes on serving.
+    server
+        .run(json!({"name": "Mike"}))
+        .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
+}
+
+#[test]
 fn the_markdown_action_renders_and_counts() {
     let server = Server::start();
     let module = read(&built_in("wasm-examples", "markdown.wasm"));

@@ -4,29 +4,66 @@
 //! JSON result per line on **stdout**, logs on **stderr**. The instance stays alive between
 //! activations, so anything kept in `main` survives from one request to the next.
 
-use std::io::{BufRead, Write};
+use std::borrow::Cow;
+use std::io::{BufRead, LineWriter, Write};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-fn hello(args: &Value) -> Value {
-    let name = args["name"].as_str().unwrap_or("Stranger");
-    eprintln!("hello: greeting {name}");
-    json!({ "message": format!("Hello, {name}!") })
+/// One activation. Only `value`, the action's parameters, is read: the rest of what the
+/// platform sends (activation id, deadline, ...) is skipped without being stored.
+#[derive(Deserialize)]
+struct Activation<'a> {
+    #[serde(default, borrow)]
+    value: Params<'a>,
+}
+
+#[derive(Default, Deserialize)]
+struct Params<'a> {
+    // Borrowed from the request line unless the name holds escapes.
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Serialize)]
+struct Greeting {
+    message: String,
+}
+
+#[derive(Serialize)]
+struct Failure {
+    error: String,
 }
 
 fn main() {
     let mut stdout = std::io::stdout().lock();
+    // Whole lines, one write each: every piece of an unbuffered `eprintln!` would be a
+    // write of its own.
+    let mut log = LineWriter::new(std::io::stderr());
     if std::env::var("__OW_WAIT_FOR_ACK").is_ok_and(|v| !v.is_empty()) {
         writeln!(stdout, r#"{{"ok":true}}"#).unwrap();
         stdout.flush().unwrap();
     }
+    // The answer is put together in memory and written once: serialized straight into
+    // stdout, each small piece would go through its line buffer on its own.
+    let mut answer = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
-        let result = match serde_json::from_str::<Value>(&line) {
-            Ok(request) => hello(&request["value"]),
-            Err(e) => json!({ "error": format!("the request is not JSON: {e}") }),
+        answer.clear();
+        let written = match serde_json::from_str::<Activation>(&line) {
+            Ok(Activation { value }) => {
+                let name = value.name.as_deref().unwrap_or("Stranger");
+                writeln!(log, "hello: greeting {name}").unwrap();
+                let message = format!("Hello, {name}!");
+                serde_json::to_writer(&mut answer, &Greeting { message })
+            }
+            Err(e) => {
+                let error = format!("bad request: {e}");
+                serde_json::to_writer(&mut answer, &Failure { error })
+            }
         };
-        writeln!(stdout, "{result}").unwrap();
+        written.expect("a struct of strings always serializes");
+        answer.push(b'\n');
+        stdout.write_all(&answer).unwrap();
         stdout.flush().unwrap();
     }
 }
