@@ -165,6 +165,8 @@ impl Action {
             .await;
         if self.sentinels {
             protocol::write_sentinels();
+        } else {
+            protocol::flush_stderr();
         }
         match (result, limit) {
             (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),

@@ -33,6 +33,19 @@ both_backends! {
         assert_eq!(String::from_utf8_lossy(&output.stdout), "{\"count\":1}\n{\"count\":2}\n");
     }
 
+    fn run_passes_the_actions_logs_through_and_writes_no_sentinel(backend: Backend) {
+        let guest = backend.guest("echo");
+        let output = wasmloop_run(&[guest.to_str().unwrap()], "{\"a\":1}\n{\"b\":2}\n");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        // A wasm guest's stdout carries its results: both its log lines come out on stderr.
+        let (out, err) = backend.split_logs("hello stdout\n", "hello stderr\n");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            format!("{out}{{\"a\":1}}\n{out}{{\"b\":2}}\n")
+        );
+        assert_eq!(String::from_utf8_lossy(&output.stderr), err.repeat(2));
+    }
+
     fn run_passes_the_input_flag_and_env(backend: Backend) {
         let guest = backend.guest("init_env");
         let output = wasmloop_run(

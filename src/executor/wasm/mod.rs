@@ -278,7 +278,7 @@ impl Worker for Instance {
     async fn activate(&mut self, line: Vec<u8>, _max_result: usize) -> Result<Bytes, RunError> {
         // The cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
-        self.stderr.flush();
+        self.stderr.defer();
         result
     }
 }
@@ -374,12 +374,14 @@ impl Instance {
             && let Poll::Ready(result) = self.guest.as_mut().poll(cx)
         {
             self.ended = Some(exit_reason(result));
-        }
-        if self.ended.is_some() {
             self.stderr.flush();
-        } else {
-            self.stderr.flush_lines();
         }
+    }
+
+    /// The guest goes on later: what it logged so far is out meanwhile, whole lines only.
+    fn later<T>(&self) -> Poll<T> {
+        self.stderr.flush_lines();
+        Poll::Pending
     }
 
     /// Without an ack, the guest is started once it first waits for input.
@@ -391,7 +393,7 @@ impl Instance {
                     detail: detail.clone(),
                 })),
                 None if self.stdin.has_waited() => Poll::Ready(Ok(())),
-                None => Poll::Pending,
+                None => self.later(),
             }
         });
         // Still busy, but alive: as for a native child, alive counts as started. The rest
@@ -418,7 +420,7 @@ impl Instance {
                     tracing::debug!(reason, "the guest exited before its ack");
                     Poll::Ready(Err(StartError::AckAbrupt))
                 }
-                None => Poll::Pending,
+                None => self.later(),
             }
         });
         tokio::time::timeout(spec.ack_timeout, ack)
@@ -438,7 +440,7 @@ impl Instance {
                 (Some(Ok(line)), _) => Poll::Ready(Ok(line)),
                 (Some(Err(LineTooLong(max))), _) => Poll::Ready(Err(RunError::ResultTooLong(max))),
                 (None, Some(reason)) => Poll::Ready(Err(RunError::Exited(Some(reason.clone())))),
-                (None, None) => Poll::Pending,
+                (None, None) => self.later(),
             }
         })
         .await

@@ -1,7 +1,6 @@
 //! A guest's stdio: a refillable stdin, a stdout that hands back whole lines, stderr to ours.
 
 use std::collections::VecDeque;
-use std::io::Write;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -11,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::async_trait;
 
 use crate::executor::lines::is_blank;
+use crate::protocol;
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
 
@@ -227,6 +227,16 @@ impl GuestStderr {
     pub fn flush(&self) {
         write_out(&mut lock(&self.0));
     }
+
+    /// Hands everything to the write of the activation's stderr sentinel (see
+    /// `protocol::defer_stderr`), which follows at once: one write for both.
+    pub fn defer(&self) {
+        let mut pending = lock(&self.0);
+        if !pending.is_empty() {
+            protocol::defer_stderr(&pending);
+            pending.clear();
+        }
+    }
 }
 
 /// Writes out `pending` and empties it, giving back what a burst of logs made it grow to.
@@ -241,8 +251,7 @@ fn write_out(pending: &mut Vec<u8>) {
 }
 
 fn write_stderr(bytes: &[u8]) {
-    // Nothing sensible to do when our own stderr is gone.
-    let _ = std::io::stderr().lock().write_all(bytes);
+    protocol::write_stderr(bytes);
 }
 
 impl Sink for GuestStderr {
