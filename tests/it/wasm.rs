@@ -526,3 +526,45 @@ fn stdout_takes_every_buffer_of_a_write_and_a_closed_stderr_refuses_writes() {
         "written to a closed stderr"
     );
 }
+
+#[test]
+fn stdin_fills_the_first_non_empty_buffer_and_refuses_one_outside_memory() {
+    // Reads each request 3 bytes at a time into the second of two buffers (the first is
+    // empty) and echoes every piece; each read is preceded by one into a buffer past the
+    // end of memory, which must fail with EFAULT (21) and consume nothing.
+    let guest = wat::parse_str(
+        r#"(module
+          (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+          (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+          (memory (export "memory") 1)
+          (data (i32.const 300) "not a fault\n")
+          (func (export "_start")
+            (i32.store (i32.const 0) (i32.const 100))
+            (i32.store (i32.const 4) (i32.const 0))
+            (i32.store (i32.const 8) (i32.const 200))
+            (i32.store (i32.const 12) (i32.const 3))
+            (i32.store (i32.const 64) (i32.const 65533))
+            (i32.store (i32.const 68) (i32.const 8))
+            (loop $serve
+              (if (i32.ne (call $read (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 16))
+                          (i32.const 21))
+                (then
+                  (i32.store (i32.const 32) (i32.const 300))
+                  (i32.store (i32.const 36) (i32.const 12))
+                  (drop (call $write (i32.const 1) (i32.const 32) (i32.const 1) (i32.const 48)))))
+              (drop (call $read (i32.const 0) (i32.const 0) (i32.const 2) (i32.const 16)))
+              (i32.store (i32.const 32) (i32.const 200))
+              (i32.store (i32.const 36) (i32.load (i32.const 16)))
+              (drop (call $write (i32.const 1) (i32.const 32) (i32.const 1) (i32.const 48)))
+              (br $serve))))"#,
+    )
+    .unwrap();
+    let server = Server::builder().args(&["--timeout", "5s"]).start();
+    server.init(&init_binary(&guest)).assert(200, OK);
+    for name in ["Mike", "a longer name, read in many pieces ❄"] {
+        let body = json!({"value": {"name": name}}).to_string();
+        server
+            .post("/run", body.as_bytes())
+            .assert(200, &format!("{body}\n"));
+    }
+}

@@ -15,7 +15,7 @@ use wasmtime::{
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 use super::stdio::DirectStdio;
-use super::streams::{GuestStderr, GuestStdout};
+use super::streams::{GuestStderr, GuestStdin, GuestStdout};
 use crate::config::{ChildRole, Codegen, EngineSettings};
 
 /// How often the epoch advances while guests run: they yield to other tasks (and so meet
@@ -118,7 +118,8 @@ const POOL_SLOTS: u32 = 128;
 pub struct Host {
     pub wasi: WasiP1Ctx,
     pub limits: StoreLimits,
-    /// The guest's stdout and stderr, also written to directly (see `stdio`).
+    /// The guest's stdio, also read and written directly (see `stdio`).
+    pub stdin: GuestStdin,
     pub stdout: GuestStdout,
     pub stderr: GuestStderr,
     pub stdio: DirectStdio,

@@ -334,6 +334,7 @@ impl Instance {
             Host {
                 wasi: wasi.build_p1(),
                 limits,
+                stdin: stdin.clone(),
                 stdout: stdout.clone(),
                 stderr: stderr.clone(),
                 stdio: Default::default(),

@@ -47,7 +47,7 @@ impl GuestStdin {
         lock(&self.0).has_waited
     }
 
-    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+    pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = lock(&self.0);
         if !state.chunks.is_empty() {
             return Poll::Ready(());
@@ -58,7 +58,7 @@ impl GuestStdin {
     }
 
     /// Takes up to `size` bytes, none when nothing is waiting (never end-of-file).
-    fn take(&self, size: usize) -> Bytes {
+    pub fn take(&self, size: usize) -> Bytes {
         let mut state = lock(&self.0);
         match state.chunks.front_mut() {
             None => Bytes::new(),
