@@ -16,10 +16,18 @@ port=${PORT:-18390}
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"; kill $(jobs -p) 2>/dev/null || true' EXIT
 
-start() { # FLAGS...: a fresh server; sets $server
-  "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>&1 &
+start() { # FLAGS...: a fresh server, its diagnostics in $cache/server.log; sets $server
+  "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>"$cache/server.log" &
   server=$!
   wait_for_port "$port"
+}
+optimized() { # waits (up to 60 s) until a server started with -v runs Cranelift's code
+  for _ in $(seq 600); do
+    grep -qE "optimized code ready|loaded from the compile cache" "$cache/server.log" && return 0
+    sleep 0.1
+  done
+  echo "the optimized code did not arrive within 60 s" >&2
+  return 1
 }
 stop() { kill "$server"; wait "$server" 2>/dev/null || true; }
 init_ms() { # FILE: prints how long /init took, in ms
@@ -67,8 +75,10 @@ done
 python3 -c 'import json; print(json.dumps({"value": {"s": "x" * 1048576}}))' >"$cache/mib.json"
 for backend in "wasm $guests/wasm32-wasip1/release/echo.wasm" "native $guests/release/echo"; do
   set -- $backend
-  start; init_ms "$2" >/dev/null
-  sleep 1 # for the optimized code
+  start -v; init_ms "$2" >/dev/null
+  # The steady state: Winch's code serves until Cranelift's is ready, which takes from
+  # ~0.2 s to seconds for this guest depending on the machine's load.
+  [ "$1" = native ] || optimized
   curl -sS -o /dev/null -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null
   mid=$(for _ in $(seq $((rounds * 2 + 1))); do
     curl -sS -o /dev/null -w '%{time_total}\n' -XPOST "127.0.0.1:$port/run" --data-binary @"$cache/mib.json" 2>/dev/null
@@ -88,8 +98,8 @@ wrk.method = "POST"
 wrk.body = '{"value":{"spin_ms":20}}'
 LUA
 for c in 1 2; do
-  start --cache-dir "$cache/c" --concurrency "$c"; init_ms "$guests/wasm32-wasip1/release/slow.wasm" >/dev/null
-  sleep 1 # for the optimized code
+  start -v --cache-dir "$cache/c" --concurrency "$c"; init_ms "$guests/wasm32-wasip1/release/slow.wasm" >/dev/null
+  optimized
   rps=$(wrk -t2 -c4 -d6s -s "$cache/spin.lua" "http://127.0.0.1:$port/run" | awk '/Requests\/sec/ {print $2}')
   echo "CPU-bound wasm action (20 ms of work), --concurrency $c: $rps req/s"
   stop
