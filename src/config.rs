@@ -21,7 +21,7 @@ pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
 /// waits 5 ms; spawn errors are reported at once anyway, so this only catches children that
 /// die straight away, and 2 ms does that while keeping a native /init under 5 ms.
 pub const DEFAULT_START_PROBE: &str = "2ms";
-/// How long the `OW_COMPILER` hook may run.
+/// How long the `OW_COMPILER` hook, or compiling a wasm module, may run.
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
 /// The platform may send up to 500 activations at once to one container: queue twice that.
 pub const DEFAULT_MAX_QUEUE: usize = 1024;
@@ -31,6 +31,14 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// What `__OW_PROXY_VERSION` tells an action.
 pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The error of a compile stopped by `--compile-timeout`, for sources and modules alike.
+pub fn compile_timed_out(timeout: Duration) -> String {
+    format!(
+        "compiling took longer than {} (see --compile-timeout)",
+        humantime::format_duration(timeout)
+    )
+}
 
 /// Durations are written as text (`500ms`, `60s`) so that `--help` shows them as typed.
 fn duration(text: &str) -> Duration {

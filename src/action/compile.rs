@@ -33,12 +33,7 @@ impl Compiler<'_> {
         }
         let output = tokio::time::timeout(self.timeout, command.output())
             .await
-            .map_err(|_| {
-                PrepareError::Compile(format!(
-                    "the compiler did not finish within {} (see --compile-timeout)",
-                    humantime::format_duration(self.timeout)
-                ))
-            })?
+            .map_err(|_| PrepareError::Compile(crate::config::compile_timed_out(self.timeout)))?
             .map_err(|e| {
                 PrepareError::Compile(format!(
                     "cannot run the compiler {}: {e}",

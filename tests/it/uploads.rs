@@ -199,6 +199,24 @@ fn compiler_output_is_the_init_error() {
 }
 
 #[test]
+fn a_compiler_that_outlives_compile_timeout_fails_the_init() {
+    let compiler = crate::support::fixture("compiler.sh");
+    let server = Server::builder()
+        .env("OW_COMPILER", compiler.to_str().unwrap())
+        .args(&["--compile-timeout", "300ms"])
+        .start();
+    let started = std::time::Instant::now();
+    server.init(&init_text("SLOW")).assert(
+        502,
+        "{\"error\":\"compiling took longer than 300ms (see --compile-timeout)\"}\n",
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    server
+        .run(json!({}))
+        .assert(500, "{\"error\":\"no action defined yet\"}\n");
+}
+
+#[test]
 fn a_silent_compiler_that_makes_nothing_cannot_compile() {
     let server = with_compiler();
     server

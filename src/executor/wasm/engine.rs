@@ -369,12 +369,7 @@ impl CompileChild {
             .kill_on_drop(true);
         let finished = tokio::time::timeout_at(self.deadline, command.output())
             .await
-            .map_err(|_| {
-                CompileError::fatal(format!(
-                    "compiling took longer than {} (see --compile-timeout)",
-                    humantime::format_duration(self.timeout)
-                ))
-            })?
+            .map_err(|_| CompileError::fatal(crate::config::compile_timed_out(self.timeout)))?
             .map_err(|e| CompileError::fatal(format!("cannot start the compiler: {e}")))?;
         if finished.status.success() {
             return Ok(finished.stdout);
