@@ -568,3 +568,122 @@ fn stdin_fills_the_first_non_empty_buffer_and_refuses_one_outside_memory() {
             .assert(200, &format!("{body}\n"));
     }
 }
+
+/// The pid of a compile child working for the server `parent`, if one runs now.
+fn compile_child_of(parent: u32) -> Option<u32> {
+    let marker = format!("\0--parent-pid\0{parent}\0");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(&marker)
+                .then_some(pid)
+        })
+}
+
+/// Whether `pid` still runs (a zombie waiting to be reaped does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(") ")
+            .next()
+            .is_some_and(|s| !s.starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_compile_child_dies_with_its_server() {
+    use std::io::Write;
+    // Thousands of functions: ~4 s of compiling here, so a child still there a second
+    // after its server died would have been left running, not just finishing.
+    let module = many_functions(16_000);
+    let server = Server::builder()
+        .args(&["--wasm-compiler", "cranelift", "--no-cache"])
+        .start();
+    let body = init_binary(&module).to_string();
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /init HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let child = loop {
+        if let Some(child) = compile_child_of(server.pid()) {
+            break child;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compile child seen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGKILL) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while running(child) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the compile child outlived its server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A module of `count` functions `(i32) -> i32` of 50 multiply-adds each, plus `_start`,
+/// written in binary: as text, parsing it would take longer than compiling it.
+fn many_functions(count: u32) -> Vec<u8> {
+    fn leb(mut n: u32, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    fn section(id: u8, content: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(content.len() as u32, out);
+        out.extend_from_slice(content);
+    }
+    // local.set 0 (i32.add (i32.mul (local.get 0) (i32.const 3)) (i32.const 5)), 50 times.
+    let mut body = vec![0x00];
+    for _ in 0..50 {
+        body.extend_from_slice(&[0x20, 0x00, 0x41, 0x03, 0x6c, 0x41, 0x05, 0x6a, 0x21, 0x00]);
+    }
+    body.extend_from_slice(&[0x20, 0x00, 0x0b]);
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    section(
+        1,
+        &[0x02, 0x60, 0x01, 0x7f, 0x01, 0x7f, 0x60, 0x00, 0x00],
+        &mut module,
+    );
+    let mut functions = Vec::new();
+    leb(count + 1, &mut functions);
+    functions.resize(functions.len() + count as usize, 0x00);
+    functions.push(0x01);
+    section(3, &functions, &mut module);
+    section(5, &[0x01, 0x00, 0x01], &mut module);
+    let mut exports = vec![0x02, 0x06];
+    exports.extend_from_slice(b"memory");
+    exports.extend_from_slice(&[0x02, 0x00, 0x06]);
+    exports.extend_from_slice(b"_start");
+    exports.push(0x00);
+    leb(count, &mut exports);
+    section(7, &exports, &mut module);
+    let mut code = Vec::new();
+    leb(count + 1, &mut code);
+    for _ in 0..count {
+        leb(body.len() as u32, &mut code);
+        code.extend_from_slice(&body);
+    }
+    code.extend_from_slice(&[0x02, 0x00, 0x0b]);
+    section(10, &code, &mut module);
+    module
+}
