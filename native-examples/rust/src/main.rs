@@ -58,6 +58,8 @@ fn main() {
         answer.push(b'\n');
         std::io::stdout().flush().ok();
         log.flush().ok();
-        results.write_all(&answer).expect("cannot write the result on fd 3");
+        results
+            .write_all(&answer)
+            .expect("cannot write the result on fd 3");
     }
 }
