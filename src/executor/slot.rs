@@ -213,10 +213,12 @@ impl<W: Worker> Slot<W> {
         .await;
         // A JSON answer that is not an object leaves the worker in step; any other failure
         // may leave it mid-request or out of step: it is dropped (killing the child or the
-        // instance), and a later activation starts a fresh one.
+        // instance), and a later activation starts a fresh one. Whether it is still alive
+        // is asked once, by `take_idle` before its next activation (for a child, a waitpid
+        // system call), not here as well.
         let in_step = matches!(result, Ok(_) | Err(RunError::NotAnObject));
         let current = generation == self.generation.load(Ordering::Acquire);
-        if in_step && current && worker.is_alive() {
+        if in_step && current {
             lock(&self.idle).push((generation, worker));
         }
         drop(permit);
