@@ -184,6 +184,14 @@ impl Reply {
             assert_eq!(self.header("content-type"), Some("application/json"));
         }
     }
+
+    /// Asserts the status and that the JSON error message contains `part`, for errors
+    /// whose full text comes from elsewhere (a parser, wasmtime, the operating system).
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, part: &str) {
+        assert_eq!(self.status, status, "{}", self.text());
+        assert!(self.error().contains(part), "{}", self.text());
+    }
 }
 
 /// Sends one request on a fresh connection and checks that the answer has a

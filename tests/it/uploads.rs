@@ -91,12 +91,7 @@ fn archive_entries_outside_the_folder_are_refused() {
     ];
     for archive in hostile {
         let reply = server.init(&init_binary(&archive));
-        assert_eq!(reply.status, 502, "{}", reply.text());
-        assert!(
-            reply.error().contains("outside the action folder"),
-            "{}",
-            reply.text()
-        );
+        reply.assert_error(502, "outside the action folder");
     }
     assert!(!outside.exists());
     assert!(!Path::new("/tmp/zip-slip-victim").exists());
@@ -135,12 +130,7 @@ fn archives_over_the_caps_are_refused() {
         .collect();
     for archive in [zip_of(&entries), tar_gz_of(&entries)] {
         let reply = server.init(&init_binary(&archive));
-        assert_eq!(reply.status, 502);
-        assert!(
-            reply.error().contains("more than 3 entries"),
-            "{}",
-            reply.text()
-        );
+        reply.assert_error(502, "more than 3 entries");
     }
     // A small zip that inflates past the byte cap: a decompression bomb in miniature.
     let mut bomb = std::io::Cursor::new(Vec::new());
@@ -153,12 +143,7 @@ fn archives_over_the_caps_are_refused() {
     let bomb = bomb.into_inner();
     assert!(bomb.len() < 10_000);
     let reply = server.init(&init_binary(&bomb));
-    assert_eq!(reply.status, 502);
-    assert!(
-        reply.error().contains("more bytes than allowed"),
-        "{}",
-        reply.text()
-    );
+    reply.assert_error(502, "more bytes than allowed");
 }
 
 #[test]

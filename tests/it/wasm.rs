@@ -101,24 +101,14 @@ fn a_module_without_start_or_with_unknown_imports_is_a_502() {
     let no_start =
         wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "main")))"#).unwrap();
     let reply = server.init(&init_binary(&no_start));
-    assert_eq!(reply.status, 502);
-    assert!(
-        reply.error().contains("exports no `_start`"),
-        "{}",
-        reply.text()
-    );
+    reply.assert_error(502, "exports no `_start`");
 
     let unknown = wat::parse_str(
         r#"(module (import "env" "launch_missiles" (func)) (func (export "_start")))"#,
     )
     .unwrap();
     let reply = server.init(&init_binary(&unknown));
-    assert_eq!(reply.status, 502);
-    assert!(
-        reply.error().contains("cannot link the module"),
-        "{}",
-        reply.text()
-    );
+    reply.assert_error(502, "cannot link the module");
 }
 
 #[test]
@@ -271,12 +261,7 @@ fn precompiled_modules_need_the_operators_consent() {
 
     let server = Server::start();
     let reply = server.init(&init_binary(&cwasm));
-    assert_eq!(reply.status, 502);
-    assert!(
-        reply.error().contains("--allow-precompiled"),
-        "{}",
-        reply.text()
-    );
+    reply.assert_error(502, "--allow-precompiled");
 
     let server = Server::builder().arg("--allow-precompiled").start();
     server.init(&init_binary(&cwasm)).assert(200, OK);
@@ -329,12 +314,7 @@ fn a_module_precompiled_for_another_compiler_is_refused() {
     let cwasm = precompiled_echo(&dir, &["--wasm-compiler", "winch"]);
     let server = Server::builder().arg("--allow-precompiled").start();
     let reply = server.init(&init_binary(&cwasm));
-    assert_eq!(reply.status, 502);
-    assert!(
-        reply.error().contains("cannot load the precompiled module"),
-        "{}",
-        reply.text()
-    );
+    reply.assert_error(502, "cannot load the precompiled module");
 }
 
 #[test]
@@ -448,12 +428,7 @@ fn a_module_winch_cannot_compile_starts_on_cranelift_code() {
             .unwrap();
     let server = Server::builder().args(&["-v", "--no-cache"]).start();
     let reply = server.init(&init_binary(&invalid));
-    assert_eq!(reply.status, 502);
-    assert!(
-        reply.error().contains("invalid WebAssembly module"),
-        "{}",
-        reply.text()
-    );
+    reply.assert_error(502, "invalid WebAssembly module");
     assert!(!server.stderr().contains("not for the quick compiler"));
 }
 
