@@ -23,3 +23,9 @@ pub mod local;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
+
+/// Locks `mutex`, also after a panic while it was held: everything kept behind these
+/// locks is plain data (lists, buffers, stream states) that stays usable.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -137,7 +137,7 @@ pub fn flush_stderr() {
 }
 
 fn deferred_stderr() -> std::sync::MutexGuard<'static, Vec<u8>> {
-    DEFERRED_STDERR.lock().unwrap_or_else(|e| e.into_inner())
+    crate::lock(&DEFERRED_STDERR)
 }
 
 /// Writes one line of our own on stderr (the few messages PROTOCOL.md allows).

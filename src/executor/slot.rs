@@ -3,13 +3,13 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-
 use tokio::time::Instant;
 
 use super::{RunError, StartError, lines};
+use crate::lock;
 
 /// What a backend runs activations on.
 pub trait Worker: Sized + Send + 'static {
@@ -53,11 +53,6 @@ pub struct Slot<W: Worker> {
     /// Workers not serving anyone right now, with the generation they were made from.
     idle: Mutex<Vec<(u64, W)>>,
     waiting: AtomicUsize,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves a plain list behind: keep using it.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs `future` until `deadline` (if any); running out of time is `RunError::TimedOut`.

@@ -46,7 +46,7 @@ pub mod ticker {
 
     pub(super) fn add(engine: &Engine) -> wasmtime::Result<()> {
         // Under the lock: engines made at the same time must not start two tickers.
-        let mut engines = ENGINES.lock().unwrap_or_else(|e| e.into_inner());
+        let mut engines = crate::lock(&ENGINES);
         if THREAD.get().is_none() {
             let thread = std::thread::Builder::new()
                 .name("wasmloop-epoch".to_owned())
@@ -82,12 +82,7 @@ pub mod ticker {
         let mut last_busy = Instant::now();
         let mut starts = STARTS.load(Ordering::SeqCst);
         loop {
-            for engine in ENGINES
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .filter_map(EngineWeak::upgrade)
-            {
+            for engine in crate::lock(&ENGINES).iter().filter_map(EngineWeak::upgrade) {
                 engine.increment_epoch();
             }
             let now_starts = STARTS.load(Ordering::SeqCst);

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
@@ -10,14 +10,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::async_trait;
 
 use crate::executor::lines::is_blank;
+use crate::lock;
 use crate::protocol;
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data behind: keep using it.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 #[derive(Default)]
 struct InputState {
