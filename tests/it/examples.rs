@@ -85,13 +85,19 @@ fn every_wasm_hello_serves_through_http() {
     }
 }
 
-#[test]
-fn the_rust_wasm_hello_unescapes_names_and_refuses_a_name_that_is_not_text() {
+/// A server with the WebAssembly example `file` initialized.
+fn serving_wasm_example(file: &str) -> Server {
     let server = Server::start();
-    let module = read(&built_in("wasm-examples", "hello-rust.wasm"));
+    let module = read(&built_in("wasm-examples", file));
     server
         .init(&init_binary(&module))
         .assert(200, "{\"ok\":true}\n");
+    server
+}
+
+#[test]
+fn the_rust_wasm_hello_unescapes_names_and_refuses_a_name_that_is_not_text() {
+    let server = serving_wasm_example("hello-rust.wasm");
     server
         .run(json!({"name": "\"Mike\"\n❄"}))
         .assert(200, "{\"message\":\"Hello, \\\"Mike\\\"\\n❄!\"}\n");
@@ -110,11 +116,7 @@ fn the_rust_wasm_hello_unescapes_names_and_refuses_a_name_that_is_not_text() {
 
 #[test]
 fn the_markdown_action_renders_and_counts() {
-    let server = Server::start();
-    let module = read(&built_in("wasm-examples", "markdown.wasm"));
-    server
-        .init(&init_binary(&module))
-        .assert(200, "{\"ok\":true}\n");
+    let server = serving_wasm_example("markdown.wasm");
     let input = json!({"markdown": "| a |\n|---|\n| *b* |", "options": ["tables"]});
     let first = server.run(input.clone()).json();
     assert!(
