@@ -25,6 +25,9 @@ pub const DEFAULT_START_PROBE: &str = "2ms";
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
 /// The platform may send up to 500 activations at once to one container: queue twice that.
 pub const DEFAULT_MAX_QUEUE: usize = 1024;
+/// How long one activation of `wasmloop run` may take unless told otherwise: a mistake
+/// that makes an action wait forever must not hang a terminal.
+pub const DEFAULT_RUN_TIMEOUT: &str = "30s";
 /// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Each WebAssembly instance's linear memory is capped at this.
@@ -97,8 +100,9 @@ pub struct Config {
 /// ~55-70 ms against ~20 ms here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum WasmCompiler {
-    /// Winch first, so that `/init` answers soon; Cranelift meanwhile, in the background,
-    /// and instances are replaced by ones running its code once it is ready.
+    /// Winch first, so that `/init` answers soon; Cranelift meanwhile, in the background.
+    /// Instances made once its code is ready run it (restarts, pool growth, and instances
+    /// that have not served yet); one that has served keeps its state, and its code.
     Tiered,
     /// Optimizing: the fastest code, the slowest compile.
     Cranelift,

@@ -22,8 +22,8 @@ pub trait Worker: Sized + Send + 'static {
     fn is_alive(&mut self) -> bool;
 
     /// Drops output nobody asked for (extra lines after the last result), so that it
-    /// cannot pass for the next activation's answer.
-    fn discard_stray_output(&mut self);
+    /// cannot pass for the next activation's answer, and returns it (if any) for the logs.
+    fn discard_stray_output(&mut self) -> Option<Bytes>;
 
     /// Sends one request line and waits for the result line.
     fn activate(
@@ -45,14 +45,23 @@ pub struct PoolSize {
 pub struct Slot<W: Worker> {
     /// What new workers are made from; `upgrade` replaces it.
     spec: RwLock<Arc<W::Spec>>,
-    /// Bumped with each new spec: workers made from an older one are retired.
+    /// Bumped with each new spec.
     generation: AtomicU64,
     max_result: usize,
     size: PoolSize,
     permits: tokio::sync::Semaphore,
-    /// Workers not serving anyone right now, with the generation they were made from.
-    idle: Mutex<Vec<(u64, W)>>,
+    /// Workers not serving anyone right now.
+    idle: Mutex<Vec<Idle<W>>>,
     waiting: AtomicUsize,
+}
+
+/// An idle worker, and whether it has served an activation: from then on it holds the
+/// action's state (counters, caches, connections), which only its own end may lose.
+struct Idle<W> {
+    worker: W,
+    /// The spec it was made from.
+    generation: u64,
+    served: bool,
 }
 
 /// Runs `future` until `deadline` (if any); running out of time is `RunError::TimedOut`.
@@ -91,7 +100,11 @@ impl<W: Worker> Slot<W> {
             max_result,
             size,
             permits: tokio::sync::Semaphore::new(size.workers.max(1)),
-            idle: Mutex::new(vec![(0, worker)]),
+            idle: Mutex::new(vec![Idle {
+                worker,
+                generation: 0,
+                served: false,
+            }]),
             waiting: AtomicUsize::new(0),
         })
     }
@@ -101,73 +114,80 @@ impl<W: Worker> Slot<W> {
         (self.generation.load(Ordering::Acquire), spec.clone())
     }
 
-    /// An idle worker of the current generation that is still alive; others are dropped.
-    fn take_idle(&self) -> Option<(u64, W)> {
-        let current = self.generation.load(Ordering::Acquire);
-        let mut retired = Vec::new();
+    /// An idle worker that is still alive; dead ones are dropped.
+    fn take_idle(&self) -> Option<Idle<W>> {
+        let mut dead = Vec::new();
         let found = {
             let mut idle = lock(&self.idle);
             loop {
                 match idle.pop() {
-                    Some((generation, mut worker)) => {
-                        if generation == current && worker.is_alive() {
-                            break Some((generation, worker));
+                    Some(mut entry) => {
+                        if entry.worker.is_alive() {
+                            break Some(entry);
                         }
-                        retired.push(worker);
+                        dead.push(entry);
                     }
                     None => break None,
                 }
             }
         };
         // Dropped outside the lock: stopping a worker may take a moment.
-        drop(retired);
+        drop(dead);
         found
     }
 
-    async fn start_worker(&self) -> Result<(u64, W), StartError> {
+    async fn start_worker(&self) -> Result<Idle<W>, StartError> {
         let (generation, spec) = self.current_spec();
-        Ok((generation, W::start(&spec).await?))
+        Ok(Idle {
+            worker: W::start(&spec).await?,
+            generation,
+            served: false,
+        })
     }
 
-    /// From now on workers are made from `spec`, once a first worker made from it has
-    /// started (otherwise the old spec stays, and the error is returned). Idle workers
-    /// made from the old spec are swapped for fresh ones as these are ready, so that
-    /// activations find one; busy ones are dropped when their activation ends.
-    pub async fn upgrade(&self, spec: W::Spec) -> Result<(), StartError> {
-        let mut fresh = W::start(&spec).await?;
+    /// From now on workers are made from `spec` (restarts, pool growth), once a first
+    /// worker made from it has started (otherwise the old spec stays, and the error is
+    /// returned). Idle workers that have never served are swapped for workers made from
+    /// it; a worker that has served keeps running, whatever it was made from, until it
+    /// ends: its state is the action's, and persistent actions count on it. Returns how
+    /// many workers were swapped.
+    pub async fn upgrade(&self, spec: W::Spec) -> Result<usize, StartError> {
+        let worker = W::start(&spec).await?;
         let current = {
             let mut slot_spec = self.spec.write().unwrap_or_else(|e| e.into_inner());
             *slot_spec = Arc::new(spec);
             self.generation.fetch_add(1, Ordering::AcqRel) + 1
         };
+        let mut fresh = Idle {
+            worker,
+            generation: current,
+            served: false,
+        };
+        let replaceable = |entry: &Idle<W>| !entry.served && entry.generation != current;
+        let mut swapped = 0;
         loop {
-            let stale = {
+            let unserved = {
                 let mut idle = lock(&self.idle);
-                match idle.iter().position(|(g, _)| *g != current) {
-                    Some(at) => Some(std::mem::replace(&mut idle[at], (current, fresh)).1),
-                    None => {
-                        // Every worker was busy: this one serves the next activation.
-                        if idle.len() < self.size.workers.max(1) {
-                            idle.push((current, fresh));
-                        }
-                        None
-                    }
-                }
+                idle.iter()
+                    .position(replaceable)
+                    .map(|at| std::mem::replace(&mut idle[at], fresh))
             };
+            let Some(unserved) = unserved else {
+                // Nothing to swap: the fresh worker is dropped, as it was never needed.
+                return Ok(swapped);
+            };
+            swapped += 1;
             // Dropped outside the lock: stopping a worker may take a moment.
-            if stale.is_none() {
-                return Ok(());
-            }
-            drop(stale);
-            if !lock(&self.idle).iter().any(|(g, _)| *g != current) {
-                return Ok(());
+            drop(unserved);
+            if !lock(&self.idle).iter().any(replaceable) {
+                return Ok(swapped);
             }
             match self.start_worker().await {
-                Ok((_, worker)) => fresh = worker,
+                Ok(worker) => fresh = worker,
                 Err(e) => {
                     // The new spec has worked once: activations will start their own.
                     tracing::debug!(error = %e, "cannot start a worker to replace an old one");
-                    return Ok(());
+                    return Ok(swapped);
                 }
             }
         }
@@ -183,16 +203,21 @@ impl<W: Worker> Slot<W> {
                     return Err(RunError::Busy(self.size.max_waiting));
                 }
                 let _waiting = Waiting(&self.waiting);
+                let queued = Instant::now();
                 // Time spent queueing counts against the deadline too.
                 within(deadline, async {
                     self.permits.acquire().await.map_err(|_| RunError::Busy(0))
                 })
-                .await?
+                .await
+                .map_err(|e| match e {
+                    RunError::TimedOut => RunError::NeverStarted(queued.elapsed()),
+                    other => other,
+                })?
             }
         };
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
         // A worker that died while idle is replaced before this activation.
-        let (generation, mut worker) = match self.take_idle() {
+        let mut entry = match self.take_idle() {
             Some(idle) => idle,
             None => {
                 within(deadline, async {
@@ -201,20 +226,25 @@ impl<W: Worker> Slot<W> {
                 .await?
             }
         };
-        worker.discard_stray_output();
+        let worker = &mut entry.worker;
+        if let Some(stray) = worker.discard_stray_output() {
+            lines::report_stray(&stray);
+        }
         let result = within(deadline, async {
             lines::check_result(worker.activate(line, self.max_result).await?)
         })
         .await;
+        if let Err(RunError::NotJson(line)) = &result {
+            lines::report_not_json(line);
+        }
         // A JSON answer that is not an object leaves the worker in step; any other failure
         // may leave it mid-request or out of step: it is dropped (killing the child or the
         // instance), and a later activation starts a fresh one. Whether it is still alive
         // is asked once, by `take_idle` before its next activation (for a child, a waitpid
         // system call), not here as well.
-        let in_step = matches!(result, Ok(_) | Err(RunError::NotAnObject));
-        let current = generation == self.generation.load(Ordering::Acquire);
-        if in_step && current {
-            lock(&self.idle).push((generation, worker));
+        if matches!(result, Ok(_) | Err(RunError::NotAnObject)) {
+            entry.served = true;
+            lock(&self.idle).push(entry);
         }
         drop(permit);
         result
@@ -225,7 +255,8 @@ impl<W: Worker> Slot<W> {
 mod tests {
     use super::*;
 
-    /// A worker that answers with the id of the spec it was made from.
+    /// A worker that answers with the id of the spec it was made from, and exits when
+    /// asked to.
     struct Fake(u32);
 
     struct FakeSpec {
@@ -240,7 +271,7 @@ mod tests {
             if spec.starts {
                 Ok(Fake(spec.id))
             } else {
-                Err(StartError::Exited)
+                Err(StartError::Exited(None))
             }
         }
 
@@ -248,9 +279,14 @@ mod tests {
             true
         }
 
-        fn discard_stray_output(&mut self) {}
+        fn discard_stray_output(&mut self) -> Option<Bytes> {
+            None
+        }
 
-        async fn activate(&mut self, _: Vec<u8>, _: usize) -> Result<Bytes, RunError> {
+        async fn activate(&mut self, line: Vec<u8>, _: usize) -> Result<Bytes, RunError> {
+            if line == b"exit\n" {
+                return Err(RunError::Exited(None));
+            }
             Ok(Bytes::from(format!("{{\"spec\":{}}}\n", self.0)))
         }
     }
@@ -260,22 +296,18 @@ mod tests {
         String::from_utf8(answer.to_vec()).unwrap()
     }
 
+    fn spec(id: u32) -> FakeSpec {
+        FakeSpec { id, starts: true }
+    }
+
+    const SIZE: PoolSize = PoolSize {
+        workers: 2,
+        max_waiting: 10,
+    };
+
     #[tokio::test]
-    async fn an_upgrade_whose_worker_cannot_start_keeps_the_old_spec() {
-        let size = PoolSize {
-            workers: 2,
-            max_waiting: 10,
-        };
-        let slot = Slot::start(
-            FakeSpec {
-                id: 1,
-                starts: true,
-            },
-            1024,
-            size,
-        )
-        .await
-        .unwrap();
+    async fn a_worker_that_has_served_outlives_an_upgrade_and_its_successor_is_new() {
+        let slot = Slot::start(spec(1), 1024, SIZE).await.unwrap();
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
         let failing = FakeSpec {
             id: 2,
@@ -283,18 +315,29 @@ mod tests {
         };
         assert!(slot.upgrade(failing).await.is_err());
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
-        assert!(
-            slot.upgrade(FakeSpec {
-                id: 3,
-                starts: true
-            })
-            .await
-            .is_ok()
+        assert_eq!(slot.upgrade(spec(3)).await.unwrap(), 0, "nothing swapped");
+        assert_eq!(
+            answer(&slot).await,
+            "{\"spec\":1}\n",
+            "the worker that served keeps its state"
         );
+        assert_eq!(
+            lock(&slot.idle).len(),
+            1,
+            "the unneeded fresh worker is not kept"
+        );
+        // Once it ends, its successor is made from the new spec.
+        assert!(slot.run(b"exit\n".to_vec(), None).await.is_err());
         assert_eq!(answer(&slot).await, "{\"spec\":3}\n");
-        assert_eq!(answer(&slot).await, "{\"spec\":3}\n");
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_has_not_served_is_swapped_at_an_upgrade() {
+        let slot = Slot::start(spec(1), 1024, SIZE).await.unwrap();
+        assert_eq!(slot.upgrade(spec(2)).await.unwrap(), 1);
+        assert_eq!(answer(&slot).await, "{\"spec\":2}\n");
         let idle = lock(&slot.idle);
         assert_eq!(idle.len(), 1, "the old worker was swapped, not added to");
-        assert!(idle.iter().all(|(g, w)| *g == 1 && w.0 == 3));
+        assert!(idle.iter().all(|e| e.generation == 1 && e.worker.0 == 2));
     }
 }

@@ -174,7 +174,7 @@ fn a_second_init_of_the_same_module_loads_it_from_the_compile_cache() {
 }
 
 #[test]
-fn tiered_serves_quick_code_first_then_moves_to_optimized_code_once() {
+fn tiered_serves_quick_code_first_and_keeps_the_state_of_an_instance_that_has_served() {
     let cache = tempfile::tempdir().unwrap();
     let cache_dir = cache.path().to_str().unwrap();
     let server = || {
@@ -187,14 +187,24 @@ fn tiered_serves_quick_code_first_then_moves_to_optimized_code_once() {
         .init(&Backend::Wasm.init_guest("counter"))
         .assert(200, OK);
     first.wait_stderr("codegen=\"winch\"");
-    count_is(&first, 1);
-    first.wait_stderr("optimized code ready");
-    assert!(first.stderr().contains("codegen=\"cranelift\""));
-    // The instance was replaced by one running the optimized code: its state starts over,
-    // once, and is then kept as usual.
-    for count in 1..=3 {
+    // Activations all through the background compile: the count never goes back.
+    let mut count = 0;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !first.stderr().contains("optimized code ready") {
+        assert!(std::time::Instant::now() < until, "no optimized code");
+        count += 1;
         count_is(&first, count);
     }
+    assert!(first.stderr().contains("codegen=\"cranelift\""));
+    assert!(first.stderr().contains("swapped=0"), "{}", first.stderr());
+    for _ in 0..3 {
+        count += 1;
+        count_is(&first, count);
+    }
+    // Its successor, once it ends, is made from the optimized code.
+    assert_eq!(first.run(json!({"exit": true})).status, 400);
+    count_is(&first, 1);
+    first.wait_stderr("instance started codegen=\"cranelift\"");
     // Only the optimized code is kept: the quick code is never wanted again.
     assert_eq!(cached(&cache).len(), 1, "the optimized code in the cache");
 
@@ -210,6 +220,18 @@ fn tiered_serves_quick_code_first_then_moves_to_optimized_code_once() {
     let log = second.stderr();
     assert!(!log.contains("module compiled"), "{log}");
     assert!(!log.contains("optimized code ready"), "{log}");
+}
+
+#[test]
+fn tiered_swaps_an_instance_that_has_not_served_yet() {
+    let server = Server::builder().args(&["-v", "--no-cache"]).start();
+    server
+        .init(&Backend::Wasm.init_guest("counter"))
+        .assert(200, OK);
+    server.wait_stderr("optimized code ready");
+    assert!(server.stderr().contains("swapped=1"), "{}", server.stderr());
+    count_is(&server, 1);
+    count_is(&server, 2);
 }
 
 #[test]
