@@ -37,6 +37,15 @@ pub enum Error {
     /// The activation was stopped at its limit; the text names the limit.
     #[error("the action did not finish within {0} and was stopped")]
     TimedOut(String),
+    /// Its limit passed while it waited for a busy worker.
+    #[error(
+        "the action did not start within {limit}: it waited {} ms for a busy instance and was never started (see --concurrency)",
+        waited.as_millis()
+    )]
+    NeverStarted {
+        limit: String,
+        waited: std::time::Duration,
+    },
     #[error(transparent)]
     Run(#[from] RunError),
     /// A bug of ours, reported instead of dropping the connection.
@@ -56,12 +65,17 @@ impl Error {
                 StatusCode::BAD_GATEWAY
             }
             Error::NoAction | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::TimedOut(_) | Error::Run(RunError::TimedOut) => StatusCode::GATEWAY_TIMEOUT,
+            Error::TimedOut(_)
+            | Error::NeverStarted { .. }
+            | Error::Run(RunError::TimedOut | RunError::NeverStarted(_)) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
             Error::Run(RunError::Busy(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
             Error::Run(
                 RunError::NotAnObject
-                | RunError::NotJson
+                | RunError::NotJson(_)
+                | RunError::NoAnswer(_)
                 | RunError::ResultTooLong(_)
                 | RunError::Restart(_),
             ) => StatusCode::BAD_GATEWAY,
@@ -121,7 +135,7 @@ mod tests {
                 "Cannot start action. Check logs for details.",
             ),
             (
-                Error::Start(StartError::Exited),
+                Error::Start(StartError::Exited(None)),
                 502,
                 "cannot start action: command exited",
             ),

@@ -76,11 +76,11 @@ impl Runtime {
             .as_ref()
             .map(protocol::env_pairs)
             .unwrap_or_default();
-        let env = executor::action_env(&self.config, init_env);
         let main = value
             .main
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| "main".to_owned());
+        let env = executor::action_env(&self.config, &main, init_env);
         let bytes = action::decode::decode_code(&code, value.binary.unwrap_or(false))
             .map_err(Error::BadBase64)?;
         drop(code);
@@ -170,6 +170,10 @@ impl Action {
         }
         match (result, limit) {
             (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),
+            (Err(RunError::NeverStarted(waited)), Some((_, limit))) => Err(Error::NeverStarted {
+                limit: limit.describe(),
+                waited,
+            }),
             (result, _) => Ok(result?),
         }
     }

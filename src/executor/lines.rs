@@ -18,11 +18,110 @@ pub fn is_blank(line: &[u8]) -> bool {
 
 /// PROTOCOL.md 1.7 step 6: a result is one JSON object or array.
 pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
-    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    if is_json_result(&line) {
+        return Ok(line);
+    }
     match serde_json::from_slice::<IgnoredAny>(&line) {
-        Ok(_) if matches!(first, Some(b'{' | b'[')) => Ok(line),
         Ok(_) => Err(RunError::NotAnObject),
-        Err(_) => Err(RunError::NotJson),
+        Err(_) => Err(RunError::NotJson(line)),
+    }
+}
+
+fn is_json_result(line: &[u8]) -> bool {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    matches!(first, Some(b'{' | b'[')) && serde_json::from_slice::<IgnoredAny>(line).is_ok()
+}
+
+/// The start of `bytes` as one line of text for a message: invalid UTF-8 replaced, control
+/// characters escaped (quotes are not: the text is mostly JSON), cut after `max`
+/// characters with an ellipsis.
+pub fn excerpt(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end_matches(['\n', '\r']);
+    let mut out = String::new();
+    for c in text.chars().take(max) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if text.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
+/// How long a line of the action's output may be in our own messages.
+const EXCERPT: usize = 120;
+
+/// Tells the logs that an action's answer was not JSON, and what it was: usually a log
+/// line written where only results go. The HTTP body keeps the fixed message.
+pub fn report_not_json(line: &[u8]) {
+    crate::protocol::log_stderr(&format!(
+        "wasmloop: the action's answer is not JSON, so it was not taken as its result: `{}`. \
+         Only result lines go on the result channel (stdout in a WebAssembly action, fd 3 in \
+         a native one): write logs on stderr.",
+        excerpt(line, EXCERPT)
+    ));
+}
+
+/// Tells the logs what an action wrote on its result channel after its answer (dropped,
+/// so that it cannot pass for the next activation's answer).
+pub fn report_stray(output: &[u8]) {
+    for line in output
+        .split_inclusive(|b| *b == b'\n')
+        .filter(|l| !is_blank(l))
+    {
+        crate::protocol::log_stderr(&format!(
+            "wasmloop: dropped output the action wrote after its result: `{}` \
+             (one result line per request; write logs on stderr)",
+            excerpt(line, EXCERPT)
+        ));
+    }
+}
+
+/// What an action did instead of answering: it took its whole request and went back to
+/// waiting for input, which only the next request would bring. Waiting longer cannot help.
+#[derive(Debug)]
+pub struct NoAnswer {
+    /// Where results go: "fd 3" or "stdout".
+    pub channel: &'static str,
+    /// What arrived there without a newline.
+    pub partial: Bytes,
+    /// The last line it wrote on its stdout during the activation, when that is not the
+    /// result channel and the line is a JSON object or array: a result on the wrong fd.
+    pub stdout_line: Option<Bytes>,
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let channel = self.channel;
+        if !self.partial.is_empty() {
+            return write!(
+                f,
+                "the action wrote {} bytes on {channel} without a newline (`{}`) and is waiting \
+                 for its next input: end each result with a newline, and flush it",
+                self.partial.len(),
+                excerpt(&self.partial, EXCERPT)
+            );
+        }
+        if let Some(line) = self.stdout_line.as_deref().filter(|l| is_json_result(l)) {
+            return write!(
+                f,
+                "no result arrived on {channel}, and the action is waiting for its next input; \
+                 it wrote this JSON line on stdout: `{}`. A native action writes its result on \
+                 fd 3 (stdout is for logs)",
+                excerpt(line, EXCERPT)
+            );
+        }
+        write!(
+            f,
+            "no result arrived on {channel}: the action read its request and is waiting for more \
+             input without having answered. Answer each request line as it arrives (do not read \
+             stdin to its end), and flush the result line (C stdio and buffered writers hold it \
+             back until flushed)"
+        )
     }
 }
 
@@ -70,19 +169,33 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
-    /// Drops whatever is buffered or can be read without waiting.
-    pub fn discard_pending(&mut self) {
-        self.buf.clear();
+    /// Drops whatever is buffered or can be read without waiting, and returns its start
+    /// (at most 64 KiB), if there was any.
+    pub fn discard_pending(&mut self) -> Option<Bytes> {
+        const KEEP: usize = 64 * 1024;
+        let mut dropped = std::mem::take(&mut self.buf);
         self.scanned = 0;
         let mut scratch = [0u8; 8192];
         let mut cx = Context::from_waker(Waker::noop());
         loop {
             let mut read = ReadBuf::new(&mut scratch);
             match Pin::new(&mut self.inner).poll_read(&mut cx, &mut read) {
-                Poll::Ready(Ok(())) if !read.filled().is_empty() => continue,
+                Poll::Ready(Ok(())) if !read.filled().is_empty() => {
+                    let room = KEEP.saturating_sub(dropped.len());
+                    let filled = read.filled();
+                    dropped.extend_from_slice(&filled[..filled.len().min(room)]);
+                }
                 _ => break,
             }
         }
+        // The buffer keeps its capacity for the next lines.
+        self.buf = BytesMut::with_capacity(dropped.capacity().min(KEEP).max(8 * 1024));
+        (!dropped.is_empty()).then(|| dropped.freeze())
+    }
+
+    /// What has arrived since the last line: the start of a line without its newline.
+    pub fn pending(&self) -> Bytes {
+        Bytes::copy_from_slice(&self.buf)
     }
 
     /// The next line, including its `\n`, at most `max` bytes before the newline.
@@ -231,11 +344,11 @@ mod tests {
         ));
         assert!(matches!(
             check_result(Bytes::from_static(b"oops\n")),
-            Err(RunError::NotJson)
+            Err(RunError::NotJson(line)) if &line[..] == b"oops\n"
         ));
         assert!(matches!(
             check_result(Bytes::from_static(b"{} {}\n")),
-            Err(RunError::NotJson)
+            Err(RunError::NotJson(_))
         ));
     }
 
@@ -265,12 +378,27 @@ mod tests {
         let (mut tx, rx) = tokio::io::duplex(1024);
         tx.write_all(b"{\"stray\":1}\n{\"stray\":").await.unwrap();
         let mut reader = LineReader::new(rx);
-        reader.discard_pending();
+        assert_eq!(
+            reader.discard_pending().as_deref(),
+            Some(&b"{\"stray\":1}\n{\"stray\":"[..])
+        );
+        assert_eq!(reader.discard_pending(), None);
         tx.write_all(b"{\"fresh\":1}\n").await.unwrap();
         assert_eq!(
             &reader.read_line(100).await.unwrap()[..],
             b"{\"fresh\":1}\n"
         );
+    }
+
+    #[test]
+    fn excerpts_are_one_line_and_cut_short() {
+        assert_eq!(excerpt(b"hello\n", 10), "hello");
+        assert_eq!(excerpt(b"a\tb\"c", 10), "a\\tb\"c");
+        assert_eq!(
+            excerpt("x".repeat(12).as_bytes(), 10),
+            format!("{}…", "x".repeat(10))
+        );
+        assert_eq!(excerpt(b"\xff!", 10), "\u{fffd}!");
     }
 
     #[tokio::test]

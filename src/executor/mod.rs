@@ -1,9 +1,11 @@
 //! The `Executor` seam between HTTP and the backends, and the enum that dispatches to them.
 
+mod diagnose;
 pub mod lines;
 pub mod native;
 pub mod slot;
 mod spawn;
+mod stdout_tap;
 pub mod wasm;
 
 use std::collections::BTreeMap;
@@ -33,19 +35,33 @@ pub trait Executor: Send + Sync {
 /// Why an action could not be started (at `/init`, or when restarting it).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The process could not be spawned (missing file, not executable, bad format).
-    #[error("{}", protocol::MSG_COMMAND_EXITED)]
-    Spawn(#[source] std::io::Error),
-    /// It exited before it counted as started.
-    #[error("{}", protocol::MSG_COMMAND_EXITED)]
-    Exited,
+    /// The process could not be spawned (missing file, not executable, bad format); the
+    /// cause says which, and what to change.
+    #[error("{}: {cause}", protocol::MSG_COMMAND_EXITED)]
+    Spawn {
+        #[source]
+        error: std::io::Error,
+        cause: String,
+    },
+    /// It exited before it counted as started; the detail says how.
+    #[error("{}{}", protocol::MSG_COMMAND_EXITED, detail(.0))]
+    Exited(Option<String>),
     #[error("{}", protocol::MSG_ABRUPT_EXIT)]
     AckAbrupt,
     /// The ack line is not JSON: the parser's message.
     #[error("{0}")]
     AckNotJson(String),
-    #[error("{}", protocol::MSG_NOT_INITIALIZED_PROPERLY)]
-    AckNotOk,
+    /// The ack is JSON without `"ok":true`; a launcher that could not start may say why
+    /// in an `"error"` string, which follows the fixed text.
+    #[error("{}{}", protocol::MSG_NOT_INITIALIZED_PROPERLY, .0.as_deref().map(|d| format!(" {d}")).unwrap_or_default())]
+    AckNotOk(Option<String>),
+    /// A WebAssembly guest was still in its start-up code when the bound ran out.
+    #[error(
+        "the guest was still running its start-up code after {} and had not read its input: \
+         a guest must reach its first read of stdin within --ack-timeout (is it stuck in a loop before it?)",
+        humantime::format_duration(*.0)
+    )]
+    StillStarting(Duration),
     #[error("the action did not acknowledge its start within {} (see --ack-timeout)", humantime::format_duration(*.0))]
     AckTimeout(Duration),
     #[error("{}", protocol::MSG_EXEC_ENV_MISMATCH)]
@@ -74,23 +90,39 @@ pub fn parse_ack(line: &[u8]) -> Result<(), StartError> {
         serde_json::from_slice(line).map_err(|e| StartError::AckNotJson(e.to_string()))?;
     match ack.get("ok") {
         Some(serde_json::Value::Bool(true)) => Ok(()),
-        _ => Err(StartError::AckNotOk),
+        _ => Err(StartError::AckNotOk(
+            ack.get("error").and_then(|e| e.as_str()).map(str::to_owned),
+        )),
     }
+}
+
+/// `: <detail>` when there is one, as PROTOCOL.md 1.7 step 5 puts it after `command exited`.
+fn detail(detail: &Option<String>) -> String {
+    detail
+        .as_deref()
+        .map(|d| format!(": {d}"))
+        .unwrap_or_default()
 }
 
 /// Why an activation produced no usable result.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The action exited (or closed its result channel) during the activation.
-    #[error("{}{}", protocol::MSG_COMMAND_EXITED, .0.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    #[error("{}{}", protocol::MSG_COMMAND_EXITED, detail(.0))]
     Exited(Option<String>),
     /// The result line is JSON, but neither an object nor an array.
     #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
     NotAnObject,
-    /// The result line is not JSON at all (a stray log line?): same message, but the
-    /// worker is out of step and gets replaced.
+    /// The result line (here) is not JSON at all (a stray log line?): same message, but
+    /// the worker is out of step and gets replaced.
     #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
-    NotJson,
+    NotJson(Bytes),
+    /// The action took its request and went back to waiting for input without answering.
+    #[error("{0}")]
+    NoAnswer(lines::NoAnswer),
+    /// It waited this long in the queue for a busy worker, past its deadline.
+    #[error("it waited {} ms for a busy instance and was never started", .0.as_millis())]
+    NeverStarted(Duration),
     /// Every worker is busy and the queue is full: the platform should try elsewhere.
     #[error(
         "every instance of the action is busy and {0} activations are waiting already; try again or elsewhere (see --concurrency, --max-queue)"
@@ -213,10 +245,17 @@ fn check_execution_env(bin_dir: &Path, expected: &str) -> Result<(), StartError>
     Ok(())
 }
 
-/// The action's environment (PROTOCOL.md 1.5), later entries overriding earlier ones.
-pub fn action_env(config: &Config, init_env: Vec<(String, String)>) -> Vec<(String, String)> {
+/// The action's environment (PROTOCOL.md 1.5), later entries overriding earlier ones. Ours
+/// adds `__OW_ACTION_MAIN`, the `/init` `main`: a launcher (Python's, say) calls the
+/// function it names, where the reference bakes it in with a compile step.
+pub fn action_env(
+    config: &Config,
+    main: &str,
+    init_env: Vec<(String, String)>,
+) -> Vec<(String, String)> {
     let mut env = BTreeMap::new();
     env.insert("__OW_PROXY_VERSION".to_owned(), PROXY_VERSION.to_owned());
+    env.insert("__OW_ACTION_MAIN".to_owned(), main.to_owned());
     if let Some(value) = &config.execution_env {
         env.insert("__OW_EXECUTION_ENV".to_owned(), value.clone());
     }
@@ -242,11 +281,16 @@ mod tests {
             ],
             ..Config::default()
         };
-        let env = action_env(&config, vec![("__OW_API_HOST".into(), "init".into())]);
+        let env = action_env(
+            &config,
+            "niam",
+            vec![("__OW_API_HOST".into(), "init".into())],
+        );
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("__OW_PROXY_VERSION"), Some(PROXY_VERSION));
         assert_eq!(get("__OW_WAIT_FOR_ACK"), Some("yes"));
         assert_eq!(get("__OW_API_HOST"), Some("init"));
+        assert_eq!(get("__OW_ACTION_MAIN"), Some("niam"));
         assert_eq!(get("__OW_EXECUTION_ENV"), None);
         assert_eq!(get("PATH"), None);
     }

@@ -8,9 +8,14 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
-use super::lines::{LineError, LineReader};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use super::diagnose::{self, InputWatch};
+use super::lines::{LineError, LineReader, NoAnswer};
 use super::slot::{Slot, Worker};
 use super::spawn::{Child, spawn};
+use super::stdout_tap::{Pump, StdoutTap};
 use super::{RunError, StartError, StartSpec, parse_ack};
 
 /// How long to wait for an exit status once the result channel has closed, and for a
@@ -52,21 +57,34 @@ impl Worker for Process {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn discard_stray_output(&mut self) {
-        self.results.discard_pending();
+    fn discard_stray_output(&mut self) -> Option<Bytes> {
+        self.results.discard_pending()
     }
 
     async fn activate(&mut self, line: Vec<u8>, max_result: usize) -> Result<Bytes, RunError> {
-        self.exchange(&line, max_result).await
+        self.stdout.forget_lines();
+        let result = self.exchange(&line, max_result).await;
+        // Its logs are out before the activation's sentinel.
+        self.stdout.drain();
+        result
     }
 }
 
-/// A running child and the two pipes we hold to it. Dropping it kills the child and
+/// A running child and the pipes we hold to it. Dropping it kills the child and
 /// everything in its process group.
 pub struct Process {
     child: Child,
     stdin: pipe::Sender,
     results: LineReader<pipe::Receiver>,
+    stdout: Arc<StdoutTap>,
+    _pump: Pump,
+}
+
+impl Drop for Process {
+    /// What it logged last is not lost with it.
+    fn drop(&mut self) {
+        self.stdout.drain();
+    }
 }
 
 /// A pipe whose both ends close on exec, so other children never inherit them.
@@ -106,19 +124,27 @@ impl Process {
         let (results_read, results_write) =
             cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
         let (stdin_read, stdin_write) = cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
-        let child = spawn(exec, &spec.env, &stdin_read, &results_write).map_err(|e| {
-            tracing::debug!(exec = %exec.display(), error = %e, "cannot spawn the action");
-            StartError::Spawn(e)
-        })?;
+        let (stdout_read, stdout_write) =
+            cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
+        let child = spawn(exec, &spec.env, &stdin_read, &results_write, &stdout_write).map_err(
+            |error| {
+                let cause = diagnose::spawn_failure(exec, &spec.main, &error);
+                crate::protocol::log_stderr(&format!("wasmloop: cannot start the action: {cause}"));
+                StartError::Spawn { error, cause }
+            },
+        )?;
         // Our copies of the child's ends must go, or we would never see end-of-file on
         // fd 3 (nor the child on its stdin).
-        drop((stdin_read, results_write));
+        drop((stdin_read, results_write, stdout_write));
         let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(StartError::Pipe)?;
         let receiver = pipe::Receiver::from_owned_fd(results_read).map_err(StartError::Pipe)?;
+        let (stdout, pump) = StdoutTap::start(stdout_read).map_err(StartError::Pipe)?;
         let mut process = Process {
             child,
             stdin,
             results: LineReader::new(receiver),
+            stdout,
+            _pump: pump,
         };
         if spec.wait_for_ack {
             process.wait_for_ack(spec).await?;
@@ -137,7 +163,7 @@ impl Process {
         tokio::select! {
             status = self.child.wait() => {
                 tracing::debug!(?status, "the action exited during start-up");
-                Err(StartError::Exited)
+                Err(StartError::Exited(status.ok().map(diagnose::exit_hint)))
             }
             _ = elapsed => Ok(()),
         }
@@ -178,9 +204,21 @@ impl Process {
                 Err(_) => break,
             }
         }
+        let waiting = InputWatch::new(self.child.pid(), self.stdin.as_raw_fd());
         let read = tokio::select! {
             biased;
             read = self.results.read_line(max) => read,
+            () = waiting.until_waiting() => {
+                // It may have answered just before going back to its read.
+                if let Ok(Some(result)) = self.results.try_read_line_now(max) {
+                    return Ok(result);
+                }
+                return Err(RunError::NoAnswer(NoAnswer {
+                    channel: "fd 3",
+                    partial: self.results.pending(),
+                    stdout_line: self.stdout.last_line(),
+                }));
+            }
             status = self.child.wait() => {
                 tracing::debug!(?status, "the action exited during an activation");
                 // A result written just before exiting is still in the pipe.

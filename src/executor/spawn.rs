@@ -22,14 +22,15 @@ pub struct Child {
     status: Option<ExitStatus>,
 }
 
-/// Starts `program` with exactly `env`, `stdin` as its fd 0 and `fd3` as its fd 3, stdout
-/// and stderr shared with us, SIGPIPE back to its default and no signals blocked. Our
-/// copies of `stdin` and `fd3` are the caller's to close.
+/// Starts `program` with exactly `env`, `stdin`, `stdout` and `fd3` as its fds 0, 1 and 3,
+/// stderr shared with us, SIGPIPE back to its default and no signals blocked. Our copies
+/// of the three are the caller's to close.
 pub fn spawn(
     program: &Path,
     env: &[(String, String)],
     stdin: &OwnedFd,
     fd3: &OwnedFd,
+    stdout: &OwnedFd,
 ) -> io::Result<Child> {
     let program = c_string(program.as_os_str())?;
     let argv = [program.as_ptr().cast_mut(), std::ptr::null_mut()];
@@ -39,12 +40,14 @@ pub fn spawn(
         .collect::<io::Result<_>>()?;
     let mut envp: Vec<*mut libc::c_char> = env.iter().map(|e| e.as_ptr().cast_mut()).collect();
     envp.push(std::ptr::null_mut());
-    // dup2 onto 0 and 3 in that order must not clobber its own sources.
+    // dup2 onto 0, 1 and 3 in that order must not clobber its own sources.
     let stdin = above_stdio(stdin)?;
+    let stdout = above_stdio(stdout)?;
     let fd3 = above_stdio(fd3)?;
 
     let mut actions = FileActions::new()?;
     actions.dup2(stdin.as_raw_fd(), 0)?;
+    actions.dup2(stdout.as_raw_fd(), 1)?;
     actions.dup2(fd3.as_raw_fd(), 3)?;
     let attributes = Attributes::new()?;
 
@@ -88,6 +91,10 @@ pub fn spawn(
 }
 
 impl Child {
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
     /// The exit status if the child has exited, without waiting.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if self.status.is_none() {

@@ -9,6 +9,7 @@ mod examples;
 mod faults;
 mod lifecycle;
 mod local;
+mod mistakes;
 mod pool;
 mod uploads;
 mod wasm;

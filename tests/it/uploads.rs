@@ -151,7 +151,7 @@ fn each_action_gets_a_fresh_folder() {
     let server = Server::start();
     server
         .init(&init_text("print('not executable')"))
-        .assert(502, "{\"error\":\"cannot start action: command exited\"}\n");
+        .assert_error(502, "cannot start action: command exited: ");
     assert_eq!(action_folders(&server), 0);
     server
         .init(&init_binary(&read(&Backend::Native.guest("echo"))))

@@ -14,13 +14,14 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 use bytes::Bytes;
-use wasmtime::{InstancePre, Module, Store, StoreLimitsBuilder, Trap, UpdateDeadline};
+use wasmtime::{InstancePre, Module, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use engine::{CompileChild, Host, WasmDigest, check_command, ticker};
+use engine::{CompileChild, Host, MemoryCap, WasmDigest, check_command, ticker};
 pub use engine::{CompileError, EXIT_NOT_FOR_WINCH, WasmEngine, compile_here, is_precompiled};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
+use super::lines::NoAnswer;
 use super::slot::{PoolSize, Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Codegen, Config, EngineSettings};
@@ -212,7 +213,10 @@ impl Upgrade {
             Err(e) => Err(e),
         };
         match upgraded {
-            Ok(()) => tracing::debug!("optimized code ready: instances now run it"),
+            Ok(swapped) => tracing::debug!(
+                swapped,
+                "optimized code ready: new instances run it; those that have served keep theirs"
+            ),
             // The quick code keeps serving: slower, but it works.
             Err(e) => tracing::debug!(error = %e, "no optimized code: keeping the quick code"),
         }
@@ -271,13 +275,20 @@ impl Worker for Instance {
         self.ended.is_none()
     }
 
-    fn discard_stray_output(&mut self) {
-        self.stdout.discard();
+    fn discard_stray_output(&mut self) -> Option<Bytes> {
+        self.stdout.discard()
     }
 
     async fn activate(&mut self, line: Vec<u8>, _max_result: usize) -> Result<Bytes, RunError> {
         // The cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
+        // Lines it wrote after its answer, before waiting for the next request, go to the
+        // logs of this activation (ahead of its own log lines, held back below).
+        if result.is_ok()
+            && let Some(stray) = self.stdout.discard()
+        {
+            super::lines::report_stray(&stray);
+        }
         self.stderr.defer();
         result
     }
@@ -325,10 +336,7 @@ impl Instance {
                     ))
                 })?;
         }
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(engine.settings.memory_cap)
-            .trap_on_grow_failure(true)
-            .build();
+        let limits = MemoryCap(engine.settings.memory_cap);
         let mut store = Store::new(
             &engine.engine,
             Host {
@@ -357,6 +365,7 @@ impl Instance {
             guest,
             ended: None,
         };
+        tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
         let ticking = ticker::running();
         let started = if spec.wait_for_ack {
             instance.wait_for_ack(spec).await
@@ -397,11 +406,11 @@ impl Instance {
                 None => self.later(),
             }
         });
-        // Still busy, but alive: as for a native child, alive counts as started. The rest
-        // of its start-up then runs in the first activation.
+        // A guest runs only while someone polls it: one still busy here would go on with
+        // its start-up in the first activation, and one stuck there would fail every one.
         tokio::time::timeout(spec.ack_timeout, idle)
             .await
-            .unwrap_or(Ok(()))
+            .unwrap_or(Err(StartError::StillStarting(spec.ack_timeout)))
     }
 
     async fn wait_for_ack(&mut self, spec: &StartSpec) -> Result<(), StartError> {
@@ -441,6 +450,15 @@ impl Instance {
                 (Some(Ok(line)), _) => Poll::Ready(Ok(line)),
                 (Some(Err(LineTooLong(max))), _) => Poll::Ready(Err(RunError::ResultTooLong(max))),
                 (None, Some(reason)) => Poll::Ready(Err(RunError::Exited(Some(reason.clone())))),
+                // Back at its stdin with the request taken and no answer: only the next
+                // request could wake it, and that waits for this answer.
+                (None, None) if self.stdin.is_waiting() => {
+                    Poll::Ready(Err(RunError::NoAnswer(NoAnswer {
+                        channel: "stdout",
+                        partial: self.stdout.partial(),
+                        stdout_line: None,
+                    })))
+                }
                 (None, None) => self.later(),
             }
         })

@@ -22,6 +22,8 @@ struct InputState {
     reader: Option<Waker>,
     /// Set once the guest first waits for input: it has finished starting up.
     has_waited: bool,
+    /// The guest has taken everything pushed so far and waits for more.
+    waiting: bool,
 }
 
 /// The guest's stdin. Unlike a memory pipe it does not report end-of-file when drained:
@@ -33,6 +35,7 @@ impl GuestStdin {
     pub fn push(&self, line: Bytes) {
         let mut state = lock(&self.0);
         state.chunks.push_back(line);
+        state.waiting = false;
         if let Some(waker) = state.reader.take() {
             waker.wake();
         }
@@ -43,6 +46,11 @@ impl GuestStdin {
         lock(&self.0).has_waited
     }
 
+    /// Whether the guest is waiting for input, having taken all that was pushed.
+    pub fn is_waiting(&self) -> bool {
+        lock(&self.0).waiting
+    }
+
     pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = lock(&self.0);
         if !state.chunks.is_empty() {
@@ -50,6 +58,7 @@ impl GuestStdin {
         }
         state.reader = Some(cx.waker().clone());
         state.has_waited = true;
+        state.waiting = true;
         Poll::Pending
     }
 
@@ -146,12 +155,22 @@ impl GuestStdout {
         state.lines.pop_front().map(Ok)
     }
 
-    /// Forgets lines (and any partial line) that nobody asked for.
-    pub fn discard(&self) {
+    /// Forgets lines (and any partial line) that nobody asked for, and returns them.
+    pub fn discard(&self) -> Option<Bytes> {
         let mut state = lock(&self.0);
-        state.lines.clear();
+        let mut dropped = BytesMut::new();
+        for line in state.lines.drain(..) {
+            dropped.extend_from_slice(&line);
+        }
+        dropped.extend_from_slice(&state.partial);
         state.partial.clear();
         state.scanned = 0;
+        (!dropped.is_empty()).then(|| dropped.freeze())
+    }
+
+    /// What the guest has written since its last complete line.
+    pub fn partial(&self) -> Bytes {
+        Bytes::copy_from_slice(&lock(&self.0).partial)
     }
 
     fn append(&self, bytes: &[u8]) {
@@ -355,7 +374,11 @@ mod tests {
     fn stray_output_is_discarded() {
         let stdout = GuestStdout::new(100);
         stdout.append(b"{\"stray\":1}\n{\"half");
-        stdout.discard();
+        assert_eq!(
+            stdout.discard().as_deref(),
+            Some(&b"{\"stray\":1}\n{\"half"[..])
+        );
+        assert_eq!(stdout.discard(), None);
         stdout.append(b"{\"fresh\":1}\n");
         assert_eq!(
             &stdout.take_line().unwrap().unwrap()[..],

@@ -1,0 +1,158 @@
+//! A native action's stdout, read by us and copied to ours: its logs pass through as
+//! before, and the last line it wrote is kept, to point out a result sent to stdout
+//! instead of fd 3.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::io::unix::AsyncFd;
+
+use crate::lock;
+
+/// Keep this much of a line: enough to show one, and a flood costs nothing more.
+const KEEP: usize = 4096;
+
+pub struct StdoutTap {
+    pipe: AsyncFd<OwnedFd>,
+    /// Held while reading and writing, so that two drains never reorder the output.
+    lines: Mutex<Lines>,
+}
+
+#[derive(Default)]
+struct Lines {
+    /// The start of the line being written.
+    current: Vec<u8>,
+    /// The last complete line since `forget_lines`.
+    last: Option<Bytes>,
+}
+
+impl StdoutTap {
+    /// Takes the read end of the pipe that is the action's stdout; a task copies whatever
+    /// the action writes, whenever it writes it, until the returned guard is dropped.
+    pub fn start(read_end: OwnedFd) -> std::io::Result<(Arc<StdoutTap>, Pump)> {
+        set_nonblocking(&read_end)?;
+        let tap = Arc::new(StdoutTap {
+            // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
+            pipe: unsafe {
+                AsyncFd::register_with_interest(read_end, tokio::io::Interest::READABLE)
+            }
+            .map_err(|e| e.into_parts().1)?,
+            lines: Mutex::new(Lines::default()),
+        });
+        let pump = tokio::spawn({
+            let tap = tap.clone();
+            async move {
+                while let Ok(mut ready) = tap.pipe.readable().await {
+                    if !tap.drain() {
+                        break;
+                    }
+                    ready.clear_ready();
+                }
+            }
+        });
+        Ok((tap, Pump(pump.abort_handle())))
+    }
+
+    /// Copies what can be read now to our stdout; false at end of file or on an error.
+    /// The activation calls it before its sentinel: an action flushes its stdout before
+    /// writing its result, so its logs are all in the pipe by then. It reads the
+    /// descriptor itself: the reactor may not have seen the data yet.
+    pub fn drain(&self) -> bool {
+        let mut lines = lock(&self.lines);
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            // SAFETY: read(2) writes at most `buf.len()` bytes into a local buffer.
+            let n = unsafe {
+                libc::read(
+                    self.pipe.get_ref().as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            match n {
+                0 => return false,
+                n if n > 0 => {
+                    let read = &buf[..n as usize];
+                    // Nothing sensible to do when our own stdout is gone.
+                    let _ = std::io::stdout().lock().write_all(read);
+                    lines.note(read);
+                }
+                _ => match std::io::Error::last_os_error().kind() {
+                    std::io::ErrorKind::WouldBlock => return true,
+                    std::io::ErrorKind::Interrupted => {}
+                    _ => return false,
+                },
+            }
+        }
+    }
+
+    /// Starts an activation: lines written before it are not its own.
+    pub fn forget_lines(&self) {
+        lock(&self.lines).last = None;
+    }
+
+    /// The last complete line written since `forget_lines`, after copying what is pending.
+    pub fn last_line(&self) -> Option<Bytes> {
+        self.drain();
+        lock(&self.lines).last.clone()
+    }
+}
+
+impl Lines {
+    fn note(&mut self, mut bytes: &[u8]) {
+        while let Some(at) = memchr::memchr(b'\n', bytes) {
+            self.keep(&bytes[..at]);
+            if !crate::executor::lines::is_blank(&self.current) {
+                self.last = Some(Bytes::from(std::mem::take(&mut self.current)));
+            }
+            self.current.clear();
+            bytes = &bytes[at + 1..];
+        }
+        self.keep(bytes);
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        let room = KEEP.saturating_sub(self.current.len());
+        self.current
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Stops the copying task when dropped.
+pub struct Pump(tokio::task::AbortHandle);
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_complete_line_is_kept_and_long_ones_are_cut() {
+        let mut lines = Lines::default();
+        lines.note(b"log one\n{\"count\"");
+        assert_eq!(lines.last.as_deref(), Some(&b"log one"[..]));
+        lines.note(b":1}\n\n");
+        assert_eq!(lines.last.as_deref(), Some(&b"{\"count\":1}"[..]));
+        lines.note(&vec![b'x'; 3 * KEEP]);
+        lines.note(b"\n");
+        assert_eq!(lines.last.as_ref().map(|l| l.len()), Some(KEEP));
+    }
+}

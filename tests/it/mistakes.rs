@@ -1,0 +1,254 @@
+//! An action author's usual mistakes: each gets a message saying what to change, at once,
+//! instead of a hang or a message naming the wrong cause.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::{Backend, Server, fixture, init_binary, init_text, read, zip_of};
+
+const OK: &str = "{\"ok\":true}\n";
+
+/// Fails the test if the activation took as long as a deadline would: the point is that
+/// the mistake is told at once, not when some limit runs out.
+fn promptly(run: impl FnOnce() -> crate::support::Reply) -> crate::support::Reply {
+    let started = Instant::now();
+    let reply = run();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}: {}",
+        started.elapsed(),
+        reply.text()
+    );
+    reply
+}
+
+#[test]
+fn a_native_result_printed_on_stdout_is_pointed_out() {
+    let server = Server::with_guest(Backend::Native, "result_on_stdout");
+    let reply = promptly(|| server.run(json!({})));
+    reply.assert_error(
+        502,
+        "no result arrived on fd 3, and the action is waiting for its next input; it wrote \
+         this JSON line on stdout: `{\"count\":1}`. A native action writes its result on fd 3",
+    );
+    // The line still reached the logs, before the sentinel.
+    server.wait_sentinels(1);
+    assert!(
+        server.stdout().starts_with("{\"count\":1}\n"),
+        "{}",
+        server.stdout()
+    );
+    // The action was out of step: the next activation gets a fresh one, and the same answer.
+    promptly(|| server.run(json!({}))).assert_error(502, "no result arrived on fd 3");
+}
+
+both_backends! {
+    fn a_result_without_its_newline_is_pointed_out(backend: Backend) {
+        let server = Server::with_guest(backend, "no_newline");
+        let channel = if backend == Backend::Native { "fd 3" } else { "stdout" };
+        promptly(|| server.run(json!({}))).assert_error(
+            502,
+            &format!(
+                "the action wrote 11 bytes on {channel} without a newline (`{{\"count\":1}}`) \
+                 and is waiting for its next input: end each result with a newline, and flush it"
+            ),
+        );
+        server.wait_sentinels(1);
+    }
+
+    fn a_result_never_flushed_is_pointed_out(backend: Backend) {
+        let server = Server::with_guest(backend, "never_flushes");
+        let channel = if backend == Backend::Native { "fd 3" } else { "stdout" };
+        promptly(|| server.run(json!({}))).assert_error(
+            502,
+            &format!(
+                "no result arrived on {channel}: the action read its request and is waiting for \
+                 more input without having answered"
+            ),
+        );
+    }
+
+    fn reading_the_input_to_its_end_is_pointed_out(backend: Backend) {
+        let server = Server::with_guest(backend, "reads_to_eof");
+        let reply = promptly(|| server.run(json!({})));
+        reply.assert_error(502, "is waiting for more input without having answered");
+        reply.assert_error(502, "do not read stdin to its end");
+        // Still so on the next activation, with a fresh instance or child.
+        promptly(|| server.run(json!({}))).assert_error(502, "do not read stdin to its end");
+        server.wait_sentinels(2);
+    }
+
+    fn output_after_the_result_goes_to_the_logs(backend: Backend) {
+        let server = Server::with_guest(backend, "answers_twice");
+        server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+        server.run(json!({"n": 2})).assert(200, "{\"n\":2}\n");
+        server.wait_stderr(
+            "wasmloop: dropped output the action wrote after its result: `{\"stray\":{\"n\":1}}`",
+        );
+    }
+
+    fn a_request_queued_past_its_deadline_says_it_never_started(backend: Backend) {
+        let server = Server::with_guest(backend, "slow");
+        let busy = {
+            let addr = server.addr;
+            std::thread::spawn(move || {
+                let body = json!({"value": {"sleep_ms": 3000}});
+                crate::support::http(addr, "POST", "/run", body.to_string().as_bytes())
+            })
+        };
+        server.wait_stderr("slow: started");
+        let deadline = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            + 300;
+        let body = json!({"value": {}, "deadline": deadline.to_string()});
+        let reply = server.post("/run", body.to_string().as_bytes());
+        reply.assert_error(504, &format!("the action did not start within its deadline ({deadline} ms since the epoch): it waited "));
+        reply.assert_error(504, " ms for a busy instance and was never started (see --concurrency)");
+        assert_eq!(busy.join().unwrap().status, 200, "the busy one was left alone");
+    }
+}
+
+#[test]
+fn a_wasm_log_line_on_stdout_keeps_the_fixed_answer_and_is_shown_in_the_logs() {
+    let server = Server::with_guest(Backend::Wasm, "logs_on_stdout");
+    server.run(json!({"a": 1})).assert(
+        502,
+        "{\"error\":\"The action did not return a dictionary or array.\"}\n",
+    );
+    server.wait_sentinels(1);
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains(
+            "wasmloop: the action's answer is not JSON, so it was not taken as its result: \
+             `working on {\"a\":1}`. Only result lines go on the result channel"
+        ),
+        "{stderr}"
+    );
+    // Shown before the activation's sentinel, with its logs.
+    assert!(stderr.find("working on").unwrap() < stderr.find(crate::support::SENTINEL).unwrap());
+}
+
+#[test]
+fn a_guest_stuck_in_its_start_up_fails_init_within_the_ack_timeout() {
+    let server = Server::builder().args(&["--ack-timeout", "500ms"]).start();
+    let started = Instant::now();
+    let reply = server.init(&Backend::Wasm.init_guest("loops_at_start"));
+    reply.assert_error(
+        502,
+        "cannot start action: the guest was still running its start-up code after 500ms and \
+         had not read its input: a guest must reach its first read of stdin within --ack-timeout",
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn an_archive_without_entry_point_says_what_it_looked_for_and_found() {
+    let server = Server::start();
+    let zip = zip_of(&[
+        ("main.py", b"def main(a): return a\n", 0o644),
+        ("lib/x.py", b"", 0o644),
+    ]);
+    let mut body = init_binary(&zip);
+    body["value"]["main"] = json!("niam");
+    server.init(&body).assert_error(
+        502,
+        "cannot start action: command exited: the upload has no entry point: looked for \
+         `exec`, `exec.wasm` and `niam.wasm`, and it holds lib/, main.py. Name the executable",
+    );
+    // And the logs say so too.
+    server.wait_stderr("wasmloop: cannot start the action: the upload has no entry point");
+}
+
+#[test]
+fn base64_code_sent_without_binary_true_is_pointed_out() {
+    let server = Server::start();
+    let mut body = init_binary(&read(&Backend::Wasm.guest("echo")));
+    body["value"]["binary"] = json!(false);
+    server.init(&body).assert_error(
+        502,
+        "cannot start action: command exited: the code is base64 text (of a WebAssembly \
+         module), taken as it is because the /init request does not say \"binary\": true",
+    );
+}
+
+#[test]
+fn spawn_failures_name_their_cause() {
+    let cases = [
+        (
+            "#!/usr/bin/python9\nprint(1)\n",
+            "its interpreter `/usr/bin/python9` (named on its #! line) does not exist here",
+        ),
+        (
+            // The interpreter exists but cannot be executed: EACCES.
+            "#!/etc/passwd\n",
+            "permission denied running `exec`",
+        ),
+        (
+            "#!/bin/sh\nexec /no/such/program\n",
+            "exit status: 127 (127: a program it runs, or a shared library it needs, was not found",
+        ),
+    ];
+    for (script, part) in cases {
+        let server = Server::builder().args(&["--start-probe", "1s"]).start();
+        server.init(&init_text(script)).assert_error(502, part);
+    }
+}
+
+#[test]
+fn growing_past_the_memory_cap_names_the_cap_and_the_flag() {
+    let server = Server::builder()
+        .args(&["--max-memory-bytes", "67108864"])
+        .start();
+    server
+        .init(&Backend::Wasm.init_guest("grows_memory"))
+        .assert(200, OK);
+    server.run(json!({"mib": 100})).assert_error(
+        400,
+        "past its cap of 67108864 bytes (64 MiB): raise --max-memory-bytes",
+    );
+}
+
+/// The Python example's launcher and a `main.py`, zipped as an action.
+fn python_action(main_py: &str) -> serde_json::Value {
+    let launcher = read(&fixture("../../native-examples/python/launcher.py"));
+    init_binary(&zip_of(&[
+        ("exec", &launcher, 0o755),
+        ("main.py", main_py.as_bytes(), 0o644),
+    ]))
+}
+
+#[test]
+fn a_python_action_that_cannot_load_fails_init_with_the_errors_last_line() {
+    let cases = [
+        ("def main(args)\n    return args\n", "SyntaxError: "),
+        (
+            "import no_such_module\n",
+            "ModuleNotFoundError: No module named 'no_such_module'",
+        ),
+        (
+            "def niam(args):\n    return args\n",
+            "AttributeError: main.py has no function 'main'",
+        ),
+    ];
+    for (main_py, part) in cases {
+        let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
+        server.init(&python_action(main_py)).assert_error(
+            502,
+            &format!("cannot start action: The action did not initialize properly. {part}"),
+        );
+    }
+}
+
+#[test]
+fn a_python_action_runs_the_function_init_names() {
+    let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
+    let mut body = python_action("def niam(args):\n    return {\"niam\": args}\n");
+    body["value"]["main"] = json!("niam");
+    server.init(&body).assert(200, OK);
+    server
+        .run(json!({"x": 1}))
+        .assert(200, "{\"niam\":{\"x\":1}}\n");
+}
