@@ -56,6 +56,35 @@ pub struct Options {
     pub python: PathBuf,
     pub url: Option<String>,
     pub out: Option<PathBuf>,
+    pub payload: Payload,
+}
+
+/// What each request sends, and what its answer must be.
+#[derive(Default, Clone)]
+pub struct Payload {
+    /// Whole /run bodies, sent in turn; none: the hello's `{"value":{"name":"bench<N>"}}`.
+    pub bodies: Vec<Bytes>,
+    /// The answer every request must get; none: the greeting for the hello's body, and
+    /// any 200 for bodies of one's own.
+    pub expect: Option<Bytes>,
+}
+
+impl Payload {
+    fn body(&self, n: usize) -> Bytes {
+        match self.bodies.len() {
+            0 => Bytes::from(format!("{{\"value\":{{\"name\":\"bench{n}\"}}}}")),
+            len => self.bodies[n % len].clone(),
+        }
+    }
+
+    /// The answer request `n` must get, if it is known.
+    fn expected(&self, n: usize) -> Option<Bytes> {
+        match (&self.expect, self.bodies.is_empty()) {
+            (Some(expect), _) => Some(expect.clone()),
+            (None, true) => Some(Bytes::from(greeting(&format!("bench{n}")))),
+            (None, false) => None,
+        }
+    }
 }
 
 /// Latencies of one row, in microseconds, sorted.
@@ -64,6 +93,8 @@ pub struct Measured {
     pub micros: Vec<f64>,
     pub elapsed: Duration,
     pub errors: usize,
+    /// What the first wrong answer was, and what was expected instead.
+    pub first_wrong: Option<String>,
 }
 
 impl Measured {
@@ -178,21 +209,39 @@ fn greeting(name: &str) -> String {
     format!("{{\"message\":\"Hello, {name}!\"}}\n")
 }
 
+/// What one `drive` measured.
+#[derive(Default)]
+struct Driven {
+    micros: Vec<f64>,
+    elapsed: Duration,
+    errors: usize,
+    first_wrong: Option<String>,
+}
+
+impl Driven {
+    fn add(&mut self, other: Driven) {
+        self.micros.extend(other.micros);
+        self.elapsed += other.elapsed;
+        self.errors += other.errors;
+        self.first_wrong = self.first_wrong.take().or(other.first_wrong);
+    }
+}
+
 /// Sends `hits` requests over `connections` keep-alive connections; with `check`, each
-/// answer must greet the name that was sent.
+/// answer must be a 200 with what `payload` expects.
 async fn drive(
-    addr: SocketAddr,
-    path: &'static str,
+    target: &Target,
+    payload: &Payload,
     hits: usize,
     connections: usize,
-    check: bool,
     progress: &ProgressBar,
-) -> anyhow::Result<(Vec<f64>, Duration, usize)> {
+) -> anyhow::Result<Driven> {
+    let (addr, path, check) = (target.addr, target.path, target.check);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
-        let (next, progress) = (next.clone(), progress.clone());
+        let (next, progress, payload) = (next.clone(), progress.clone(), payload.clone());
         tasks.push(tokio::spawn(async move {
             let stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
@@ -204,44 +253,55 @@ async fn drive(
             // thread or on two, which made medians jump between ~20 and ~90 µs from one
             // run (or row) to the next on a 2-CPU machine.
             let requests = async move {
-                let (mut micros, mut errors) = (Vec::new(), 0);
+                let mut driven = Driven::default();
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed);
                     if n >= hits {
                         break;
                     }
-                    let name = format!("bench{n}");
-                    let body = format!("{{\"value\":{{\"name\":\"{name}\"}}}}");
                     let request = Request::post(path)
                         .header("host", "bench")
                         .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from(body)))?;
+                        .body(Full::new(payload.body(n)))?;
                     let sent = Instant::now();
                     let response = sender.send_request(request).await?;
                     let status = response.status();
                     let answer = response.into_body().collect().await?.to_bytes();
-                    micros.push(sent.elapsed().as_secs_f64() * 1e6);
-                    if !status.is_success() || (check && answer != greeting(&name).as_bytes()) {
-                        errors += 1;
+                    driven.micros.push(sent.elapsed().as_secs_f64() * 1e6);
+                    let expected = check.then(|| payload.expected(n)).flatten();
+                    let right = expected.as_ref().is_none_or(|e| *e == answer);
+                    if !status.is_success() || (check && !right) {
+                        driven.errors += 1;
+                        driven.first_wrong.get_or_insert_with(|| {
+                            let shown = |b: &[u8]| crate::executor::lines::excerpt(b, 200);
+                            let wanted = match &expected {
+                                Some(e) => format!("200 `{}`", shown(e)),
+                                None => "a 200".to_owned(),
+                            };
+                            format!(
+                                "{} `{}`, expected {wanted}",
+                                status.as_u16(),
+                                shown(&answer)
+                            )
+                        });
                     }
                     progress.inc(1);
                 }
                 // Dropping the sender here, even after an error, lets the connection end.
-                anyhow::Ok((micros, errors))
+                anyhow::Ok(driven)
             };
             let (connection, requests) = tokio::join!(connection, requests);
-            let measured = requests?;
+            let driven = requests?;
             connection?;
-            anyhow::Ok(measured)
+            anyhow::Ok(driven)
         }));
     }
-    let (mut all, mut errors) = (Vec::with_capacity(hits), 0);
+    let mut all = Driven::default();
     for task in tasks {
-        let (micros, e) = task.await??;
-        all.extend(micros);
-        errors += e;
+        all.add(task.await??);
     }
-    Ok((all, started.elapsed(), errors))
+    all.elapsed = started.elapsed();
+    Ok(all)
 }
 
 /// Where one row's requests go.
@@ -249,7 +309,7 @@ struct Target {
     label: &'static str,
     addr: SocketAddr,
     path: &'static str,
-    /// Whether each answer must be the greeting (not for the floor, which answers nothing).
+    /// Whether each answer is checked (not the floor's, which answers nothing).
     check: bool,
 }
 
@@ -269,43 +329,30 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
     );
     progress.set_prefix("bench");
     let connections = options.connections;
+    let payload = &options.payload;
     for t in targets {
-        drive(
-            t.addr,
-            t.path,
-            options.warmup,
-            connections,
-            t.check,
-            &progress,
-        )
-        .await?;
+        drive(t, payload, options.warmup, connections, &progress).await?;
     }
-    let mut sums: Vec<(Vec<f64>, Duration, usize)> = targets
-        .iter()
-        .map(|_| (Vec::with_capacity(options.hits), Duration::ZERO, 0))
-        .collect();
+    let mut sums: Vec<Driven> = targets.iter().map(|_| Driven::default()).collect();
     let rounds = ROUNDS.min(options.hits);
     for round in 0..rounds {
         let share = options.hits / rounds + usize::from(round < options.hits % rounds);
         for (t, sum) in targets.iter().zip(&mut sums) {
-            let (micros, elapsed, errors) =
-                drive(t.addr, t.path, share, connections, t.check, &progress).await?;
-            sum.0.extend(micros);
-            sum.1 += elapsed;
-            sum.2 += errors;
+            sum.add(drive(t, payload, share, connections, &progress).await?);
         }
     }
     progress.finish_and_clear();
     Ok(targets
         .iter()
         .zip(sums)
-        .map(|(t, (mut micros, elapsed, errors))| {
-            micros.sort_by(f64::total_cmp);
+        .map(|(t, mut driven)| {
+            driven.micros.sort_by(f64::total_cmp);
             Measured {
                 label: t.label.to_owned(),
-                micros,
-                elapsed,
-                errors,
+                micros: driven.micros,
+                elapsed: driven.elapsed,
+                errors: driven.errors,
+                first_wrong: driven.first_wrong,
             }
         })
         .collect())
@@ -331,7 +378,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             label: "url",
             addr,
             path,
-            check: false,
+            check: options.payload.expect.is_some(),
         };
         return measure(&[target], &options).await;
     }
@@ -424,6 +471,16 @@ pub fn table(rows: &[Measured]) -> String {
         out.push('\n');
     }
     out.push_str("(latencies in µs)\n");
+    for row in rows.iter().filter(|r| r.errors > 0) {
+        if let Some(first) = &row.first_wrong {
+            out.push_str(&format!(
+                "{}: {} answers counted as wrong; the first was {first}. The rows send the \
+                 hello's request and expect its greeting: for another action, give --body \
+                 and --expect.\n",
+                row.label, row.errors
+            ));
+        }
+    }
     out
 }
 

@@ -85,8 +85,22 @@ pub struct BenchArgs {
     #[arg(long, default_value = "native-examples/out/hello-python.zip")]
     pub python: PathBuf,
     /// Measure a running, initialized server's /run instead (e.g. http://127.0.0.1:8080/run).
+    /// By default each request is the hello's, `{"value":{"name":"bench<N>"}}`, and only
+    /// the status is checked; --body and --expect change that.
     #[arg(long)]
     pub url: Option<String>,
+    /// The whole /run body each request sends, e.g. '{"value":{"text":"a b"}}' (instead of
+    /// the hello's `{"value":{"name":"bench<N>"}}`).
+    #[arg(long, conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// A file of /run bodies, one per line, sent in turn.
+    #[arg(long)]
+    pub body_file: Option<PathBuf>,
+    /// The exact answer every request must get (a trailing newline is added if missing);
+    /// other answers count as errors. Without it, the hello's greeting is expected for the
+    /// hello's body, and any 200 for a body of your own.
+    #[arg(long)]
+    pub expect: Option<String>,
     /// Also write bench.csv and latency.svg into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -122,6 +136,7 @@ impl ServeArgs {
     }
 }
 
+/// `wasmloop run`: only what applies to one local process running one action.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The action: a .wasm module, a native executable or script, or a zip / tar.gz.
@@ -135,8 +150,55 @@ pub struct RunArgs {
     /// The action's input (its `value`); without it, JSON values are read one per line from stdin.
     #[arg(long)]
     pub input: Option<String>,
-    #[command(flatten)]
-    pub runtime: RuntimeArgs,
+    /// Stop an activation (and the start-up) that takes longer than this (e.g. 500ms, 2m).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = config::DEFAULT_RUN_TIMEOUT)]
+    pub timeout: Duration,
+    /// Ask the action to acknowledge its start with {"ok":true} on its result channel, as
+    /// runtime images with OW_WAIT_FOR_ACK do (a launcher that cannot start then says why).
+    #[arg(long)]
+    pub wait_for_ack: bool,
+    /// Which compiler makes machine code of WebAssembly modules (as for `serve`).
+    #[arg(long, value_enum, default_value_t = config::WasmCompiler::Tiered)]
+    pub wasm_compiler: config::WasmCompiler,
+    /// Cap on the WebAssembly instance's linear memory, in bytes.
+    #[arg(long, default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
+    pub max_memory_bytes: usize,
+    /// Folder for compiled WebAssembly modules [default: <temp dir>/wasmloop-cache].
+    #[arg(long, env = "WASMLOOP_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile the module afresh; keep nothing on disk.
+    #[arg(long, env = "WASMLOOP_NO_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_cache: bool,
+    /// Accept a module precompiled by `wasmloop compile` (its machine code runs unchecked).
+    #[arg(long)]
+    pub allow_precompiled: bool,
+    /// Compiler hook for uploads that are not executables, as for `serve`.
+    #[arg(long, env = "OW_COMPILER")]
+    pub compiler: Option<PathBuf>,
+}
+
+impl RunArgs {
+    pub fn to_config(&self) -> Config {
+        let defaults = Config::default();
+        Config {
+            compiler: self.compiler.clone().filter(|p| !p.as_os_str().is_empty()),
+            path_env: std::env::var("PATH").ok(),
+            wait_for_ack: self.wait_for_ack.then(|| "1".to_owned()),
+            inherited_env: inherited_ow_env(),
+            ack_timeout: self.timeout,
+            timeout: Some(self.timeout),
+            max_memory_bytes: self.max_memory_bytes,
+            wasm_compiler: self.wasm_compiler,
+            cache_dir: if self.no_cache {
+                None
+            } else {
+                self.cache_dir.clone().or(defaults.cache_dir.clone())
+            },
+            allow_precompiled: self.allow_precompiled,
+            sentinels: false,
+            ..defaults
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -357,6 +419,19 @@ mod tests {
         assert_eq!(threads(&["--concurrency", "500"]), cpus);
         assert_eq!(threads(&["--concurrency", "500", "--threads", "3"]), 3);
         assert!(Cli::try_parse_from(["wasmloop", "serve", "--threads", "0"]).is_err());
+    }
+
+    #[test]
+    fn run_has_a_timeout_by_default_and_no_server_flags() {
+        let cli = Cli::try_parse_from(["wasmloop", "run", "a.wasm"]).unwrap();
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("not run")
+        };
+        let config = run.to_config();
+        assert_eq!(config.timeout, Some(Duration::from_secs(30)));
+        assert_eq!(config.wasm_compiler, config::WasmCompiler::Tiered);
+        assert!(!config.sentinels);
+        assert!(Cli::try_parse_from(["wasmloop", "run", "a.wasm", "--max-queue", "3"]).is_err());
     }
 
     #[test]

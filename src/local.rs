@@ -7,8 +7,8 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::config::{Config, WasmCompiler};
-use crate::runtime::Runtime;
+use crate::config::Config;
+use crate::runtime::{Action, Runtime};
 
 /// Where the inputs come from.
 pub enum Inputs {
@@ -18,20 +18,35 @@ pub enum Inputs {
 }
 
 /// Initializes the action in `file`, then runs it once per input, printing each result
-/// line on stdout. Stops at the first failure, which becomes the error.
+/// line on stdout and each failure on stderr (with the input's line number). A failing
+/// input does not stop the others; any failure makes the whole run fail at the end. On
+/// Ctrl-C or SIGTERM the action is stopped and its folder removed before returning.
 pub async fn run(
     file: &Path,
     main: &str,
     env: Vec<(String, String)>,
     inputs: Inputs,
-    mut config: Config,
+    config: Config,
 ) -> anyhow::Result<()> {
-    config.sentinels = false;
-    // One short process: no point serving quick code first and replacing the instance
-    // (and its state) halfway through the inputs.
-    if config.wasm_compiler == WasmCompiler::Tiered {
-        config.wasm_compiler = WasmCompiler::Cranelift;
-    }
+    let runtime = Runtime::new(config);
+    let outcome = tokio::select! {
+        outcome = init_and_run(&runtime, file, main, env, inputs) => outcome,
+        () = crate::server::shutdown_signal() => {
+            Err(anyhow::anyhow!("stopped by a signal (Ctrl-C or SIGTERM)"))
+        }
+    };
+    // Kills the action and removes its folder, whatever happened.
+    runtime.shutdown();
+    outcome
+}
+
+async fn init_and_run(
+    runtime: &Runtime,
+    file: &Path,
+    main: &str,
+    env: Vec<(String, String)>,
+    inputs: Inputs,
+) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let env: Map<String, Value> = env
         .into_iter()
@@ -43,7 +58,6 @@ pub async fn run(
         "main": main,
         "env": env,
     }});
-    let runtime = Runtime::new(config);
     runtime
         .init(init.to_string().as_bytes())
         .await
@@ -51,30 +65,26 @@ pub async fn run(
     let action = runtime
         .action()
         .context("the action vanished after /init")?;
-
-    let mut stdout = tokio::io::stdout();
-    let mut activate = async |input: &str| -> anyhow::Result<()> {
-        let value: Value = serde_json::from_str(input)
-            .with_context(|| format!("the input is not JSON: {input}"))?;
-        let result = action
-            .activate(json!({ "value": value }).to_string().as_bytes())
-            .await?;
-        stdout.write_all(&result).await?;
-        if !result.ends_with(b"\n") {
-            stdout.write_all(b"\n").await?;
-        }
-        stdout.flush().await?;
-        Ok(())
+    let mut out = Output {
+        stdout: tokio::io::stdout(),
+        failures: 0,
     };
     match inputs {
-        Inputs::One(input) => activate(&input).await?,
+        Inputs::One(input) => {
+            out.activate(&action, None, &input).await?;
+        }
         Inputs::Stdin => {
             let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-            let mut any = false;
+            let (mut number, mut any) = (0, false);
             while let Some(line) = lines.next_line().await? {
-                if !line.trim().is_empty() {
-                    any = true;
-                    activate(&line).await?;
+                number += 1;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                any = true;
+                if !out.activate(&action, Some(number), &line).await? {
+                    // Nobody reads our results any more (`| head -1`): a quiet end.
+                    return Ok(());
                 }
             }
             if !any {
@@ -82,8 +92,58 @@ pub async fn run(
             }
         }
     }
-    runtime.shutdown();
-    Ok(())
+    match out.failures {
+        0 => Ok(()),
+        1 => bail!("1 input failed"),
+        n => bail!("{n} inputs failed"),
+    }
+}
+
+/// Results to stdout, failures counted and told on stderr.
+struct Output {
+    stdout: tokio::io::Stdout,
+    failures: usize,
+}
+
+impl Output {
+    /// Runs one input; false once stdout is closed.
+    async fn activate(
+        &mut self,
+        action: &Action,
+        line: Option<usize>,
+        input: &str,
+    ) -> anyhow::Result<bool> {
+        let which = line
+            .map(|n| format!("input line {n}: "))
+            .unwrap_or_default();
+        let result = match serde_json::from_str::<Value>(input) {
+            Ok(value) => action
+                .activate(json!({ "value": value }).to_string().as_bytes())
+                .await
+                .map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow::anyhow!("the input is not JSON ({e}): {input}")),
+        };
+        match result {
+            Ok(result) => {
+                let newline: &[u8] = if result.ends_with(b"\n") { b"" } else { b"\n" };
+                let written = async {
+                    self.stdout.write_all(&result).await?;
+                    self.stdout.write_all(newline).await?;
+                    self.stdout.flush().await
+                };
+                match written.await {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+                    Err(e) => Err(e).context("cannot write the result on stdout"),
+                }
+            }
+            Err(e) => {
+                self.failures += 1;
+                crate::protocol::log_stderr(&format!("wasmloop: {which}{e:#}"));
+                Ok(true)
+            }
+        }
+    }
 }
 
 /// The reference proxy's `-compile MAIN`: `bytes` go through the same unpack and compile
@@ -98,7 +158,7 @@ pub async fn compile_to_zip(
         Some(text) => serde_json::from_str(text).context("-env is not a JSON object")?,
         None => Map::new(),
     };
-    let env = crate::executor::action_env(config, crate::protocol::env_pairs(&env));
+    let env = crate::executor::action_env(config, main, crate::protocol::env_pairs(&env));
     let upload = crate::action::Upload { bytes, main };
     let prepared = crate::action::prepare_as_configured(upload, &env, config).await?;
     zip_folder(&prepared.bin_dir)

@@ -94,11 +94,11 @@ fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
 }
 
 fn run_locally(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.to_config();
     let inputs = match args.input {
         Some(input) => wasmloop::local::Inputs::One(input),
         None => wasmloop::local::Inputs::Stdin,
     };
-    let config = args.runtime.to_config();
     async_runtime(None)?.block_on(wasmloop::local::run(
         &args.file, &args.main, args.env, inputs, config,
     ))
@@ -180,7 +180,29 @@ fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let mut bodies: Vec<bytes::Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
+    if let Some(file) = &args.body_file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read --body-file {}", file.display()))?;
+        bodies.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| bytes::Bytes::from(l.to_owned())),
+        );
+        anyhow::ensure!(
+            !bodies.is_empty(),
+            "--body-file {} holds no body",
+            file.display()
+        );
+    }
+    let expect = args.expect.map(|mut e| {
+        if !e.ends_with('\n') {
+            e.push('\n');
+        }
+        bytes::Bytes::from(e)
+    });
     let options = wasmloop::bench::Options {
+        payload: wasmloop::bench::Payload { bodies, expect },
         hits: args.hits,
         warmup: args.warmup,
         connections: args.connections,
