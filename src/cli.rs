@@ -208,9 +208,6 @@ pub struct CompileArgs {
     /// Where to write the precompiled module.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// The linear-memory cap the module will run under (must match the server's).
-    #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
-    pub max_memory_bytes: usize,
     /// The compiler to use (must match the server's; tiered makes Cranelift code, what a
     /// tiered server ends up running).
     #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
@@ -226,9 +223,12 @@ pub struct CompileArgs {
 }
 
 impl CompileArgs {
+    /// The memory cap is the server's business: it leaves the machine code unchanged
+    /// (a module compiled under a 1 MiB cap and one under 256 MiB are the same bytes), so
+    /// compiling takes no cap.
     pub fn engine_settings(&self) -> config::EngineSettings {
         config::EngineSettings {
-            memory_cap: self.max_memory_bytes,
+            memory_cap: config::DEFAULT_MAX_MEMORY_BYTES,
             codegen: self.wasm_compiler.final_tier(),
         }
     }

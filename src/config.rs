@@ -172,8 +172,8 @@ impl Config {
     }
 }
 
-/// The settings a wasm engine, and every module compiled for it, depend on: a module
-/// compiled with other settings cannot be loaded.
+/// The settings of a wasm engine: its compiler (code made by another cannot be loaded)
+/// and the memory cap of its instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineSettings {
     pub memory_cap: usize,

@@ -140,7 +140,7 @@ fn deferred_stderr() -> std::sync::MutexGuard<'static, Vec<u8>> {
     crate::lock(&DEFERRED_STDERR)
 }
 
-/// Writes one line of our own on stderr (the few messages PROTOCOL.md allows).
+/// Writes one line of our own on stderr (the few messages docs/protocol.md allows).
 pub fn log_stderr(message: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{message}");
 }

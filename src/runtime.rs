@@ -51,7 +51,7 @@ impl Runtime {
             .clone()
     }
 
-    /// PROTOCOL.md 1.2 step 1, which comes before the body is even read.
+    /// docs/protocol.md 1.2 step 1, which comes before the body is even read.
     pub fn refuse_second_init(&self) -> Result<(), Error> {
         if self.action().is_some() && !self.config.allow_reinit {
             protocol::log_stderr(protocol::MSG_ALREADY_INITIALIZED);
@@ -60,7 +60,7 @@ impl Runtime {
         Ok(())
     }
 
-    /// PROTOCOL.md 1.2 steps 2-8.
+    /// docs/protocol.md 1.2 steps 2-8.
     pub async fn init(&self, body: &[u8]) -> Result<(), Error> {
         let _one_at_a_time = self.init_lock.lock().await;
         self.refuse_second_init()?;
@@ -152,7 +152,7 @@ impl Action {
             })
     }
 
-    /// PROTOCOL.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
+    /// docs/protocol.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
         let deadline = protocol::check_run_body(body).map_err(Error::BadRequest)?;
         let limit = Limit::earliest(deadline, self.timeout);

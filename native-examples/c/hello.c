@@ -1,6 +1,6 @@
 /* A native ActionLoop action in C: {"name":"Mike"} -> {"message":"Hello, Mike!"}.
  *
- * Protocol (wasmloop's PROTOCOL.md 1.8): acknowledge on fd 3 when __OW_WAIT_FOR_ACK is set,
+ * Protocol (wasmloop's docs/protocol.md 1.8): acknowledge on fd 3 when __OW_WAIT_FOR_ACK is set,
  * then read one JSON request per line on stdin and write one JSON result per line on fd 3;
  * logs go to stdout/stderr. To stay dependency-free this only looks for the string field
  * "name" inside "value"; a real action would use a JSON library such as cJSON. */

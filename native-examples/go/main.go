@@ -1,6 +1,6 @@
 // A native ActionLoop action in Go: {"name":"Mike"} -> {"message":"Hello, Mike!"}.
 //
-// Protocol (wasmloop's PROTOCOL.md 1.8): acknowledge on fd 3 when __OW_WAIT_FOR_ACK is set,
+// Protocol (wasmloop's docs/protocol.md 1.8): acknowledge on fd 3 when __OW_WAIT_FOR_ACK is set,
 // then read one JSON request per line on stdin, export the context as __OW_* variables,
 // log on stdout/stderr and write one JSON result per line on fd 3.
 package main

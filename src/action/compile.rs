@@ -9,7 +9,7 @@ use crate::protocol::MSG_CANNOT_COMPILE;
 
 pub struct Compiler<'a> {
     pub program: &'a Path,
-    /// The child environment of PROTOCOL.md 1.5, to which `PATH` is added.
+    /// The child environment of docs/protocol.md 1.5, to which `PATH` is added.
     pub env: &'a [(String, String)],
     pub path: Option<&'a str>,
     pub timeout: Duration,

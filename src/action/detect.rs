@@ -1,6 +1,6 @@
 //! What an upload is, told from its first bytes.
 
-/// The kinds of upload PROTOCOL.md 1.3 tells apart.
+/// The kinds of upload docs/protocol.md 1.3 tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Zip,

@@ -16,7 +16,7 @@ pub fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-/// PROTOCOL.md 1.7 step 6: a result is one JSON object or array.
+/// docs/protocol.md 1.7 step 6: a result is one JSON object or array.
 pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
     if is_json_result(&line) {
         return Ok(line);
@@ -189,7 +189,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             }
         }
         // The buffer keeps its capacity for the next lines.
-        self.buf = BytesMut::with_capacity(dropped.capacity().min(KEEP).max(8 * 1024));
+        self.buf = BytesMut::with_capacity(dropped.capacity().clamp(8 * 1024, KEEP));
         (!dropped.is_empty()).then(|| dropped.freeze())
     }
 

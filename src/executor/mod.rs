@@ -84,7 +84,7 @@ pub enum StartError {
     Unsupported(String),
 }
 
-/// PROTOCOL.md 1.5: the ack is JSON with `"ok":true`, spaced as the action likes.
+/// docs/protocol.md 1.5: the ack is JSON with `"ok":true`, spaced as the action likes.
 pub fn parse_ack(line: &[u8]) -> Result<(), StartError> {
     let ack: serde_json::Value =
         serde_json::from_slice(line).map_err(|e| StartError::AckNotJson(e.to_string()))?;
@@ -96,7 +96,7 @@ pub fn parse_ack(line: &[u8]) -> Result<(), StartError> {
     }
 }
 
-/// `: <detail>` when there is one, as PROTOCOL.md 1.7 step 5 puts it after `command exited`.
+/// `: <detail>` when there is one, as docs/protocol.md 1.7 step 5 puts it after `command exited`.
 fn detail(detail: &Option<String>) -> String {
     detail
         .as_deref()
@@ -245,7 +245,7 @@ fn check_execution_env(bin_dir: &Path, expected: &str) -> Result<(), StartError>
     Ok(())
 }
 
-/// The action's environment (PROTOCOL.md 1.5), later entries overriding earlier ones. Ours
+/// The action's environment (docs/protocol.md 1.5), later entries overriding earlier ones. Ours
 /// adds `__OW_ACTION_MAIN`, the `/init` `main`: a launcher (Python's, say) calls the
 /// function it names, where the reference bakes it in with a compile step.
 pub fn action_env(

@@ -1,4 +1,4 @@
-//! PROTOCOL.md Part 1 as the platform's own runtime tests exercise it, for both backends.
+//! docs/protocol.md Part 1 as the platform's own runtime tests exercise it, for both backends.
 
 use serde_json::json;
 

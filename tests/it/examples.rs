@@ -191,3 +191,31 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         "a plot with a legend"
     );
 }
+
+#[test]
+fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
+    let server = crate::support::Server::with_guest(crate::support::Backend::Wasm, "echo");
+    let url = format!("http://{}/run", server.addr);
+    let bench = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+            .args(["bench", "--hits", "30", "--warmup", "0", "--url", &url])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let right = bench(&["--body", r#"{"value":{"n":7}}"#, "--expect", r#"{"n":7}"#]);
+    let stdout = String::from_utf8_lossy(&right.stdout);
+    assert!(right.status.success(), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("url")).unwrap();
+    assert_eq!(row.split_whitespace().last(), Some("0"), "{row}");
+
+    let wrong = bench(&["--body", r#"{"value":{"n":7}}"#, "--expect", r#"{"n":8}"#]);
+    let stdout = String::from_utf8_lossy(&wrong.stdout);
+    assert!(!wrong.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            r#"url: 30 answers counted as wrong; the first was 200 `{"n":7}`, expected 200 `{"n":8}`"#
+        ),
+        "{stdout}"
+    );
+}

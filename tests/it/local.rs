@@ -81,3 +81,147 @@ fn run_refuses_input_that_is_not_json_and_actions_that_do_not_start() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot initialize"));
 }
+
+#[test]
+fn run_goes_on_after_a_failing_input_and_fails_at_the_end() {
+    let guest = Backend::Native.guest("counter");
+    let output = wasmloop_run(
+        &[guest.to_str().unwrap()],
+        "{}\n{\"exit\":true}\n{}\nnot json\n{}\n",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    // The second input ended the action: the third met a fresh one.
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("wasmloop: input line 2: command exited: exit status: 3"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("wasmloop: input line 4: the input is not JSON"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("wasmloop: 2 inputs failed"), "{stderr}");
+}
+
+#[test]
+fn run_stops_an_activation_at_its_timeout() {
+    let guest = Backend::Native.guest("slow");
+    let output = wasmloop_run(
+        &[
+            guest.to_str().unwrap(),
+            "--timeout",
+            "1s",
+            "--input",
+            "{\"sleep_ms\":20000}",
+        ],
+        "",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the action did not finish within --timeout 1s and was stopped"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn run_help_lists_what_applies_to_run() {
+    let output = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        help.contains("--timeout <TIMEOUT>") && help.contains("[default: 30s]"),
+        "{help}"
+    );
+    for server_flag in [
+        "--listen",
+        "--max-queue",
+        "--concurrency",
+        "--shutdown-timeout",
+    ] {
+        assert!(!help.contains(server_flag), "{server_flag} in {help}");
+    }
+}
+
+#[test]
+fn run_ends_quietly_when_its_reader_goes_away() {
+    use std::io::BufRead;
+    let guest = Backend::Native.guest("counter");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(["run", guest.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        for _ in 0..2000 {
+            if stdin.write_all(b"{}\n").is_err() {
+                break;
+            }
+        }
+    });
+    // What `| head -1` does: read one line, then close the pipe.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "{\"count\":1}\n");
+    drop(stdout);
+    writer.join().unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}
+
+#[test]
+fn run_removes_its_action_folder_when_stopped() {
+    use std::io::BufRead;
+    let temp = tempfile::tempdir().unwrap();
+    let guest = Backend::Native.guest("slow");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(["run", guest.to_str().unwrap()])
+        .env("TMPDIR", temp.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"{\"sleep_ms\":20000}\n").unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("slow: started") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no activation");
+    }
+    let folders = || {
+        std::fs::read_dir(temp.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("action-")
+            })
+            .count()
+    };
+    assert_eq!(folders(), 1);
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(rest.contains("stopped by a signal"), "{rest}");
+    assert_eq!(folders(), 0, "the action's folder is gone");
+    drop(stdin);
+}

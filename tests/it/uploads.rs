@@ -1,4 +1,4 @@
-//! Uploads (PROTOCOL.md 1.3, 1.4): zip, tar.gz, confinement, caps and the compiler hook.
+//! Uploads (docs/protocol.md 1.3, 1.4): zip, tar.gz, confinement, caps and the compiler hook.
 
 use std::io::Write;
 use std::path::Path;

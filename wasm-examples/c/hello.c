@@ -1,6 +1,6 @@
 /* A WebAssembly ActionLoop action in C: {"name":"Mike"} -> {"message":"Hello, Mike!"}.
  *
- * Guest contract (wasmloop's PROTOCOL.md Part 2): one JSON request per line on stdin, one
+ * Guest contract (wasmloop's docs/protocol.md Part 2): one JSON request per line on stdin, one
  * JSON result per line on stdout, logs on stderr. Build with Debian's clang and wasi-libc:
  *   clang --target=wasm32-wasi -O2 -o hello.wasm hello.c
  * To stay dependency-free it reads only the string "name" inside "value" (escapes kept as

@@ -1,6 +1,6 @@
 // A WebAssembly ActionLoop action in Go: {"name":"Mike"} -> {"message":"Hello, Mike!"}.
 //
-// Guest contract (wasmloop's PROTOCOL.md Part 2): one JSON request per line on stdin, one
+// Guest contract (wasmloop's docs/protocol.md Part 2): one JSON request per line on stdin, one
 // JSON result per line on stdout, logs on stderr. Build with the standard toolchain:
 //
 //	GOOS=wasip1 GOARCH=wasm go build -o hello.wasm .

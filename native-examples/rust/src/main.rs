@@ -1,6 +1,6 @@
 //! A native ActionLoop action in Rust: `{"name":"Mike"}` → `{"message":"Hello, Mike!"}`.
 //!
-//! Protocol (see wasmloop's PROTOCOL.md 1.8): acknowledge on fd 3 when asked, then read one
+//! Protocol (see wasmloop's docs/protocol.md 1.8): acknowledge on fd 3 when asked, then read one
 //! JSON request per line on stdin, export the context as `__OW_*` variables, log on
 //! stdout/stderr, and write one JSON result per line on fd 3.
 

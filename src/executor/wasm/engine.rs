@@ -387,8 +387,6 @@ impl CompileChild {
             .arg(std::process::id().to_string())
             .arg("--wasm-compiler")
             .arg(settings.codegen.name())
-            .arg("--max-memory-bytes")
-            .arg(settings.memory_cap.to_string())
             .arg("--output")
             .arg("-")
             .arg(wasm)

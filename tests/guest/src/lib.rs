@@ -1,4 +1,4 @@
-//! The ActionLoop action side (PROTOCOL.md 1.8 and Part 2) shared by the test actions.
+//! The ActionLoop action side (docs/protocol.md 1.8 and Part 2) shared by the test actions.
 
 use std::io::{BufRead, Write};
 

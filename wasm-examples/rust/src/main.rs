@@ -1,6 +1,6 @@
 //! A WebAssembly ActionLoop action in Rust: `{"name":"Mike"}` → `{"message":"Hello, Mike!"}`.
 //!
-//! Guest contract (wasmloop's PROTOCOL.md Part 2): one JSON request per line on stdin, one
+//! Guest contract (wasmloop's docs/protocol.md Part 2): one JSON request per line on stdin, one
 //! JSON result per line on **stdout**, logs on **stderr**. The instance stays alive between
 //! activations, so anything kept in `main` survives from one request to the next.
 
