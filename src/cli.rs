@@ -277,7 +277,8 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_ACK_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_ACK_TIMEOUT)]
     pub ack_timeout: Duration,
-    /// How long a native action without ack must stay alive after spawning to count as started.
+    /// How long a native action without ack must stay alive after spawning to count as
+    /// started; after that, it has started once it reads its stdin (or after 1 s alive).
     #[arg(long, env = "WASMLOOP_START_PROBE", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_START_PROBE)]
     pub start_probe: Duration,

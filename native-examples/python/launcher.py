@@ -28,15 +28,18 @@ def load_main():
 
 def load_or_explain():
     """The action's function; if it cannot be loaded, the traceback goes to stderr, its
-    last line to the runtime in place of the ack, and the launcher exits."""
+    last line to the runtime on fd 3 (in place of the ack, or before exiting), and the
+    launcher exits."""
     try:
         return load_main()
     except BaseException as error:  # a SyntaxError or an import's failure, whatever it is
         traceback.print_exc()
         last = traceback.format_exception_only(type(error), error)[-1].strip()
-        if os.environ.get("__OW_WAIT_FOR_ACK"):
+        try:
             with os.fdopen(3, "w", encoding="utf-8") as results:
                 results.write(dumps({"error": last}) + "\n")
+        except OSError:  # run by hand, without fd 3
+            pass
         sys.exit(1)
 
 

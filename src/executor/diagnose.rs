@@ -58,7 +58,7 @@ fn pipe_is_empty(fd: RawFd) -> bool {
 }
 
 /// Whether a thread of `pid` is inside read(2) or readv(2) on fd 0.
-fn reading_stdin(pid: i32) -> bool {
+pub fn reading_stdin(pid: i32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return false;
     };

@@ -22,6 +22,11 @@ use super::{RunError, StartError, StartSpec, parse_ack};
 /// result already written by a child that has exited.
 const EXIT_GRACE: Duration = Duration::from_millis(100);
 
+/// How long a child without ack may take to reach its first read of stdin before it
+/// counts as started anyway (one that waits for input another way, such as Node.js's
+/// epoll, is never seen reading).
+const READY_WAIT: Duration = Duration::from_secs(1);
+
 /// How many times an activation looks for its answer before waiting for the reactor.
 const SPIN_POLLS: usize = 64;
 
@@ -154,18 +159,39 @@ impl Process {
         Ok(process)
     }
 
-    /// Without an ack, a child that is still alive a moment after spawning counts as started.
+    /// Without an ack, a child has started once it waits for its first request, or when
+    /// still alive `READY_WAIT` after spawning: whichever comes first, and never before
+    /// `probe` has passed. A launcher whose action fails to load (a Python syntax error,
+    /// say) exits within that time, and `/init` says so instead of every `/run` later.
     async fn probe(&mut self, probe: Duration) -> Result<(), StartError> {
-        // tokio's timer counts whole milliseconds and rounds up, which made a 2 ms probe
-        // take 3 ms or more: half the cost of a native /init. A blocking-pool thread sleeps
-        // to the microsecond.
-        let elapsed = tokio::task::spawn_blocking(move || std::thread::sleep(probe));
+        let pid = self.child.pid();
+        let waited = async {
+            // tokio's timer counts whole milliseconds and rounds up, which made a 2 ms
+            // probe take 3 ms or more: half the cost of a native /init. A blocking-pool
+            // thread sleeps to the microsecond.
+            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(probe)).await;
+            let ready = tokio::time::Instant::now() + READY_WAIT.saturating_sub(probe);
+            while !diagnose::reading_stdin(pid) && tokio::time::Instant::now() < ready {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
         tokio::select! {
             status = self.child.wait() => {
                 tracing::debug!(?status, "the action exited during start-up");
-                Err(StartError::Exited(status.ok().map(diagnose::exit_hint)))
+                let mut detail = status.ok().map(diagnose::exit_hint);
+                // A launcher may have said why on its result channel before leaving.
+                if let Ok(Some(line)) = self.results.try_read_line_now(4096)
+                    && let Ok(said) = serde_json::from_slice::<serde_json::Value>(&line)
+                    && let Some(error) = said["error"].as_str()
+                {
+                    detail = Some(format!(
+                        "{}; it said: {error}",
+                        detail.unwrap_or_else(|| "it exited".to_owned())
+                    ));
+                }
+                Err(StartError::Exited(detail))
             }
-            _ = elapsed => Ok(()),
+            () = waited => Ok(()),
         }
     }
 

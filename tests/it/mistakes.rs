@@ -239,6 +239,14 @@ fn a_python_action_that_cannot_load_fails_init_with_the_errors_last_line() {
             502,
             &format!("cannot start action: The action did not initialize properly. {part}"),
         );
+        // Without ack mode, /init waits for the launcher to read its first request: its
+        // failure shows there too.
+        let server = Server::start();
+        server.init(&python_action(main_py)).assert_error(
+            502,
+            &format!("cannot start action: command exited: exit status: 1; it said: {part}"),
+        );
+        server.wait_stderr("Traceback (most recent call last)");
     }
 }
 

@@ -1,5 +1,6 @@
 //! Returns its input after `{"sleep_ms": N}` asleep (blocked in a host call) or
-//! `{"spin_ms": N}` busy (burning CPU, never calling the host).
+//! `{"spin_ms": N}` busy (burning CPU, never calling the host); `{"sort": N}` sorts N
+//! pseudo-random numbers, a fixed amount of work whose time shows how fast the code is.
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -14,6 +15,19 @@ fn main() {
             while Instant::now() < until {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
+        }
+        if let Some(n) = value["sort"].as_u64() {
+            let mut x = 88172645463325252u64;
+            let mut numbers: Vec<u64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                })
+                .collect();
+            numbers.sort_unstable();
+            return wasmloop_test_guest::json!({ "median": numbers.get(numbers.len() / 2) });
         }
         value
     });
