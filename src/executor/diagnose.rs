@@ -207,7 +207,7 @@ fn not_executable(exec: &Path) -> String {
     format!(
         "it is neither an executable for this machine nor a script starting with #! (it starts \
          with `{}`); a WebAssembly module starts with \\0asm",
-        super::lines::excerpt(&head[..n.min(16)], 16)
+        super::lines::excerpt(head.split(|b| *b == b'\n').next().unwrap_or_default(), 16)
     )
 }
 

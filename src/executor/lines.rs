@@ -27,7 +27,8 @@ pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
     }
 }
 
-fn is_json_result(line: &[u8]) -> bool {
+/// Whether `line` is a JSON object or array.
+pub fn is_json_result(line: &[u8]) -> bool {
     let first = line.iter().find(|b| !b.is_ascii_whitespace());
     matches!(first, Some(b'{' | b'[')) && serde_json::from_slice::<IgnoredAny>(line).is_ok()
 }

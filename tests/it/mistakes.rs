@@ -127,6 +127,10 @@ fn a_wasm_log_line_on_stdout_keeps_the_fixed_answer_and_is_shown_in_the_logs() {
         ),
         "{stderr}"
     );
+    assert!(
+        !stderr.contains("dropped output"),
+        "the result is not called stray: {stderr}"
+    );
     // Shown before the activation's sentinel, with its logs.
     assert!(stderr.find("working on").unwrap() < stderr.find(crate::support::SENTINEL).unwrap());
 }

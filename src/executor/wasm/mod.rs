@@ -283,9 +283,12 @@ impl Worker for Instance {
         // The cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
         // Lines it wrote after its answer, before waiting for the next request, go to the
-        // logs of this activation (ahead of its own log lines, held back below).
-        if result.is_ok()
+        // logs of this activation (ahead of its own log lines, held back below). When the
+        // line taken is no result, what follows is more likely the real one: the instance
+        // is replaced, and `report_not_json` tells the logs.
+        if let Ok(line) = &result
             && let Some(stray) = self.stdout.discard()
+            && super::lines::is_json_result(line)
         {
             super::lines::report_stray(&stray);
         }
