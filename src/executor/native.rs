@@ -1,15 +1,13 @@
 //! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
-
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
 
 use super::diagnose::{self, InputWatch};
 use super::lines::{LineError, LineReader, NoAnswer};
