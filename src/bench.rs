@@ -147,6 +147,9 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
         child: command.spawn().context("cannot start wasmloop serve")?,
         addr,
     };
+    // Ours no more: were the server to die, connecting would fail instead of waiting in
+    // a backlog nobody accepts from.
+    drop(listener);
     let code = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
     let init = serde_json::json!({ "value": { "code": code, "binary": true } }).to_string();
     let answer = std::thread::spawn(move || blocking_post(addr, "/init", init.as_bytes()))
@@ -162,6 +165,9 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
 fn blocking_post(addr: SocketAddr, path: &str, body: &[u8]) -> anyhow::Result<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
+    // A cold /init of a large module compiles for seconds; a server that hangs must not
+    // hang the bench.
+    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
     write!(
         stream,
         "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

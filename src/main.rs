@@ -172,6 +172,16 @@ fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
         anyhow::bail!("--listen-fd {fd} is not an open file descriptor");
     }
+    // Close-on-exec, so that no child (a compile child, the compiler hook, an action)
+    // inherits it: one that outlived us would keep the port accepting connections that
+    // nobody answers.
+    // SAFETY: F_SETFD on a descriptor we were handed to own.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+        anyhow::bail!(
+            "--listen-fd {fd}: cannot mark it close-on-exec: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     // SAFETY: the descriptor is open and was handed to us to own; nothing else here uses it.
     let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
     listener.set_nonblocking(true)?;

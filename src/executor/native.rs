@@ -108,13 +108,18 @@ fn cloexec_pipe(size: usize) -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// bench` and the tests hand a listening socket to `serve --listen-fd 3` (actions are
 /// started by `spawn`, which needs no fork).
 pub fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
+    install_as(fd, 3)
+}
+
+/// For a `pre_exec` hook: make `fd` the child's descriptor `target`, open across exec.
+pub fn install_as(fd: RawFd, target: RawFd) -> std::io::Result<()> {
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
-        if fd == 3 {
-            if libc::fcntl(3, libc::F_SETFD, 0) == -1 {
+        if fd == target {
+            if libc::fcntl(target, libc::F_SETFD, 0) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
-        } else if libc::dup2(fd, 3) == -1 {
+        } else if libc::dup2(fd, target) == -1 {
             return Err(std::io::Error::last_os_error());
         }
     }

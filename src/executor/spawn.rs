@@ -18,7 +18,8 @@ use tokio::io::unix::AsyncFd;
 pub struct Child {
     pid: libc::pid_t,
     /// Becomes readable when the child exits: how we wait without a signal handler.
-    pidfd: AsyncFd<OwnedFd>,
+    /// Taken only by `drop`, to reap the child once it has died.
+    pidfd: Option<AsyncFd<OwnedFd>>,
     status: Option<ExitStatus>,
 }
 
@@ -85,7 +86,7 @@ pub fn spawn(
         })?;
     Ok(Child {
         pid,
-        pidfd,
+        pidfd: Some(pidfd),
         status: None,
     })
 }
@@ -95,15 +96,37 @@ impl Child {
         self.pid
     }
 
-    /// The exit status if the child has exited, without waiting.
+    /// The exit status if the child has exited, without waiting. A child found dead has
+    /// its process group killed before it is reaped: whatever it started goes with it (a
+    /// reaped leader's group id could be taken by another process later).
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if self.status.is_none() {
-            let mut raw = 0;
-            // SAFETY: waitpid writes the status into a local.
-            match unsafe { libc::waitpid(self.pid, &mut raw, libc::WNOHANG) } {
-                0 => {}
-                -1 => return Err(io::Error::last_os_error()),
-                _ => self.status = Some(ExitStatus::from_raw(raw)),
+            // SAFETY: an all-zero siginfo_t is a valid value for waitid to fill.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: waitid writes into a local; WNOWAIT leaves the child unreaped.
+            let peeked = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    self.pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            if peeked == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: waitid filled `info` (si_pid stays 0 while the child runs).
+            if unsafe { info.si_pid() } != 0 {
+                let mut raw = 0;
+                // SAFETY: kill(2) and waitpid(2) touch no memory of ours but `raw`; the
+                // child is an unreaped zombie, so its pid still names its group.
+                unsafe {
+                    libc::kill(-self.pid, libc::SIGKILL);
+                    if libc::waitpid(self.pid, &mut raw, 0) == -1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                self.status = Some(ExitStatus::from_raw(raw));
             }
         }
         Ok(self.status)
@@ -115,7 +138,8 @@ impl Child {
             if let Some(status) = self.try_wait()? {
                 return Ok(status);
             }
-            let mut ready = self.pidfd.readable().await?;
+            let pidfd = self.pidfd.as_ref().expect("taken only when dropped");
+            let mut ready = pidfd.readable().await?;
             // A pidfd stays readable once the child has exited: the next try_wait sees it.
             ready.clear_ready();
         }
@@ -124,25 +148,46 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if self.status.is_none() {
-            kill_and_reap(self.pid);
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: kill(2) touches no memory of ours; `pid` is our unreaped child and
+        // leads its own process group.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+        let pid = self.pid;
+        match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
+            // Dying takes a moment: its pidfd tells when, and reaping it then leaves no
+            // zombie behind, without a thread of its own.
+            (Some(pidfd), Ok(runtime)) => {
+                runtime.spawn(async move {
+                    let _ = pidfd.readable().await;
+                    reap(pid);
+                });
+            }
+            _ => {
+                std::thread::spawn(move || reap(pid));
+            }
         }
     }
 }
 
-/// SIGKILL to the child's process group (anything it started) and to the child, then
-/// reap it so that no zombie is left behind.
+/// Waits for child `pid` and reaps it.
+fn reap(pid: libc::pid_t) {
+    // SAFETY: waitpid touches no memory of ours; `pid` is our unreaped child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+}
+
+/// SIGKILL to a child that could not be set up, then reap it.
 fn kill_and_reap(pid: libc::pid_t) {
-    // SAFETY: kill(2) and waitpid(2) touch no memory of ours; `pid` is our unreaped child
-    // and leads its own process group.
+    // SAFETY: kill(2) touches no memory of ours; `pid` is our unreaped child.
     unsafe {
         libc::kill(-pid, libc::SIGKILL);
         libc::kill(pid, libc::SIGKILL);
-        if libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == 0 {
-            // Dying takes a moment; a thread of its own waits rather than ours.
-            std::thread::spawn(move || libc::waitpid(pid, std::ptr::null_mut(), 0));
-        }
     }
+    reap(pid);
 }
 
 fn c_string(text: &OsStr) -> io::Result<CString> {

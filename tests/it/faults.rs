@@ -32,7 +32,7 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-fn wait_until_gone(pid: i32) {
+pub(crate) fn wait_until_gone(pid: i32) {
     let deadline = Instant::now() + PROMPTLY;
     while alive(pid) {
         assert!(
@@ -223,4 +223,34 @@ fn a_declared_length_over_the_cap_is_refused_before_the_body_is_sent() {
     server
         .run(json!({"still": "serving"}))
         .assert(200, "{\"still\":\"serving\"}\n");
+}
+
+#[test]
+fn what_a_crashed_native_action_started_dies_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("helper.pid");
+    let script = std::fs::read_to_string(crate::support::fixture("leaves_a_helper.sh")).unwrap();
+    let server = Server::start();
+    let mut body = init_text(&script);
+    body["value"]["env"] = json!({"MARKER": marker});
+    server.init(&body).assert(200, "{\"ok\":true}\n");
+    server
+        .run(json!({}))
+        .assert(400, "{\"error\":\"command exited: exit status: 3\"}\n");
+    let pid: i32 = String::from_utf8(read(&marker))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until_gone(pid);
+}
+
+#[test]
+fn actions_do_not_inherit_the_listening_socket() {
+    let script = std::fs::read_to_string(crate::support::fixture("counts_sockets.sh")).unwrap();
+    let server = Server::builder().listen_fd(7).start();
+    server
+        .init(&init_text(&script))
+        .assert(200, "{\"ok\":true}\n");
+    server.run(json!({})).assert(200, "{\"sockets\":0}\n");
 }

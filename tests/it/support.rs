@@ -313,6 +313,7 @@ pub struct Server {
 pub struct ServerBuilder {
     env: Vec<(String, String)>,
     args: Vec<String>,
+    listen_fd: i32,
 }
 
 impl ServerBuilder {
@@ -331,6 +332,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Hands the listening socket down as this descriptor instead of 3.
+    pub fn listen_fd(mut self, fd: i32) -> Self {
+        self.listen_fd = fd;
+        self
+    }
+
     /// Starts wasmloop on a socket we bind and hand down as its fd 3: it is listening
     /// before the process even starts, so there is no readiness to wait for, and no race
     /// for a free port.
@@ -340,12 +347,13 @@ impl ServerBuilder {
         let action_dir = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
         let fd = listener.as_raw_fd();
+        let target = self.listen_fd;
         // SAFETY: the closure only makes async-signal-safe calls.
-        unsafe { command.pre_exec(move || wasmloop::executor::native::install_as_fd3(fd)) };
+        unsafe { command.pre_exec(move || wasmloop::executor::native::install_as(fd, target)) };
         command
             .arg("serve")
             .arg("--listen-fd")
-            .arg("3")
+            .arg(target.to_string())
             .args(&self.args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -374,6 +382,7 @@ impl Server {
         ServerBuilder {
             env: Vec::new(),
             args: Vec::new(),
+            listen_fd: 3,
         }
     }
 

@@ -219,3 +219,29 @@ fn executables_skip_the_compiler() {
         .run(json!({"native": 1}))
         .assert(200, "{\"native\":1}\n");
 }
+
+#[test]
+fn a_daemon_the_compiler_leaves_behind_neither_holds_up_init_nor_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("daemon.pid");
+    let compiler = crate::support::fixture("compiler.sh");
+    let server = Server::builder()
+        .env("OW_COMPILER", compiler.to_str().unwrap())
+        .args(&["--compile-timeout", "20s"])
+        .start();
+    let mut body = init_text("DAEMON");
+    body["value"]["env"] = json!({"MARKER": marker});
+    let started = std::time::Instant::now();
+    server.init(&body).assert(200, OK);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "/init waited {:?} for the daemon's pipes",
+        started.elapsed()
+    );
+    let pid: i32 = String::from_utf8(read(&marker))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    crate::faults::wait_until_gone(pid);
+}
