@@ -267,9 +267,10 @@ impl WasmEngine {
     }
 
     /// The wasm's hash and the engine's compatibility hash: a cache entry is only ever
-    /// loaded by an engine that could have written it.
+    /// loaded by an engine that could have written it. SHA-256 for both: `DefaultHasher`'s
+    /// algorithm may change with a Rust release, and every entry would silently miss.
     fn cache_name(&self, digest: &WasmDigest) -> String {
-        let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
+        let mut engine_hash = StableHasher(Sha256::new());
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut engine_hash);
@@ -285,12 +286,42 @@ pub struct WasmDigest(String);
 
 impl WasmDigest {
     pub fn of(bytes: &[u8]) -> Self {
-        WasmDigest(
-            Sha256::digest(bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-        )
+        WasmDigest(hex(&Sha256::digest(bytes)))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Feeds what `Hash` writes into SHA-256, whose output is the same on every build.
+struct StableHasher(Sha256);
+
+impl Hasher for StableHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        u64::from_be_bytes(first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stable_hasher_gives_the_same_value_on_every_build() {
+        let mut hasher = StableHasher(Sha256::new());
+        ("wasmloop", 48u32, [1u8, 2, 3]).hash(&mut hasher);
+        // The first 8 bytes of SHA-256 over what `Hash` writes: b"wasmloop\xff", 48 as a
+        // little-endian u32, the array's length as a u64, then its bytes (as computed by
+        // Python's hashlib).
+        assert_eq!(format!("{:016x}", hasher.finish()), "69bf6eaae43fb72a");
     }
 }
 

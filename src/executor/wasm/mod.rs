@@ -8,7 +8,7 @@ mod streams;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tokio::time::Instant;
@@ -26,18 +26,23 @@ use super::slot::{PoolSize, Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Codegen, Config, EngineSettings};
 
-/// The engine for `settings`' compiler, made on first use so that native-only deployments
-/// never reserve its pool. One per compiler: a tiered action uses both.
+/// The engine for `settings`' compiler, made on first use. One per compiler: a tiered
+/// action uses both. A failure (the pool's address space refused, say) is not kept: the
+/// next `/init` tries again.
 pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
-    type Made = OnceLock<Result<Arc<WasmEngine>, String>>;
-    static ENGINES: [Made; 2] = [OnceLock::new(), OnceLock::new()];
-    let made = &ENGINES[match settings.codegen {
-        Codegen::Cranelift => 0,
-        Codegen::Winch => 1,
-    }];
-    made.get_or_init(|| WasmEngine::new(settings).map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(StartError::Wasm)
+    static ENGINES: [Mutex<Option<Arc<WasmEngine>>>; 2] = [Mutex::new(None), Mutex::new(None)];
+    let mut made = crate::lock(
+        &ENGINES[match settings.codegen {
+            Codegen::Cranelift => 0,
+            Codegen::Winch => 1,
+        }],
+    );
+    if let Some(engine) = made.as_ref() {
+        return Ok(engine.clone());
+    }
+    let engine = WasmEngine::new(settings).map_err(|e| StartError::Wasm(format!("{e:#}")))?;
+    *made = Some(engine.clone());
+    Ok(engine)
 }
 
 /// Where the module comes from.
