@@ -13,12 +13,12 @@ use tokio::time::Instant;
 use crate::action::{self, Prepared, Upload};
 use crate::config::Config;
 use crate::error::Error;
-use crate::executor::{self, AnyExecutor, Executor, RunError, StartSpec};
+use crate::executor::{self, Executor, RunError, StartSpec};
 use crate::protocol::{self, InitRequest};
 
 /// An initialized action: its executor, and the folder it was unpacked into.
 pub struct Action {
-    executor: AnyExecutor,
+    executor: Arc<dyn Executor>,
     sentinels: bool,
     timeout: Option<Duration>,
     _prepared: Prepared,

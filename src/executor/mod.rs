@@ -11,6 +11,8 @@ pub mod wasm;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,16 +22,25 @@ use crate::action::{Entry, Prepared};
 use crate::config::{Config, PROXY_VERSION};
 use crate::protocol;
 
-/// Runs activations of one initialized action.
+/// Runs activations of one initialized action: what a backend gives the runtime, which
+/// holds it as `dyn Executor` without knowing which backend it is.
 pub trait Executor: Send + Sync {
     /// One activation: `line` is the request framed as one line (see `lines::frame_request`);
     /// the answer is the action's result line (an object or array), with its `\n`. Past
     /// `deadline` the activation is stopped and the action restarted.
-    fn run(
-        &self,
-        line: Vec<u8>,
-        deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+    fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_>;
+}
+
+/// An activation under way (boxed, so that `Executor` can be a trait object).
+pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<Bytes, RunError>> + Send + 'a>>;
+
+/// A background task that ends with its owner.
+pub(crate) struct AbortOnDrop(pub tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Why an action could not be started (at `/init`, or when restarting it).
@@ -138,23 +149,6 @@ pub enum RunError {
     Restart(#[source] StartError),
 }
 
-/// The backends, behind one type so that the HTTP side needs no generics.
-// One value per action, behind an Arc: the size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-pub enum AnyExecutor {
-    Native(native::NativeExecutor),
-    Wasm(wasm::WasmExecutor),
-}
-
-impl Executor for AnyExecutor {
-    async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
-        match self {
-            AnyExecutor::Native(native) => native.run(line, deadline).await,
-            AnyExecutor::Wasm(wasm) => wasm.run(line, deadline).await,
-        }
-    }
-}
-
 /// What every backend needs to start an action.
 #[derive(Clone)]
 pub struct StartSpec {
@@ -184,7 +178,7 @@ pub async fn start(
     prepared: &Prepared,
     spec: StartSpec,
     config: &Config,
-) -> Result<AnyExecutor, StartError> {
+) -> Result<Arc<dyn Executor>, StartError> {
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
     }
@@ -211,17 +205,15 @@ pub async fn start(
                 start: spec,
                 pipe_size: native::pipe_size(size.workers),
             };
-            return Ok(AnyExecutor::Native(
-                slot::Slot::start(spec, max_result, size).await?,
-            ));
+            let slot: slot::Slot<native::Process> =
+                slot::Slot::start(spec, max_result, size).await?;
+            return Ok(Arc::new(slot));
         }
         Entry::Wasm(path) => wasm::Source::Wasm(path),
     };
     // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
     let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-    Ok(AnyExecutor::Wasm(
-        wasm::start(source, spec, preopen, config, size).await?,
-    ))
+    Ok(wasm::start(source, spec, preopen, config, size).await?)
 }
 
 /// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.

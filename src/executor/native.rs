@@ -11,10 +11,10 @@ use tokio::net::unix::pipe;
 
 use super::diagnose::{self, InputWatch};
 use super::lines::{LineError, LineReader, NoAnswer};
-use super::slot::{Slot, Worker};
+use super::slot::Worker;
 use super::spawn::{Child, spawn};
-use super::stdout_tap::{Pump, StdoutTap};
-use super::{RunError, StartError, StartSpec, parse_ack};
+use super::stdout_tap::StdoutTap;
+use super::{AbortOnDrop, RunError, StartError, StartSpec, parse_ack};
 
 /// How long to wait for an exit status once the result channel has closed, and for a
 /// result already written by a child that has exited.
@@ -45,9 +45,6 @@ pub fn pipe_size(workers: usize) -> usize {
     const BUDGET: usize = 16 << 20;
     (BUDGET / (2 * workers.max(1))).clamp(64 << 10, 1 << 20)
 }
-
-/// One action, one child at a time: no two activations ever share the child's pipes.
-pub type NativeExecutor = Slot<Process>;
 
 impl Worker for Process {
     type Spec = NativeSpec;
@@ -80,7 +77,7 @@ pub struct Process {
     stdin: pipe::Sender,
     results: LineReader<pipe::Receiver>,
     stdout: Arc<StdoutTap>,
-    _pump: Pump,
+    _pump: AbortOnDrop,
 }
 
 impl Drop for Process {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{RunError, StartError, lines};
+use super::{AbortOnDrop, Executor, RunError, RunFuture, StartError, lines};
 use crate::lock;
 
 /// What a backend runs activations on.
@@ -53,6 +53,9 @@ pub struct Slot<W: Worker> {
     /// Workers not serving anyone right now.
     idle: Mutex<Vec<Idle<W>>>,
     waiting: AtomicUsize,
+    /// A task that works for this slot (compiling a wasm module's optimized code), stopped
+    /// when the slot goes.
+    helper: std::sync::OnceLock<AbortOnDrop>,
 }
 
 /// An idle worker, and whether it has served an activation: from then on it holds the
@@ -106,7 +109,15 @@ impl<W: Worker> Slot<W> {
                 served: false,
             }]),
             waiting: AtomicUsize::new(0),
+            helper: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Ties `task` to this slot: it is stopped when the slot goes (at once, if the slot
+    /// has one already).
+    pub fn keep_helper(&self, task: tokio::task::AbortHandle) {
+        // A refused one is dropped here, which stops it.
+        let _ = self.helper.set(AbortOnDrop(task));
     }
 
     fn current_spec(&self) -> (u64, Arc<W::Spec>) {
@@ -192,8 +203,19 @@ impl<W: Worker> Slot<W> {
             }
         }
     }
+}
 
-    pub async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
+impl<W: Worker> Executor for Slot<W>
+where
+    W::Spec: 'static,
+{
+    fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_> {
+        Box::pin(self.activate(line, deadline))
+    }
+}
+
+impl<W: Worker> Slot<W> {
+    async fn activate(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
         // Only activations that find every worker busy count against the queue's bound.
         let permit = match self.permits.try_acquire() {
             Ok(permit) => permit,

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
 
+use super::AbortOnDrop;
 use crate::lock;
 
 /// Keep this much of a line: enough to show one, and a flood costs nothing more.
@@ -31,7 +32,7 @@ struct Lines {
 impl StdoutTap {
     /// Takes the read end of the pipe that is the action's stdout; a task copies whatever
     /// the action writes, whenever it writes it, until the returned guard is dropped.
-    pub fn start(read_end: OwnedFd) -> std::io::Result<(Arc<StdoutTap>, Pump)> {
+    pub fn start(read_end: OwnedFd) -> std::io::Result<(Arc<StdoutTap>, AbortOnDrop)> {
         set_nonblocking(&read_end)?;
         let tap = Arc::new(StdoutTap {
             // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
@@ -52,7 +53,7 @@ impl StdoutTap {
                 }
             }
         });
-        Ok((tap, Pump(pump.abort_handle())))
+        Ok((tap, AbortOnDrop(pump.abort_handle())))
     }
 
     /// Copies what can be read now to our stdout; false at end of file or on an error.
@@ -129,15 +130,6 @@ fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Stops the copying task when dropped.
-pub struct Pump(tokio::task::AbortHandle);
-
-impl Drop for Pump {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
-
 use bytes::Bytes;
 use wasmtime::{InstancePre, Module, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
@@ -61,27 +59,6 @@ pub struct WasmSpec {
     preopen: Option<PathBuf>,
 }
 
-/// The instances of one module, and the compile of its optimized code while it is coming.
-pub struct WasmExecutor {
-    slot: Arc<Slot<Instance>>,
-    /// Stopped (with its compile child) when the action goes.
-    _upgrade: Option<AbortOnDrop>,
-}
-
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl WasmExecutor {
-    pub async fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
-        self.slot.run(line, deadline).await
-    }
-}
-
 /// Compiles (or loads) the module and starts its first instance: what `/init` does. With
 /// a tiered compiler the first code is the quick one, and the optimized code replaces it
 /// once a background compile has made it.
@@ -91,16 +68,12 @@ pub async fn start(
     preopen: Option<PathBuf>,
     config: &Config,
     size: PoolSize,
-) -> Result<WasmExecutor, StartError> {
+) -> Result<Arc<Slot<Instance>>, StartError> {
     let final_engine = engine(config.engine_settings(config.wasm_compiler.final_tier()))?;
     let serve = |engine, module: Module, start, preopen| async move {
         let spec = link(engine, &module, start, preopen)?;
         let max_result = spec.start.max_result_bytes;
         Ok::<_, StartError>(Arc::new(Slot::start(spec, max_result, size).await?))
-    };
-    let only = |slot| WasmExecutor {
-        slot,
-        _upgrade: None,
     };
     let wasm = match source {
         Source::Precompiled(path) => {
@@ -109,7 +82,7 @@ pub async fn start(
                 move || engine.load_precompiled(&path)
             })
             .await?;
-            return Ok(only(serve(final_engine, module, start, preopen).await?));
+            return serve(final_engine, module, start, preopen).await;
         }
         Source::Wasm(path) => path,
     };
@@ -139,15 +112,13 @@ pub async fn start(
     let compile_error = |e: CompileError| StartError::Wasm(e.message);
     // The final code may be in the cache already: then there is nothing to tier.
     if let Some(module) = lookup(&final_engine).await? {
-        return Ok(only(serve(final_engine, module, start, preopen).await?));
+        return serve(final_engine, module, start, preopen).await;
     }
     let (first, then) = config.wasm_compiler.tiers();
     let compile_final = || final_engine.compile(wasm, &digest, cache_dir.as_deref(), child);
     if then.is_none() {
         let module = compile_final().await.map_err(compile_error)?;
-        return Ok(only(
-            serve(final_engine.clone(), module, start, preopen).await?,
-        ));
+        return serve(final_engine.clone(), module, start, preopen).await;
     }
     // Not cached: it is soon replaced, and a later /init finds the final code instead.
     let quick_engine = engine(config.engine_settings(first))?;
@@ -160,9 +131,7 @@ pub async fn start(
                 "not for the quick compiler: compiling optimized code"
             );
             let module = compile_final().await.map_err(compile_error)?;
-            return Ok(only(
-                serve(final_engine.clone(), module, start, preopen).await?,
-            ));
+            return serve(final_engine.clone(), module, start, preopen).await;
         }
         Err(e) => return Err(compile_error(e)),
     };
@@ -179,11 +148,10 @@ pub async fn start(
         start,
         preopen,
     };
+    // Stopped (with its compile child) when the action goes.
     let upgrade = tokio::spawn(later.run(Arc::downgrade(&slot)));
-    Ok(WasmExecutor {
-        slot,
-        _upgrade: Some(AbortOnDrop(upgrade.abort_handle())),
-    })
+    slot.keep_helper(upgrade.abort_handle());
+    Ok(slot)
 }
 
 /// The background half of a tiered start: the optimized code, and instances made from it.
