@@ -1,9 +1,13 @@
 //! The WebAssembly backend: one long-lived wasmtime instance per action, fed request lines
 //! on its WASI stdin and answering on its stdout. The only code that touches wasmtime.
 
+mod cache;
+mod compile;
 mod engine;
+mod host;
 mod stdio;
 mod streams;
+mod ticker;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -15,8 +19,11 @@ use bytes::Bytes;
 use wasmtime::{InstancePre, Module, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use engine::{CompileChild, Host, MemoryCap, WasmDigest, check_command, ticker};
-pub use engine::{CompileError, EXIT_NOT_FOR_WINCH, WasmEngine, compile_here, is_precompiled};
+use cache::WasmDigest;
+use compile::{CompileChild, check_command};
+pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here, is_precompiled};
+pub use engine::WasmEngine;
+use host::{Host, MemoryCap};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
 use super::lines::NoAnswer;
@@ -99,7 +106,7 @@ pub async fn start(
     let cache_dir = config
         .cache_dir
         .clone()
-        .filter(|dir| engine::usable_cache_dir(dir));
+        .filter(|dir| cache::usable_cache_dir(dir));
     let lookup = |engine: &Arc<WasmEngine>| {
         let (engine, digest, cache_dir) = (engine.clone(), digest.clone(), cache_dir.clone());
         blocking(move || Ok(engine.cached(&digest, cache_dir.as_deref())))
@@ -228,7 +235,7 @@ async fn blocking<T: Send + 'static>(
 
 /// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
 pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
-    engine::compile_here(bytes, settings, true).map_err(|e| e.message)
+    compile::compile_here(bytes, settings, true).map_err(|e| e.message)
 }
 
 impl Worker for Instance {

@@ -7,18 +7,8 @@ use wasmtime::{Caller, Extern, Linker, Memory};
 use wasmtime_wasi::p1::types::Errno;
 use wasmtime_wasi::p1::wasi_snapshot_preview1::{self as p1, WasiSnapshotPreview1};
 
-use super::engine::Host;
+use super::host::Host;
 use super::streams::Sink;
-
-/// What the direct path needs in each store.
-#[derive(Default)]
-pub struct DirectStdio {
-    /// The guest's memory, looked up by name once instead of on every call.
-    memory: Option<Memory>,
-    /// Once the guest closes or renumbers fd 0, 1 or 2, every write takes the general path,
-    /// which knows what its descriptors have become.
-    moved: bool,
-}
 
 const MODULE: &str = "wasi_snapshot_preview1";
 

@@ -1,0 +1,173 @@
+//! Compiling modules in a child process (`wasmloop compile --for-server`), and what it does.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use wasmtime::{Engine, ExternType, Module, Precompiled};
+
+use super::cache::{WasmDigest, store_in_cache};
+use super::engine::{WasmEngine, config};
+use crate::config::{ChildRole, Codegen, EngineSettings};
+
+impl WasmEngine {
+    /// Compiles the module in `wasm` (whose digest is `digest`) in a child process, which
+    /// keeps the compiler's memory and code pages out of this one (a long-lived server
+    /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
+    /// crash. With `cache_dir`, the result is kept there (best effort).
+    pub async fn compile(
+        &self,
+        wasm: &Path,
+        digest: &WasmDigest,
+        cache_dir: Option<&Path>,
+        child: CompileChild,
+    ) -> Result<Module, CompileError> {
+        let compiled = child.run(wasm, self.settings).await?;
+        let engine = self.engine.clone();
+        let cached = cache_dir.map(|dir| dir.join(self.cache_name(digest)));
+        let module = tokio::task::spawn_blocking(move || {
+            // Mapped from the cache file when there is one: its code is then file-backed
+            // memory, shared with other processes loading the same file.
+            if let Some(path) = cached.filter(|path| store_in_cache(&compiled, path)) {
+                // SAFETY: the file holds what our own executable just compiled.
+                if let Ok(module) = unsafe { Module::deserialize_file(&engine, &path) } {
+                    return Ok(module);
+                }
+            }
+            // SAFETY: the bytes are what our own executable just compiled.
+            unsafe { Module::deserialize(&engine, &compiled) }
+        })
+        .await
+        .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
+        .map_err(|e| CompileError::fatal(format!("cannot load the compiled module: {e:#}")))?;
+        tracing::debug!(
+            wasm = %wasm.display(),
+            codegen = self.settings.codegen.name(),
+            "module compiled"
+        );
+        Ok(module)
+    }
+}
+
+/// Why a compile child made no module.
+#[derive(Debug)]
+pub struct CompileError {
+    pub message: String,
+    /// Winch cannot compile this module but Cranelift can: worth another try with it.
+    pub not_for_winch: bool,
+}
+
+impl CompileError {
+    fn fatal(message: String) -> Self {
+        CompileError {
+            message,
+            not_for_winch: false,
+        }
+    }
+}
+
+/// The exit status by which a compile child says "not with Winch, but with Cranelift".
+pub const EXIT_NOT_FOR_WINCH: i32 = 3;
+
+/// How a server runs a compile child: `wasmloop compile --for-server`, our own executable,
+/// which writes the compiled module on its stdout.
+#[derive(Debug, Clone, Copy)]
+pub struct CompileChild {
+    pub role: ChildRole,
+    /// When the compile must be done by (all tries of one `/init` share it).
+    pub deadline: tokio::time::Instant,
+    /// The `--compile-timeout` the deadline comes from, for the message.
+    pub timeout: Duration,
+}
+
+impl CompileChild {
+    async fn run(self, wasm: &Path, settings: EngineSettings) -> Result<Vec<u8>, CompileError> {
+        // Our own executable, even if its file was replaced or removed since we started.
+        let mut command = tokio::process::Command::new("/proc/self/exe");
+        command
+            .arg("compile")
+            .arg("--for-server")
+            .arg(self.role.name())
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
+            .arg("--wasm-compiler")
+            .arg(settings.codegen.name())
+            .arg("--output")
+            .arg("-")
+            .arg(wasm)
+            // Its stderr is the error message: no diagnostics of ours in it.
+            .env_remove("RUST_LOG")
+            .env_remove("OW_DEBUG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let finished = tokio::time::timeout_at(self.deadline, command.output())
+            .await
+            .map_err(|_| CompileError::fatal(crate::config::compile_timed_out(self.timeout)))?
+            .map_err(|e| CompileError::fatal(format!("cannot start the compiler: {e}")))?;
+        if finished.status.success() {
+            return Ok(finished.stdout);
+        }
+        let message = String::from_utf8_lossy(&finished.stderr).trim().to_owned();
+        Err(CompileError {
+            message: if message.is_empty() {
+                format!("the compiler failed ({})", finished.status)
+            } else {
+                message
+            },
+            not_for_winch: finished.status.code() == Some(EXIT_NOT_FOR_WINCH),
+        })
+    }
+}
+
+/// What a compile child does: compile `bytes` for an engine with `settings`, serialized.
+/// `parallel`: on every core (for an `/init` waiting), or on one (in the background).
+pub fn compile_here(
+    bytes: &[u8],
+    settings: EngineSettings,
+    parallel: bool,
+) -> Result<Vec<u8>, CompileError> {
+    // Made once and thrown away: no instance pool, no epoch ticker (neither changes the code).
+    let mut config = config(settings, false);
+    config.parallel_compilation(parallel);
+    let engine = Engine::new(&config).map_err(|e| CompileError::fatal(format!("{e:#}")))?;
+    let module = Module::new(&engine, bytes).map_err(|e| {
+        let message = format!("invalid WebAssembly module: {e:#}");
+        // Winch lacks some proposals Cranelift has: say so when that is the only problem.
+        let cranelift = EngineSettings {
+            codegen: Codegen::Cranelift,
+            ..settings
+        };
+        let not_for_winch = settings.codegen == Codegen::Winch
+            && Engine::new(&self::config(cranelift, false))
+                .is_ok_and(|engine| Module::validate(&engine, bytes).is_ok());
+        CompileError {
+            message,
+            not_for_winch,
+        }
+    })?;
+    check_command(&module).map_err(CompileError::fatal)?;
+    module
+        .serialize()
+        .map_err(|e| CompileError::fatal(format!("cannot serialize the module: {e:#}")))
+}
+
+/// Whether `path` holds a module precompiled by wasmtime (an ELF file, not an executable).
+pub fn is_precompiled(path: &Path) -> bool {
+    matches!(
+        Engine::detect_precompiled_file(path),
+        Ok(Some(Precompiled::Module))
+    )
+}
+
+/// A command module: exports `_start` taking and returning nothing.
+pub fn check_command(module: &Module) -> Result<(), String> {
+    match module.get_export("_start") {
+        Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => Ok(()),
+        Some(_) => Err("the module's `_start` export is not a function of no arguments".to_owned()),
+        None => Err(
+            "the module exports no `_start`: build it as a WASI command (wasm32-wasip1)".to_owned(),
+        ),
+    }
+}
