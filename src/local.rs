@@ -3,12 +3,11 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use base64::Engine;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::config::Config;
-use crate::runtime::{Action, Runtime};
+use crate::runtime::{Action, Init, Runtime};
 
 /// Where the inputs come from.
 pub enum Inputs {
@@ -48,18 +47,9 @@ async fn init_and_run(
     inputs: Inputs,
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let env: Map<String, Value> = env
-        .into_iter()
-        .map(|(k, v)| (k, Value::String(v)))
-        .collect();
-    let init = json!({ "value": {
-        "code": base64::engine::general_purpose::STANDARD.encode(&bytes),
-        "binary": true,
-        "main": main,
-        "env": env,
-    }});
+    let main = main.to_owned();
     runtime
-        .init(init.to_string().as_bytes())
+        .install(Init { bytes, main, env })
         .await
         .map_err(|e| anyhow::anyhow!("cannot initialize {}: {e}", file.display()))?;
     let action = runtime

@@ -16,6 +16,40 @@ use crate::error::Error;
 use crate::executor::{self, Executor, RunError, StartSpec};
 use crate::protocol::{self, InitRequest};
 
+/// What an `/init` asks for: the action's code (decoded), its entry point name and the
+/// environment it adds.
+pub struct Init {
+    pub bytes: Vec<u8>,
+    pub main: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl Init {
+    /// docs/protocol.md 1.2 steps 2, 3, 5 and 6: the body's shape, its code, `main` and
+    /// the base64.
+    pub fn parse(body: &[u8]) -> Result<Init, Error> {
+        let request: InitRequest =
+            serde_json::from_slice(body).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let value = request.value.unwrap_or_default();
+        let code = value
+            .code
+            .filter(|c| !c.is_empty())
+            .ok_or(Error::MissingCode)?;
+        let env = value
+            .env
+            .as_ref()
+            .map(protocol::env_pairs)
+            .unwrap_or_default();
+        let main = value
+            .main
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "main".to_owned());
+        let bytes = action::decode::decode_code(&code, value.binary.unwrap_or(false))
+            .map_err(Error::BadBase64)?;
+        Ok(Init { bytes, main, env })
+    }
+}
+
 /// An initialized action: its executor, and the folder it was unpacked into.
 pub struct Action {
     executor: Arc<dyn Executor>,
@@ -64,28 +98,21 @@ impl Runtime {
     pub async fn init(&self, body: &[u8]) -> Result<(), Error> {
         let _one_at_a_time = self.init_lock.lock().await;
         self.refuse_second_init()?;
-        let request: InitRequest =
-            serde_json::from_slice(body).map_err(|e| Error::BadRequest(e.to_string()))?;
-        let value = request.value.unwrap_or_default();
-        let code = value
-            .code
-            .filter(|c| !c.is_empty())
-            .ok_or(Error::MissingCode)?;
-        let init_env = value
-            .env
-            .as_ref()
-            .map(protocol::env_pairs)
-            .unwrap_or_default();
-        let main = value
-            .main
-            .filter(|m| !m.is_empty())
-            .unwrap_or_else(|| "main".to_owned());
-        let env = executor::action_env(&self.config, &main, init_env);
-        let bytes = action::decode::decode_code(&code, value.binary.unwrap_or(false))
-            .map_err(Error::BadBase64)?;
-        drop(code);
+        self.install_locked(Init::parse(body)?).await
+    }
 
+    /// Installs an action given as it is, not as an `/init` body (`wasmloop run`).
+    pub async fn install(&self, init: Init) -> Result<(), Error> {
+        let _one_at_a_time = self.init_lock.lock().await;
+        self.refuse_second_init()?;
+        self.install_locked(init).await
+    }
+
+    /// Steps 4 and 7-8: the environment, then unpack, compile and start.
+    async fn install_locked(&self, init: Init) -> Result<(), Error> {
+        let Init { bytes, main, env } = init;
         let config = &self.config;
+        let env = executor::action_env(config, &main, env);
         let upload = Upload { bytes, main: &main };
         let prepared = action::prepare_as_configured(upload, &env, config)
             .await

@@ -97,8 +97,9 @@ pub async fn prepare(
     let bin = folder.path().join("bin");
     let unpack_into = src.clone();
     let Upload { bytes, main } = upload;
-    let archive = matches!(detect::detect(&bytes), Kind::Zip | Kind::TarGz);
-    tokio::task::spawn_blocking(move || unpack_upload(&bytes, &unpack_into, limits))
+    let kind = detect::detect(&bytes);
+    let archive = matches!(kind, Kind::Zip | Kind::TarGz);
+    tokio::task::spawn_blocking(move || unpack_upload(&bytes, kind, &unpack_into, limits))
         .await
         .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
 
@@ -139,21 +140,15 @@ pub async fn prepare(
     })
 }
 
-fn unpack_upload(bytes: &[u8], src: &Path, limits: Limits) -> Result<(), PrepareError> {
+fn unpack_upload(bytes: &[u8], kind: Kind, src: &Path, limits: Limits) -> Result<(), PrepareError> {
     fs::create_dir_all(src).map_err(folder_error(src))?;
-    match detect::detect(bytes) {
+    match kind {
         Kind::Zip => unpack::unzip(bytes, src, limits),
         Kind::TarGz => unpack::untar_gz(bytes, src, limits),
-        kind => {
+        // Its mode is set once its role is known (`prepare`).
+        _ => {
             let exec = src.join("exec");
-            fs::write(&exec, bytes).map_err(folder_error(&exec))?;
-            let mode = if matches!(kind, Kind::Elf | Kind::Script) {
-                0o755
-            } else {
-                0o644
-            };
-            fs::set_permissions(&exec, fs::Permissions::from_mode(mode))
-                .map_err(folder_error(&exec))
+            fs::write(&exec, bytes).map_err(folder_error(&exec))
         }
     }
 }

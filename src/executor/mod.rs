@@ -182,7 +182,6 @@ pub async fn start(
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
     }
-    let max_result = spec.max_result_bytes;
     let size = slot::PoolSize {
         workers: config.concurrency,
         max_waiting: config.max_queue,
@@ -205,8 +204,7 @@ pub async fn start(
                 start: spec,
                 pipe_size: native::pipe_size(size.workers),
             };
-            let slot: slot::Slot<native::Process> =
-                slot::Slot::start(spec, max_result, size).await?;
+            let slot: slot::Slot<native::Process> = slot::Slot::start(spec, size).await?;
             return Ok(Arc::new(slot));
         }
         Entry::Wasm(path) => wasm::Source::Wasm(path),

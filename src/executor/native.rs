@@ -61,9 +61,9 @@ impl Worker for Process {
         self.results.discard_pending()
     }
 
-    async fn activate(&mut self, line: Vec<u8>, max_result: usize) -> Result<Bytes, RunError> {
+    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         self.stdout.forget_lines();
-        let result = self.exchange(&line, max_result).await;
+        let result = self.exchange(&line, self.max_result).await;
         // Its logs are out before the activation's sentinel.
         self.stdout.drain();
         result
@@ -78,6 +78,8 @@ pub struct Process {
     results: LineReader<pipe::Receiver>,
     stdout: Arc<StdoutTap>,
     _pump: AbortOnDrop,
+    /// `--max-result-bytes`.
+    max_result: usize,
 }
 
 impl Drop for Process {
@@ -150,6 +152,7 @@ impl Process {
             results: LineReader::new(receiver),
             stdout,
             _pump: pump,
+            max_result: spec.max_result_bytes,
         };
         if spec.wait_for_ack {
             process.wait_for_ack(spec).await?;

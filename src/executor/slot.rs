@@ -25,12 +25,9 @@ pub trait Worker: Sized + Send + 'static {
     /// cannot pass for the next activation's answer, and returns it (if any) for the logs.
     fn discard_stray_output(&mut self) -> Option<Bytes>;
 
-    /// Sends one request line and waits for the result line.
-    fn activate(
-        &mut self,
-        line: Vec<u8>,
-        max_result: usize,
-    ) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+    /// Sends one request line and waits for the result line (at most as long as the
+    /// worker's spec allows).
+    fn activate(&mut self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
 }
 
 /// How many workers, and how many activations may wait for one.
@@ -47,7 +44,6 @@ pub struct Slot<W: Worker> {
     spec: RwLock<Arc<W::Spec>>,
     /// Bumped with each new spec.
     generation: AtomicU64,
-    max_result: usize,
     size: PoolSize,
     permits: tokio::sync::Semaphore,
     /// Workers not serving anyone right now.
@@ -91,16 +87,11 @@ impl Drop for Waiting<'_> {
 
 impl<W: Worker> Slot<W> {
     /// Starts the first worker: failing here fails `/init`.
-    pub async fn start(
-        spec: W::Spec,
-        max_result: usize,
-        size: PoolSize,
-    ) -> Result<Self, StartError> {
+    pub async fn start(spec: W::Spec, size: PoolSize) -> Result<Self, StartError> {
         let worker = W::start(&spec).await?;
         Ok(Slot {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
-            max_result,
             size,
             permits: tokio::sync::Semaphore::new(size.workers.max(1)),
             idle: Mutex::new(vec![Idle {
@@ -253,7 +244,7 @@ impl<W: Worker> Slot<W> {
             lines::report_stray(&stray);
         }
         let result = within(deadline, async {
-            lines::check_result(worker.activate(line, self.max_result).await?)
+            lines::check_result(worker.activate(line).await?)
         })
         .await;
         if let Err(RunError::NotJson(line)) = &result {
@@ -305,7 +296,7 @@ mod tests {
             None
         }
 
-        async fn activate(&mut self, line: Vec<u8>, _: usize) -> Result<Bytes, RunError> {
+        async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
             if line == b"exit\n" {
                 return Err(RunError::Exited(None));
             }
@@ -329,7 +320,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_served_outlives_an_upgrade_and_its_successor_is_new() {
-        let slot = Slot::start(spec(1), 1024, SIZE).await.unwrap();
+        let slot = Slot::start(spec(1), SIZE).await.unwrap();
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
         let failing = FakeSpec {
             id: 2,
@@ -355,7 +346,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_not_served_is_swapped_at_an_upgrade() {
-        let slot = Slot::start(spec(1), 1024, SIZE).await.unwrap();
+        let slot = Slot::start(spec(1), SIZE).await.unwrap();
         assert_eq!(slot.upgrade(spec(2)).await.unwrap(), 1);
         assert_eq!(answer(&slot).await, "{\"spec\":2}\n");
         let idle = lock(&slot.idle);

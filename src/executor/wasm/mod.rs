@@ -79,8 +79,7 @@ pub async fn start(
     let final_engine = engine(config.engine_settings(config.wasm_compiler.final_tier()))?;
     let serve = |engine, module: Module, start, preopen| async move {
         let spec = link(engine, &module, start, preopen)?;
-        let max_result = spec.start.max_result_bytes;
-        Ok::<_, StartError>(Arc::new(Slot::start(spec, max_result, size).await?))
+        Ok::<_, StartError>(Arc::new(Slot::start(spec, size).await?))
     };
     let wasm = match source {
         Source::Precompiled(path) => {
@@ -259,8 +258,8 @@ impl Worker for Instance {
         self.stdout.discard()
     }
 
-    async fn activate(&mut self, line: Vec<u8>, _max_result: usize) -> Result<Bytes, RunError> {
-        // The cap is the stdout stream's own, set when the instance was made.
+    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        // The result's cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
         // Lines it wrote after its answer, before waiting for the next request, go to the
         // logs of this activation (ahead of its own log lines, held back below). When the
