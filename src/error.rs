@@ -70,7 +70,7 @@ impl Error {
             | Error::Run(RunError::TimedOut | RunError::NeverStarted(_)) => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            Error::Run(RunError::Busy(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Run(RunError::Busy(_) | RunError::Stopped) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
             Error::Run(
                 RunError::NotAnObject

@@ -35,7 +35,7 @@ pub async fn run(
         }
     };
     // Kills the action and removes its folder, whatever happened.
-    runtime.shutdown();
+    runtime.shutdown().await;
     outcome
 }
 

@@ -152,12 +152,18 @@ impl Runtime {
         }
     }
 
-    /// Drops the action, killing its children.
-    pub fn shutdown(&self) {
-        self.action
+    /// Stops the action: its children are killed and its instances dropped, also those
+    /// busy with an activation (which then answers 503), and its folder is removed once
+    /// the last activation has let go of it.
+    pub async fn shutdown(&self) {
+        let action = self
+            .action
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        if let Some(action) = action {
+            action.executor.stop().await;
+        }
     }
 }
 

@@ -59,7 +59,7 @@ pub async fn run(
             }
         }
     };
-    runtime.shutdown();
+    runtime.shutdown().await;
     served
 }
 

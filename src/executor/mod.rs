@@ -29,6 +29,11 @@ pub trait Executor: Send + Sync {
     /// the answer is the action's result line (an object or array), with its `\n`. Past
     /// `deadline` the activation is stopped and the action restarted.
     fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_>;
+
+    /// Stops the action: every worker, idle or busy, is stopped (busy ones' activations
+    /// end with `RunError::Stopped`), later activations are refused, and the future
+    /// completes once no worker is left.
+    fn stop(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
 /// An activation under way (boxed, so that `Executor` can be a trait object).
@@ -144,6 +149,9 @@ pub enum RunError {
     TimedOut,
     #[error("the action's result line is longer than {0} bytes (see --max-result-bytes)")]
     ResultTooLong(usize),
+    /// The runtime is shutting down: the activation was stopped, or never started.
+    #[error("the runtime is shutting down; the activation was stopped")]
+    Stopped,
     /// The action had died and could not be started again.
     #[error("cannot start action: {0}")]
     Restart(#[source] StartError),

@@ -52,6 +52,8 @@ pub struct Slot<W: Worker> {
     /// A task that works for this slot (compiling a wasm module's optimized code), stopped
     /// when the slot goes.
     helper: std::sync::OnceLock<AbortOnDrop>,
+    /// Set by `stop`: every activation under way ends, dropping its worker.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// An idle worker, and whether it has served an activation: from then on it holds the
@@ -101,6 +103,7 @@ impl<W: Worker> Slot<W> {
             }]),
             waiting: AtomicUsize::new(0),
             helper: std::sync::OnceLock::new(),
+            stopping: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -201,7 +204,28 @@ where
     W::Spec: 'static,
 {
     fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_> {
-        Box::pin(self.activate(line, deadline))
+        let mut stopping = self.stopping.subscribe();
+        Box::pin(async move {
+            tokio::select! {
+                // First, so that an activation that starts after `stop` starts no worker.
+                biased;
+                // Dropping the activation drops its worker: the child or instance ends.
+                _ = stopping.wait_for(|stop| *stop) => Err(RunError::Stopped),
+                result = self.activate(line, deadline) => result,
+            }
+        })
+    }
+
+    fn stop(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.stopping.send_replace(true);
+            drop(std::mem::take(&mut *lock(&self.idle)));
+            // Each activation holds a permit until it has dropped its worker.
+            let all = u32::try_from(self.size.workers.max(1)).unwrap_or(u32::MAX);
+            let _ = self.permits.acquire_many(all).await;
+            self.permits.close();
+            drop(std::mem::take(&mut *lock(&self.idle)));
+        })
     }
 }
 
@@ -219,7 +243,7 @@ impl<W: Worker> Slot<W> {
                 let queued = Instant::now();
                 // Time spent queueing counts against the deadline too.
                 within(deadline, async {
-                    self.permits.acquire().await.map_err(|_| RunError::Busy(0))
+                    self.permits.acquire().await.map_err(|_| RunError::Stopped)
                 })
                 .await
                 .map_err(|e| match e {

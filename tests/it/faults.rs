@@ -140,25 +140,39 @@ both_backends! {
 
 #[test]
 fn sigterm_gives_up_on_an_activation_that_outlives_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("grandchild.pid");
+    let script = std::fs::read_to_string(crate::support::fixture("spawns_and_hangs.sh")).unwrap();
     let server = Server::builder()
         .arg("--shutdown-timeout")
         .arg("300ms")
         .start();
-    server
-        .init(&Backend::Native.init_guest("slow"))
-        .assert(200, "{\"ok\":true}\n");
+    let mut body = init_text(&script);
+    body["value"]["env"] = json!({"MARKER": marker});
+    server.init(&body).assert(200, "{\"ok\":true}\n");
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            // The connection is cut when the server gives up: no answer to check.
-            let _ = std::panic::catch_unwind(|| server.run(json!({"sleep_ms": 600_000})));
-        });
-        server.wait_stderr("slow: started");
+        let stopped = scope.spawn(|| server.run(json!({})));
+        while !marker.exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let started = Instant::now();
         // SAFETY: kill(2) on the server we started.
         unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+        // The activation is stopped, and told so.
+        stopped.join().unwrap().assert(
+            503,
+            "{\"error\":\"the runtime is shutting down; the activation was stopped\"}\n",
+        );
         assert_eq!(server.wait_exit(), Some(0));
         assert!(started.elapsed() < PROMPTLY);
     });
+    // Nothing the action started is left.
+    let pid: i32 = String::from_utf8(read(&marker))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until_gone(pid);
 }
 
 #[test]
