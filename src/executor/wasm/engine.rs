@@ -49,7 +49,11 @@ impl WasmEngine {
         })?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut Host| &mut host.wasi)?;
-        super::stdio::add_to_linker(&mut linker)?;
+        // The stock WASI functions, with our streams behind fds 0-2. A direct path of our
+        // own for fd_read and fd_write on them (re-implementing wasmtime-wasi's glue) was
+        // measured against this, pinned to one CPU, 30,000 hello activations, twice each:
+        // 47,313 and 47,707 req/s against 46,718 and 46,259 (about 0.5 µs, 2%, of a 20 µs
+        // activation); not worth owning wasmtime-wasi's internals.
         ticker::add(&engine)?;
         Ok(Arc::new(WasmEngine {
             engine,

@@ -1,19 +1,12 @@
-//! What each store holds: the guest's WASI context, its stdio, and its memory cap.
+//! What each store holds: the guest's WASI context (its stdio among it) and its memory cap.
 
-use wasmtime::{Memory, ResourceLimiter};
+use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p1::WasiP1Ctx;
-
-use super::streams::{GuestStderr, GuestStdin, GuestStdout};
 
 /// What each store holds.
 pub struct Host {
     pub wasi: WasiP1Ctx,
     pub limits: MemoryCap,
-    /// The guest's stdio, also read and written directly (see `stdio`).
-    pub stdin: GuestStdin,
-    pub stdout: GuestStdout,
-    pub stderr: GuestStderr,
-    pub stdio: DirectStdio,
 }
 
 /// Caps an instance's linear memory. Growing past the cap traps (the activation fails,
@@ -51,14 +44,4 @@ impl ResourceLimiter for MemoryCap {
     ) -> wasmtime::Result<bool> {
         Ok(maximum.is_none_or(|max| desired <= max))
     }
-}
-
-/// What the direct stdio path (`stdio.rs`) needs in each store.
-#[derive(Default)]
-pub struct DirectStdio {
-    /// The guest's memory, looked up by name once instead of on every call.
-    pub memory: Option<Memory>,
-    /// Once the guest closes or renumbers fd 0, 1 or 2, every write takes the general path,
-    /// which knows what its descriptors have become.
-    pub moved: bool,
 }

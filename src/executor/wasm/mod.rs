@@ -5,7 +5,6 @@ mod cache;
 mod compile;
 mod engine;
 mod host;
-mod stdio;
 mod streams;
 mod ticker;
 
@@ -324,10 +323,6 @@ impl Instance {
             Host {
                 wasi: wasi.build_p1(),
                 limits,
-                stdin: stdin.clone(),
-                stdout: stdout.clone(),
-                stderr: stderr.clone(),
-                stdio: Default::default(),
             },
         );
         store.limiter(|host| &mut host.limits);
