@@ -123,19 +123,14 @@ fn compile_for_server(args: &CompileArgs, role: ChildRole) -> ! {
     use std::io::Write;
     // The death signal comes when the thread that spawned us ends: an async worker of the
     // server, which lives as long as the server does.
-    // SAFETY: prctl, getppid and setpriority only concern this process.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        // The server may have gone before the line above took effect.
-        if args
-            .parent_pid
-            .is_some_and(|pid| libc::getppid() as u32 != pid)
-        {
-            std::process::exit(1);
-        }
-        if role == ChildRole::Background {
-            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-        }
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    // The server may have gone before the line above took effect.
+    let parent = rustix::process::getppid().map(|pid| pid.as_raw_pid() as u32);
+    if args.parent_pid.is_some_and(|pid| parent != Some(pid)) {
+        std::process::exit(1);
+    }
+    if role == ChildRole::Background {
+        let _ = rustix::process::setpriority_process(None, 10);
     }
     // In the background, one core: the server's activations keep the others.
     let parallel = role == ChildRole::Foreground;
@@ -168,22 +163,18 @@ fn compile_for_server(args: &CompileArgs, role: ChildRole) -> ! {
 /// A listening socket handed down by whoever started us (a supervisor, or the tests).
 fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
     use std::os::fd::FromRawFd;
-    // SAFETY: F_GETFD only asks whether the descriptor is open.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+    // SAFETY: F_GETFD below only asks whether the descriptor is open; the borrow ends there.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if rustix::io::fcntl_getfd(borrowed).is_err() {
         anyhow::bail!("--listen-fd {fd} is not an open file descriptor");
-    }
-    // Close-on-exec, so that no child (a compile child, the compiler hook, an action)
-    // inherits it: one that outlived us would keep the port accepting connections that
-    // nobody answers.
-    // SAFETY: F_SETFD on a descriptor we were handed to own.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
-        anyhow::bail!(
-            "--listen-fd {fd}: cannot mark it close-on-exec: {}",
-            std::io::Error::last_os_error()
-        );
     }
     // SAFETY: the descriptor is open and was handed to us to own; nothing else here uses it.
     let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    // Close-on-exec, so that no child (a compile child, the compiler hook, an action)
+    // inherits it: one that outlived us would keep the port accepting connections that
+    // nobody answers.
+    rustix::io::fcntl_setfd(&listener, rustix::io::FdFlags::CLOEXEC)
+        .with_context(|| format!("--listen-fd {fd}: cannot mark it close-on-exec"))?;
     listener.set_nonblocking(true)?;
     tokio::net::TcpListener::from_std(listener)
         .with_context(|| format!("--listen-fd {fd} is not a listening TCP socket"))

@@ -101,8 +101,9 @@ struct KillGroup(libc::pid_t);
 
 impl KillGroup {
     fn kill(&self) {
-        // SAFETY: kill(2) touches no memory of ours; the compiler leads this group.
-        unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        if let Some(group) = rustix::process::Pid::from_raw(self.0) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
     }
 }
 

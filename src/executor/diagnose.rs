@@ -1,7 +1,7 @@
 //! Why a native action is not answering or did not start, told from what Linux shows of it.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -13,14 +13,14 @@ use crate::action::detect::{self, Kind};
 /// not answer until a request that only comes after its answer. Seen twice in a row with
 /// no CPU time spent in between, so that a thread reading ahead while another works is not
 /// taken for it.
-pub struct InputWatch {
+pub struct InputWatch<'a> {
     pid: i32,
-    stdin: RawFd,
+    stdin: BorrowedFd<'a>,
     cpu_when_seen: Option<u64>,
 }
 
-impl InputWatch {
-    pub fn new(pid: i32, stdin: RawFd) -> Self {
+impl<'a> InputWatch<'a> {
+    pub fn new(pid: i32, stdin: BorrowedFd<'a>) -> Self {
         InputWatch {
             pid,
             stdin,
@@ -51,10 +51,8 @@ impl InputWatch {
 }
 
 /// Nothing left in the pipe whose write end is `fd`.
-fn pipe_is_empty(fd: RawFd) -> bool {
-    let mut queued: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int into a local; `fd` is a pipe we hold open.
-    unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) == 0 && queued == 0 }
+fn pipe_is_empty(fd: BorrowedFd<'_>) -> bool {
+    rustix::io::ioctl_fionread(fd).is_ok_and(|queued| queued == 0)
 }
 
 /// Whether a thread of `pid` is inside read(2) or readv(2) on fd 0.

@@ -1,6 +1,6 @@
 //! JSON-lines framing shared by the backends: one request line out, one capped result line in.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
@@ -235,7 +235,7 @@ impl<R> LineReader<R> {
     }
 }
 
-impl<R: AsRawFd> LineReader<R> {
+impl<R: AsFd> LineReader<R> {
     /// A line if one is buffered or already in the descriptor, without waiting. The read
     /// goes straight to the (non-blocking) descriptor: the reactor's idea of readiness
     /// lags until its next poll. End of file is left for `read_line` to report.
@@ -246,29 +246,16 @@ impl<R: AsRawFd> LineReader<R> {
             }
             self.buf.reserve(64 * 1024);
             let spare = self.buf.spare_capacity_mut();
-            // SAFETY: read(2) writes at most `spare.len()` bytes into memory we own.
-            let n = unsafe {
-                libc::read(
-                    self.inner.as_raw_fd(),
-                    spare.as_mut_ptr().cast(),
-                    spare.len(),
-                )
-            };
-            match n {
-                0 => return Ok(None),
-                n if n > 0 => {
-                    // SAFETY: read(2) initialized the first `n` spare bytes.
-                    unsafe { self.buf.set_len(self.buf.len() + n as usize) };
+            match rustix::io::read(&self.inner, spare) {
+                Ok(([], _)) => return Ok(None),
+                Ok((read, _)) => {
+                    let n = read.len();
+                    // SAFETY: read(2) initialized the first `n` spare bytes; BytesMut has
+                    // no safe way to read into its spare capacity.
+                    unsafe { self.buf.set_len(self.buf.len() + n) };
                 }
-                _ => {
-                    let error = std::io::Error::last_os_error();
-                    return match error.kind() {
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => {
-                            Ok(None)
-                        }
-                        _ => Err(error.into()),
-                    };
-                }
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return Ok(None),
+                Err(error) => return Err(std::io::Error::from(error).into()),
             }
         }
     }

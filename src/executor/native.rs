@@ -1,6 +1,6 @@
 //! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,16 +91,10 @@ impl Drop for Process {
 
 /// A pipe whose both ends close on exec, so other children never inherit them.
 fn cloexec_pipe(size: usize) -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two descriptors into the array we own, and we take ownership of
-    // them only when it succeeds.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // Best effort: the kernel may refuse the size (pipe-max-size, per-user limits).
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, size as libc::c_int) };
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let _ = rustix::pipe::fcntl_setpipe_size(&write, size);
+    Ok((read, write))
 }
 
 /// For a `pre_exec` hook: make `fd` the child's fd 3, open across exec. How `wasmloop
@@ -233,7 +227,7 @@ impl Process {
                 Err(_) => break,
             }
         }
-        let waiting = InputWatch::new(self.child.pid(), self.stdin.as_raw_fd());
+        let waiting = InputWatch::new(self.child.pid(), self.stdin.as_fd());
         let read = tokio::select! {
             biased;
             read = self.results.read_line(max) => read,

@@ -6,17 +6,18 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
+use rustix::process::{Pid, PidfdFlags, Signal, WaitIdOptions, WaitOptions};
 use tokio::io::unix::AsyncFd;
 
 /// A running (or exited, not yet dropped) child, in a process group of its own.
 pub struct Child {
-    pid: libc::pid_t,
+    pid: Pid,
     /// Becomes readable when the child exits: how we wait without a signal handler.
     /// Taken only by `drop`, to reap the child once it has died.
     pidfd: Option<AsyncFd<OwnedFd>>,
@@ -53,6 +54,8 @@ pub fn spawn(
     let attributes = Attributes::new()?;
 
     let mut pid: libc::pid_t = 0;
+    // No safe wrapper for posix_spawn exists (rustix has none; std's Command forks when
+    // asked for a descriptor on fd 3, see above).
     // SAFETY: every pointer is valid for the call: NUL-terminated strings, null-terminated
     // arrays, and initialized actions and attributes. posix_spawn does not keep them.
     let code = unsafe {
@@ -68,16 +71,12 @@ pub fn spawn(
     if code != 0 {
         return Err(io::Error::from_raw_os_error(code));
     }
+    let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("posix_spawn gave no pid"))?;
     // The child is ours until we reap it, so its pid cannot be reused under the pidfd.
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        let error = io::Error::last_os_error();
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| {
         kill_and_reap(pid);
-        return Err(error);
-    }
-    // SAFETY: pidfd_open returned a descriptor that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        io::Error::from(e)
+    })?;
     // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
         .map_err(|e| {
@@ -93,7 +92,7 @@ pub fn spawn(
 
 impl Child {
     pub fn pid(&self) -> libc::pid_t {
-        self.pid
+        self.pid.as_raw_pid()
     }
 
     /// The exit status if the child has exited, without waiting. A child found dead has
@@ -101,32 +100,15 @@ impl Child {
     /// reaped leader's group id could be taken by another process later).
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if self.status.is_none() {
-            // SAFETY: an all-zero siginfo_t is a valid value for waitid to fill.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: waitid writes into a local; WNOWAIT leaves the child unreaped.
-            let peeked = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    self.pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-                )
-            };
-            if peeked == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: waitid filled `info` (si_pid stays 0 while the child runs).
-            if unsafe { info.si_pid() } != 0 {
-                let mut raw = 0;
-                // SAFETY: kill(2) and waitpid(2) touch no memory of ours but `raw`; the
-                // child is an unreaped zombie, so its pid still names its group.
-                unsafe {
-                    libc::kill(-self.pid, libc::SIGKILL);
-                    if libc::waitpid(self.pid, &mut raw, 0) == -1 {
-                        return Err(io::Error::last_os_error());
-                    }
+            // NOWAIT: seen, not reaped, so that its pid still names its group.
+            let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+            if rustix::process::waitid(rustix::process::WaitId::Pid(self.pid), options)?.is_some() {
+                let _ = rustix::process::kill_process_group(self.pid, Signal::KILL);
+                if let Some((_, status)) =
+                    rustix::process::waitpid(Some(self.pid), WaitOptions::empty())?
+                {
+                    self.status = Some(ExitStatus::from_raw(status.as_raw()));
                 }
-                self.status = Some(ExitStatus::from_raw(raw));
             }
         }
         Ok(self.status)
@@ -151,13 +133,8 @@ impl Drop for Child {
         if self.status.is_some() {
             return;
         }
-        // SAFETY: kill(2) touches no memory of ours; `pid` is our unreaped child and
-        // leads its own process group.
-        unsafe {
-            libc::kill(-self.pid, libc::SIGKILL);
-            libc::kill(self.pid, libc::SIGKILL);
-        }
         let pid = self.pid;
+        kill(pid);
         match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
             // Dying takes a moment: its pidfd tells when, and reaping it then leaves no
             // zombie behind, without a thread of its own.
@@ -174,19 +151,20 @@ impl Drop for Child {
     }
 }
 
+/// SIGKILL to the child's process group (anything it started) and to the child.
+fn kill(pid: Pid) {
+    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+    let _ = rustix::process::kill_process(pid, Signal::KILL);
+}
+
 /// Waits for child `pid` and reaps it.
-fn reap(pid: libc::pid_t) {
-    // SAFETY: waitpid touches no memory of ours; `pid` is our unreaped child.
-    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+fn reap(pid: Pid) {
+    let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
 }
 
 /// SIGKILL to a child that could not be set up, then reap it.
-fn kill_and_reap(pid: libc::pid_t) {
-    // SAFETY: kill(2) touches no memory of ours; `pid` is our unreaped child.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
-        libc::kill(pid, libc::SIGKILL);
-    }
+fn kill_and_reap(pid: Pid) {
+    kill(pid);
     reap(pid);
 }
 
@@ -202,13 +180,7 @@ fn c_string(text: &OsStr) -> io::Result<CString> {
 /// A copy of `fd` numbered 4 or above (close-on-exec), so that duplicating it onto 0 or 3
 /// cannot overwrite the other source first.
 fn above_stdio(fd: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
-    let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4) };
-    if copy < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+    Ok(rustix::io::fcntl_dupfd_cloexec(fd, 4)?)
 }
 
 struct FileActions(libc::posix_spawn_file_actions_t);

@@ -3,7 +3,7 @@
 //! instead of fd 3.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -64,27 +64,17 @@ impl StdoutTap {
         let mut lines = lock(&self.lines);
         let mut buf = [0u8; 16 * 1024];
         loop {
-            // SAFETY: read(2) writes at most `buf.len()` bytes into a local buffer.
-            let n = unsafe {
-                libc::read(
-                    self.pipe.get_ref().as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            match n {
-                0 => return false,
-                n if n > 0 => {
-                    let read = &buf[..n as usize];
+            match rustix::io::read(self.pipe.get_ref(), &mut buf) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    let read = &buf[..n];
                     // Nothing sensible to do when our own stdout is gone.
                     let _ = std::io::stdout().lock().write_all(read);
                     lines.note(read);
                 }
-                _ => match std::io::Error::last_os_error().kind() {
-                    std::io::ErrorKind::WouldBlock => return true,
-                    std::io::ErrorKind::Interrupted => {}
-                    _ => return false,
-                },
+                Err(rustix::io::Errno::AGAIN) => return true,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return false,
             }
         }
     }
@@ -122,14 +112,7 @@ impl Lines {
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    Ok(rustix::io::ioctl_fionbio(fd, true)?)
 }
 
 #[cfg(test)]

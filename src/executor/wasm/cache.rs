@@ -82,8 +82,7 @@ pub fn usable_cache_dir(dir: &Path) -> bool {
         .recursive(true)
         .mode(0o700)
         .create(dir);
-    // SAFETY: geteuid has no failure mode.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     match std::fs::metadata(dir) {
         Ok(meta)
             if meta.is_dir()
