@@ -95,49 +95,26 @@ pub fn error_body(message: &str) -> Bytes {
 }
 
 /// Marks the end of an activation's logs: stdout first, then stderr, as the reference does.
-pub fn write_sentinels() {
+/// `logs` are the activation's last stderr lines, held back by the executor to go out in
+/// the same system call as the stderr sentinel (each write costs a few µs here).
+pub fn write_sentinels(logs: &[u8]) {
     // Errors are ignored on purpose: with a closed stdout the platform is gone anyway.
     let _ = std::io::stdout().lock().write_all(SENTINEL.as_bytes());
     let _ = std::io::stdout().flush();
-    write_stderr(SENTINEL.as_bytes());
-}
-
-/// Log bytes held back to go out with the next write to stderr (see `defer_stderr`).
-static DEFERRED_STDERR: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
-
-/// Holds an activation's last log lines back, to be written in one system call with the
-/// stderr sentinel that follows them (each write costs a few µs on a virtual machine).
-/// Every write through `write_stderr` sends them first, so they never fall behind later
-/// logs; an activation ends with `write_sentinels` or `flush_stderr`.
-pub fn defer_stderr(bytes: &[u8]) {
-    deferred_stderr().extend_from_slice(bytes);
-}
-
-/// Writes `bytes` to stderr, after whatever `defer_stderr` held back, in one write.
-pub fn write_stderr(bytes: &[u8]) {
-    let mut deferred = deferred_stderr();
-    // Nothing sensible to do when our own stderr is gone.
-    let _ = if deferred.is_empty() {
-        std::io::stderr().lock().write_all(bytes)
+    if logs.is_empty() {
+        write_stderr(SENTINEL.as_bytes());
     } else {
-        deferred.extend_from_slice(bytes);
-        let written = std::io::stderr().lock().write_all(&deferred);
-        deferred.clear();
-        // A burst of logs does not stay allocated.
-        if deferred.capacity() > 256 * 1024 {
-            *deferred = Vec::new();
-        }
-        written
-    };
+        let mut end = Vec::with_capacity(logs.len() + SENTINEL.len());
+        end.extend_from_slice(logs);
+        end.extend_from_slice(SENTINEL.as_bytes());
+        write_stderr(&end);
+    }
 }
 
-/// Writes out what `defer_stderr` held back, when no sentinel follows.
-pub fn flush_stderr() {
-    write_stderr(&[]);
-}
-
-fn deferred_stderr() -> std::sync::MutexGuard<'static, Vec<u8>> {
-    crate::lock(&DEFERRED_STDERR)
+/// Writes `bytes` to stderr, in one write.
+pub fn write_stderr(bytes: &[u8]) {
+    // Nothing sensible to do when our own stderr is gone.
+    let _ = std::io::stderr().lock().write_all(bytes);
 }
 
 /// Writes one line of our own on stderr (the few messages docs/protocol.md allows).

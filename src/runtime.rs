@@ -144,7 +144,7 @@ impl Runtime {
         };
         protocol::log_stderr(&detail);
         if self.config.sentinels {
-            protocol::write_sentinels();
+            protocol::write_sentinels(&[]);
         }
         match error {
             Error::Start(_) => Error::StartLogged,
@@ -179,7 +179,7 @@ impl Action {
             .unwrap_or_else(|| {
                 // It panicked before its sentinels: the platform waits for them.
                 if sentinels {
-                    protocol::write_sentinels();
+                    protocol::write_sentinels(&[]);
                 }
                 Err(Error::Internal("the activation failed".to_owned()))
             })
@@ -196,11 +196,8 @@ impl Action {
                 limit.as_ref().map(|l| l.0),
             )
             .await;
-        if self.sentinels {
-            protocol::write_sentinels();
-        } else {
-            protocol::flush_stderr();
-        }
+        // The executor has marked the activation's end (the sentinels) before letting the
+        // next one start.
         match (result, limit) {
             (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),
             (Err(RunError::NeverStarted(waited)), Some((_, limit))) => Err(Error::NeverStarted {

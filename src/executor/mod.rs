@@ -212,7 +212,8 @@ pub async fn start(
                 start: spec,
                 pipe_size: native::pipe_size(size.workers),
             };
-            let slot: slot::Slot<native::Process> = slot::Slot::start(spec, size).await?;
+            let slot: slot::Slot<native::Process> =
+                slot::Slot::start(spec, size, slot::End::of(config)).await?;
             return Ok(Arc::new(slot));
         }
         Entry::Wasm(path) => wasm::Source::Wasm(path),

@@ -25,6 +25,11 @@ pub trait Worker: Sized + Send + 'static {
     /// cannot pass for the next activation's answer, and returns it (if any) for the logs.
     fn discard_stray_output(&mut self) -> Option<Bytes>;
 
+    /// The activation's last log lines, held back to go out with its end (see `End`).
+    fn take_logs(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
     /// Sends one request line and waits for the result line (at most as long as the
     /// worker's spec allows).
     fn activate(&mut self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
@@ -37,6 +42,41 @@ pub struct PoolSize {
     pub max_waiting: usize,
 }
 
+/// How an activation's logs end, written before the next activation may start on the
+/// same workers, so that no log line of the next can come before this one's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The sentinels on stdout and stderr, as the platform reads the logs.
+    Sentinels,
+    /// Only what the worker held back (`wasmloop run`).
+    Logs,
+}
+
+impl End {
+    pub fn of(config: &crate::config::Config) -> End {
+        if config.sentinels {
+            End::Sentinels
+        } else {
+            End::Logs
+        }
+    }
+
+    fn write(self, logs: &[u8]) {
+        match self {
+            End::Sentinels => crate::protocol::write_sentinels(logs),
+            End::Logs if logs.is_empty() => {}
+            End::Logs => crate::protocol::write_stderr(logs),
+        }
+    }
+}
+
+/// What an activation leaves to its end: the permit it holds until then, and its logs.
+#[derive(Default)]
+struct Ending<'a> {
+    permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    logs: Vec<u8>,
+}
+
 /// Up to `workers` workers of one action, made on demand; activations beyond that wait
 /// in arrival order (tokio's semaphore is fair), up to `max_waiting` of them.
 pub struct Slot<W: Worker> {
@@ -45,6 +85,7 @@ pub struct Slot<W: Worker> {
     /// Bumped with each new spec.
     generation: AtomicU64,
     size: PoolSize,
+    end: End,
     permits: tokio::sync::Semaphore,
     /// Workers not serving anyone right now.
     idle: Mutex<Vec<Idle<W>>>,
@@ -89,12 +130,13 @@ impl Drop for Waiting<'_> {
 
 impl<W: Worker> Slot<W> {
     /// Starts the first worker: failing here fails `/init`.
-    pub async fn start(spec: W::Spec, size: PoolSize) -> Result<Self, StartError> {
+    pub async fn start(spec: W::Spec, size: PoolSize, end: End) -> Result<Self, StartError> {
         let worker = W::start(&spec).await?;
         Ok(Slot {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
             size,
+            end,
             permits: tokio::sync::Semaphore::new(size.workers.max(1)),
             idle: Mutex::new(vec![Idle {
                 worker,
@@ -206,13 +248,18 @@ where
     fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_> {
         let mut stopping = self.stopping.subscribe();
         Box::pin(async move {
-            tokio::select! {
+            let mut ending = Ending::default();
+            let result = tokio::select! {
                 // First, so that an activation that starts after `stop` starts no worker.
                 biased;
                 // Dropping the activation drops its worker: the child or instance ends.
                 _ = stopping.wait_for(|stop| *stop) => Err(RunError::Stopped),
-                result = self.activate(line, deadline) => result,
-            }
+                result = self.activate(line, deadline, &mut ending) => result,
+            };
+            self.end.write(&ending.logs);
+            // Only now may the next activation start on these workers.
+            drop(ending);
+            result
         })
     }
 
@@ -230,7 +277,12 @@ where
 }
 
 impl<W: Worker> Slot<W> {
-    async fn activate(&self, line: Vec<u8>, deadline: Option<Instant>) -> Result<Bytes, RunError> {
+    async fn activate<'a>(
+        &'a self,
+        line: Vec<u8>,
+        deadline: Option<Instant>,
+        ending: &mut Ending<'a>,
+    ) -> Result<Bytes, RunError> {
         // Only activations that find every worker busy count against the queue's bound.
         let permit = match self.permits.try_acquire() {
             Ok(permit) => permit,
@@ -252,6 +304,7 @@ impl<W: Worker> Slot<W> {
                 })?
             }
         };
+        ending.permit = Some(permit);
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
         // A worker that died while idle is replaced before this activation.
         let mut entry = match self.take_idle() {
@@ -274,6 +327,7 @@ impl<W: Worker> Slot<W> {
         if let Err(RunError::NotJson(line)) = &result {
             lines::report_not_json(line);
         }
+        ending.logs = worker.take_logs();
         // A JSON answer that is not an object leaves the worker in step; any other failure
         // may leave it mid-request or out of step: it is dropped (killing the child or the
         // instance), and a later activation starts a fresh one. Whether it is still alive
@@ -283,7 +337,6 @@ impl<W: Worker> Slot<W> {
             entry.served = true;
             lock(&self.idle).push(entry);
         }
-        drop(permit);
         result
     }
 }
@@ -344,7 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_served_outlives_an_upgrade_and_its_successor_is_new() {
-        let slot = Slot::start(spec(1), SIZE).await.unwrap();
+        let slot = Slot::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
         let failing = FakeSpec {
             id: 2,
@@ -370,7 +423,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_not_served_is_swapped_at_an_upgrade() {
-        let slot = Slot::start(spec(1), SIZE).await.unwrap();
+        let slot = Slot::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(slot.upgrade(spec(2)).await.unwrap(), 1);
         assert_eq!(answer(&slot).await, "{\"spec\":2}\n");
         let idle = lock(&slot.idle);

@@ -26,7 +26,7 @@ use host::{Host, MemoryCap};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 
 use super::lines::NoAnswer;
-use super::slot::{PoolSize, Slot, Worker};
+use super::slot::{End, PoolSize, Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Codegen, Config, EngineSettings};
 
@@ -78,7 +78,7 @@ pub async fn start(
     let final_engine = engine(config.engine_settings(config.wasm_compiler.final_tier()))?;
     let serve = |engine, module: Module, start, preopen| async move {
         let spec = link(engine, &module, start, preopen)?;
-        Ok::<_, StartError>(Arc::new(Slot::start(spec, size).await?))
+        Ok::<_, StartError>(Arc::new(Slot::start(spec, size, End::of(config)).await?))
     };
     let wasm = match source {
         Source::Precompiled(path) => {
@@ -270,8 +270,11 @@ impl Worker for Instance {
         {
             super::lines::report_stray(&stray);
         }
-        self.stderr.defer();
         result
+    }
+
+    fn take_logs(&mut self) -> Vec<u8> {
+        self.stderr.take()
     }
 }
 

@@ -243,14 +243,9 @@ impl GuestStderr {
         write_out(&mut lock(&self.0));
     }
 
-    /// Hands everything to the write of the activation's stderr sentinel (see
-    /// `protocol::defer_stderr`), which follows at once: one write for both.
-    pub fn defer(&self) {
-        let mut pending = lock(&self.0);
-        if !pending.is_empty() {
-            protocol::defer_stderr(&pending);
-            pending.clear();
-        }
+    /// Takes what is held back, for the activation to write out with its sentinel.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *lock(&self.0))
     }
 }
 
