@@ -95,20 +95,17 @@ pub fn error_body(message: &str) -> Bytes {
 }
 
 /// Marks the end of an activation's logs: stdout first, then stderr, as the reference does.
-/// `logs` are the activation's last stderr lines, held back by the executor to go out in
-/// the same system call as the stderr sentinel (each write costs a few µs here).
-pub fn write_sentinels(logs: &[u8]) {
+pub fn write_sentinels() {
+    write_stdout_sentinel();
+    write_stderr(SENTINEL.as_bytes());
+}
+
+/// The stdout half of `write_sentinels`, for those who write the stderr half themselves.
+pub fn write_stdout_sentinel() {
     // Errors are ignored on purpose: with a closed stdout the platform is gone anyway.
-    let _ = std::io::stdout().lock().write_all(SENTINEL.as_bytes());
-    let _ = std::io::stdout().flush();
-    if logs.is_empty() {
-        write_stderr(SENTINEL.as_bytes());
-    } else {
-        let mut end = Vec::with_capacity(logs.len() + SENTINEL.len());
-        end.extend_from_slice(logs);
-        end.extend_from_slice(SENTINEL.as_bytes());
-        write_stderr(&end);
-    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(SENTINEL.as_bytes());
+    let _ = stdout.flush();
 }
 
 /// Writes `bytes` to stderr, in one write.

@@ -144,7 +144,7 @@ impl Runtime {
         };
         protocol::log_stderr(&detail);
         if self.config.sentinels {
-            protocol::write_sentinels(&[]);
+            protocol::write_sentinels();
         }
         match error {
             Error::Start(_) => Error::StartLogged,
@@ -179,7 +179,7 @@ impl Action {
             .unwrap_or_else(|| {
                 // It panicked before its sentinels: the platform waits for them.
                 if sentinels {
-                    protocol::write_sentinels(&[]);
+                    protocol::write_sentinels();
                 }
                 Err(Error::Internal("the activation failed".to_owned()))
             })

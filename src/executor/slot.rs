@@ -25,9 +25,10 @@ pub trait Worker: Sized + Send + 'static {
     /// cannot pass for the next activation's answer, and returns it (if any) for the logs.
     fn discard_stray_output(&mut self) -> Option<Bytes>;
 
-    /// The activation's last log lines, held back to go out with its end (see `End`).
-    fn take_logs(&mut self) -> Vec<u8> {
-        Vec::new()
+    /// Marks the end of an activation (see `End`), with whatever log lines the worker
+    /// held back to go out in the same write.
+    fn end_activation(&mut self, end: End) {
+        end.write();
     }
 
     /// Sends one request line and waits for the result line (at most as long as the
@@ -61,20 +62,37 @@ impl End {
         }
     }
 
-    fn write(self, logs: &[u8]) {
+    /// Writes the end, where no log lines were held back.
+    pub fn write(self) {
+        self.write_stdout();
+        let tail = self.stderr_tail();
+        if !tail.is_empty() {
+            crate::protocol::write_stderr(tail);
+        }
+    }
+
+    /// The stdout half, which comes first.
+    pub fn write_stdout(self) {
+        if self == End::Sentinels {
+            crate::protocol::write_stdout_sentinel();
+        }
+    }
+
+    /// What follows the held-back logs on stderr.
+    pub fn stderr_tail(self) -> &'static [u8] {
         match self {
-            End::Sentinels => crate::protocol::write_sentinels(logs),
-            End::Logs if logs.is_empty() => {}
-            End::Logs => crate::protocol::write_stderr(logs),
+            End::Sentinels => crate::protocol::SENTINEL.as_bytes(),
+            End::Logs => b"",
         }
     }
 }
 
-/// What an activation leaves to its end: the permit it holds until then, and its logs.
+/// What an activation leaves to its end: the permit it holds until then, and whether its
+/// worker has written the end already.
 #[derive(Default)]
 struct Ending<'a> {
     permit: Option<tokio::sync::SemaphorePermit<'a>>,
-    logs: Vec<u8>,
+    written: bool,
 }
 
 /// Up to `workers` workers of one action, made on demand; activations beyond that wait
@@ -256,7 +274,9 @@ where
                 _ = stopping.wait_for(|stop| *stop) => Err(RunError::Stopped),
                 result = self.activate(line, deadline, &mut ending) => result,
             };
-            self.end.write(&ending.logs);
+            if !ending.written {
+                self.end.write();
+            }
             // Only now may the next activation start on these workers.
             drop(ending);
             result
@@ -327,7 +347,8 @@ impl<W: Worker> Slot<W> {
         if let Err(RunError::NotJson(line)) = &result {
             lines::report_not_json(line);
         }
-        ending.logs = worker.take_logs();
+        worker.end_activation(self.end);
+        ending.written = true;
         // A JSON answer that is not an object leaves the worker in step; any other failure
         // may leave it mid-request or out of step: it is dropped (killing the child or the
         // instance), and a later activation starts a fresh one. Whether it is still alive

@@ -273,8 +273,9 @@ impl Worker for Instance {
         result
     }
 
-    fn take_logs(&mut self) -> Vec<u8> {
-        self.stderr.take()
+    fn end_activation(&mut self, end: End) {
+        end.write_stdout();
+        self.stderr.flush_with(end.stderr_tail());
     }
 }
 
