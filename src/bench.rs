@@ -142,7 +142,7 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // SAFETY: the closure only makes async-signal-safe calls.
-    unsafe { command.pre_exec(move || crate::executor::native::install_as_fd3(fd)) };
+    unsafe { command.pre_exec(move || crate::executor::native::install_as(fd, 3)) };
     let served = Served {
         child: command.spawn().context("cannot start wasmloop serve")?,
         addr,

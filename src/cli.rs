@@ -43,6 +43,7 @@ pub enum Command {
     /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled).
     Compile(CompileArgs),
     /// Compare the backends: the same hello through each, over real HTTP, in one table.
+    #[cfg(feature = "bench")]
     Bench(BenchArgs),
     /// The reference proxy's `-compile MAIN`: read an upload on stdin, unpack and compile it
     /// as /init would (with OW_COMPILER), write a zip of the result on stdout.
@@ -61,6 +62,7 @@ pub struct OwCompileArgs {
     pub runtime: RuntimeArgs,
 }
 
+#[cfg(feature = "bench")]
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Measured activations per row (after the warm-up).

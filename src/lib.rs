@@ -10,9 +10,10 @@
 //!   `executor::wasm` a wasmtime instance over its WASI stdio, `executor::lines` frames
 //!   requests and results as JSON lines.
 //! - `local`: `wasmloop run`, the same path without HTTP.
-//! - `bench`: `wasmloop bench`, the backends compared over real HTTP.
+//! - `bench`: `wasmloop bench`, the backends compared over real HTTP (cargo feature `bench`).
 
 pub mod action;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use wasmloop::cli::{BenchArgs, Cli, Command, CompileArgs, OwCompileArgs, RunArgs, ServeArgs};
+#[cfg(feature = "bench")]
+use wasmloop::cli::BenchArgs;
+use wasmloop::cli::{Cli, Command, CompileArgs, OwCompileArgs, RunArgs, ServeArgs};
 use wasmloop::config::ChildRole;
 
 fn main() -> ExitCode {
@@ -59,6 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::Run(args)) => run_locally(args),
         Some(Command::Compile(args)) => compile(args),
+        #[cfg(feature = "bench")]
         Some(Command::Bench(args)) => bench(args),
         None => serve(cli.serve, debug),
     }
@@ -180,6 +183,7 @@ fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
         .with_context(|| format!("--listen-fd {fd} is not a listening TCP socket"))
 }
 
+#[cfg(feature = "bench")]
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let mut bodies: Vec<bytes::Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
     if let Some(file) = &args.body_file {

@@ -97,14 +97,9 @@ fn cloexec_pipe(size: usize) -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok((read, write))
 }
 
-/// For a `pre_exec` hook: make `fd` the child's fd 3, open across exec. How `wasmloop
-/// bench` and the tests hand a listening socket to `serve --listen-fd 3` (actions are
-/// started by `spawn`, which needs no fork).
-pub fn install_as_fd3(fd: RawFd) -> std::io::Result<()> {
-    install_as(fd, 3)
-}
-
 /// For a `pre_exec` hook: make `fd` the child's descriptor `target`, open across exec.
+/// How `wasmloop bench` and the tests hand a listening socket to `serve --listen-fd`
+/// (actions are started by `spawn`, which needs no fork).
 pub fn install_as(fd: RawFd, target: RawFd) -> std::io::Result<()> {
     // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
     unsafe {
