@@ -2,13 +2,15 @@
 //!
 //! - `cli`, `config`: settings from flags and environment, and their defaults.
 //! - `server`: the HTTP server and its routes; `handlers`: `/init`, `/run`, other paths.
-//! - `runtime`: the action slot that `/init` fills and `/run` uses; sentinels.
+//! - `runtime`: the action slot that `/init` fills and `/run` uses.
 //! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel.
 //! - `error`: the one error type and its status codes.
 //! - `action`: an upload turned into a startable folder (decode, detect, unpack, compile).
-//! - `executor`: the `Executor` trait; `executor::native` drives a child process over pipes,
-//!   `executor::wasm` a wasmtime instance over its WASI stdio, `executor::lines` frames
-//!   requests and results as JSON lines.
+//! - `executor`: the `Executor` trait, which `executor::slot::Slot` implements for both
+//!   backends (a pool of workers: queue, deadlines, restarts, each activation's end and
+//!   sentinels); `executor::native` drives a child process over pipes, `executor::wasm` a
+//!   wasmtime instance over its WASI stdio, `executor::lines` frames requests and results as
+//!   JSON lines, `executor::diagnose` tells why a child does not answer or start.
 //! - `local`: `wasmloop run`, the same path without HTTP.
 //! - `bench`: `wasmloop bench`, the backends compared over real HTTP (cargo feature `bench`).
 

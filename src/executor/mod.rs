@@ -1,4 +1,4 @@
-//! The `Executor` seam between HTTP and the backends, and the enum that dispatches to them.
+//! The `Executor` seam between HTTP and the backends, and starting the backend an upload needs.
 
 mod diagnose;
 pub mod lines;
