@@ -1,5 +1,4 @@
-//! One worker (a child process or a wasm instance) per action: activations queue for it in
-//! arrival order, each within its deadline, and a worker that failed is replaced.
+//! Each backend's `Executor`: a pool of workers (children or wasm instances) activations queue for.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
