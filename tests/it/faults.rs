@@ -32,6 +32,23 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// Initializes `server` with the script `fixture`, which writes a pid into `marker`.
+fn init_marked_script(server: &Server, fixture: &str, marker: &std::path::Path) {
+    let script = std::fs::read_to_string(crate::support::fixture(fixture)).unwrap();
+    let mut body = init_text(&script);
+    body["value"]["env"] = json!({ "MARKER": marker });
+    server.init(&body).assert(200, "{\"ok\":true}\n");
+}
+
+/// The pid a test action or compiler wrote into `marker`.
+pub(crate) fn marked_pid(marker: &std::path::Path) -> i32 {
+    String::from_utf8(read(marker))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 pub(crate) fn wait_until_gone(pid: i32) {
     let deadline = Instant::now() + PROMPTLY;
     while alive(pid) {
@@ -142,14 +159,11 @@ both_backends! {
 fn sigterm_gives_up_on_an_activation_that_outlives_the_grace_period() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("grandchild.pid");
-    let script = std::fs::read_to_string(crate::support::fixture("spawns_and_hangs.sh")).unwrap();
     let server = Server::builder()
         .arg("--shutdown-timeout")
         .arg("300ms")
         .start();
-    let mut body = init_text(&script);
-    body["value"]["env"] = json!({"MARKER": marker});
-    server.init(&body).assert(200, "{\"ok\":true}\n");
+    init_marked_script(&server, "spawns_and_hangs.sh", &marker);
     std::thread::scope(|scope| {
         let stopped = scope.spawn(|| server.run(json!({})));
         while !marker.exists() {
@@ -167,32 +181,19 @@ fn sigterm_gives_up_on_an_activation_that_outlives_the_grace_period() {
         assert!(started.elapsed() < PROMPTLY);
     });
     // Nothing the action started is left.
-    let pid: i32 = String::from_utf8(read(&marker))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    wait_until_gone(pid);
+    wait_until_gone(marked_pid(&marker));
 }
 
 #[test]
 fn a_deadline_takes_down_what_a_native_action_spawned() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("grandchild.pid");
-    let script = std::fs::read_to_string(crate::support::fixture("spawns_and_hangs.sh")).unwrap();
     let server = Server::start();
-    let mut body = init_text(&script);
-    body["value"]["env"] = json!({"MARKER": marker});
-    server.init(&body).assert(200, "{\"ok\":true}\n");
+    init_marked_script(&server, "spawns_and_hangs.sh", &marker);
     let (reply, _) =
         run_with_deadline(&server, json!({}), &epoch_ms_in(Duration::from_millis(500)));
     assert_eq!(reply.status, 504, "{}", reply.text());
-    let pid: i32 = String::from_utf8(read(&marker))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    wait_until_gone(pid);
+    wait_until_gone(marked_pid(&marker));
 }
 
 #[test]
@@ -243,20 +244,12 @@ fn a_declared_length_over_the_cap_is_refused_before_the_body_is_sent() {
 fn what_a_crashed_native_action_started_dies_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("helper.pid");
-    let script = std::fs::read_to_string(crate::support::fixture("leaves_a_helper.sh")).unwrap();
     let server = Server::start();
-    let mut body = init_text(&script);
-    body["value"]["env"] = json!({"MARKER": marker});
-    server.init(&body).assert(200, "{\"ok\":true}\n");
+    init_marked_script(&server, "leaves_a_helper.sh", &marker);
     server
         .run(json!({}))
         .assert(400, "{\"error\":\"command exited: exit status: 3\"}\n");
-    let pid: i32 = String::from_utf8(read(&marker))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    wait_until_gone(pid);
+    wait_until_gone(marked_pid(&marker));
 }
 
 #[test]

@@ -238,10 +238,5 @@ fn a_daemon_the_compiler_leaves_behind_neither_holds_up_init_nor_survives() {
         "/init waited {:?} for the daemon's pipes",
         started.elapsed()
     );
-    let pid: i32 = String::from_utf8(read(&marker))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    crate::faults::wait_until_gone(pid);
+    crate::faults::wait_until_gone(crate::faults::marked_pid(&marker));
 }
