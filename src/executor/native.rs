@@ -54,7 +54,7 @@ impl Worker for Process {
     }
 
     fn is_alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.child.seems_alive()
     }
 
     fn discard_stray_output(&mut self) -> Option<Bytes> {
