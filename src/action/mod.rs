@@ -37,6 +37,9 @@ pub enum Entry {
     Native(PathBuf),
     /// A WebAssembly module.
     Wasm(PathBuf),
+    /// A WebAssembly module precompiled by `wasmloop compile` (an ELF file, but not one to
+    /// execute).
+    Precompiled(PathBuf),
 }
 
 /// An unpacked action: its folder lives (and is removed) with this value.
@@ -120,10 +123,17 @@ pub async fn prepare(
             let rebase = |p: PathBuf| bin.join(p.strip_prefix(&src).unwrap_or(&p));
             match entry.or_else(|| find_entry(&bin, main)) {
                 Some(Entry::Wasm(p)) => Entry::Wasm(rebase(p)),
-                Some(Entry::Native(p)) => Entry::Native(rebase(p)),
+                Some(Entry::Native(p) | Entry::Precompiled(p)) => Entry::Native(rebase(p)),
                 None => Entry::Native(bin.join("exec")),
             }
         }
+    };
+    // Told apart once, here: a precompiled module is an ELF file too.
+    let entry = match entry {
+        Entry::Native(exec) if crate::executor::wasm::is_precompiled(&exec) => {
+            Entry::Precompiled(exec)
+        }
+        other => other,
     };
     if let Entry::Native(exec) = &entry {
         // Zip entries often lack the execute bit (archives made by Java tooling).

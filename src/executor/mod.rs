@@ -195,8 +195,7 @@ pub async fn start(
         max_waiting: config.max_queue,
     };
     let source = match &prepared.entry {
-        // Precompiled modules are ELF files: tell them apart from executables.
-        Entry::Native(exec) if wasm::is_precompiled(exec) => {
+        Entry::Precompiled(exec) => {
             if !config.allow_precompiled {
                 return Err(StartError::Unsupported(
                     "this is a precompiled WebAssembly module; loading one runs its machine \
