@@ -35,18 +35,25 @@ use crate::config::{ChildRole, Codegen, Config, EngineSettings};
 /// next `/init` tries again.
 pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
     static ENGINES: [Mutex<Option<Arc<WasmEngine>>>; 2] = [Mutex::new(None), Mutex::new(None)];
-    let mut made = crate::lock(
-        &ENGINES[match settings.codegen {
-            Codegen::Cranelift => 0,
-            Codegen::Winch => 1,
-        }],
-    );
-    if let Some(engine) = made.as_ref() {
-        return Ok(engine.clone());
+    let cell = &ENGINES[match settings.codegen {
+        Codegen::Cranelift => 0,
+        Codegen::Winch => 1,
+    }];
+    made_once(cell, || WasmEngine::new(settings))
+}
+
+/// What `cell` holds, or what `make` makes, kept only if it worked.
+fn made_once<T>(
+    cell: &Mutex<Option<Arc<T>>>,
+    make: impl FnOnce() -> wasmtime::Result<Arc<T>>,
+) -> Result<Arc<T>, StartError> {
+    let mut made = crate::lock(cell);
+    if let Some(made) = made.as_ref() {
+        return Ok(made.clone());
     }
-    let engine = WasmEngine::new(settings).map_err(|e| StartError::Wasm(format!("{e:#}")))?;
-    *made = Some(engine.clone());
-    Ok(engine)
+    let fresh = make().map_err(|e| StartError::Wasm(format!("{e:#}")))?;
+    *made = Some(fresh.clone());
+    Ok(fresh)
 }
 
 /// Where the module comes from.
@@ -469,5 +476,21 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
                 e.root_cause().to_string()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {
+        let cell = Mutex::new(None);
+        let failed = made_once(&cell, || Err(wasmtime::format_err!("no address space")));
+        assert!(matches!(failed, Err(StartError::Wasm(e)) if e == "no address space"));
+        let made = made_once(&cell, || Ok(Arc::new(7))).unwrap();
+        assert_eq!(*made, 7);
+        let kept = made_once(&cell, || Ok(Arc::new(8))).unwrap();
+        assert_eq!(*kept, 7, "made once");
     }
 }
