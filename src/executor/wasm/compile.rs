@@ -132,6 +132,14 @@ pub fn compile_here(
     let mut config = config(settings, false);
     config.parallel_compilation(parallel);
     let engine = Engine::new(&config).map_err(|e| CompileError::fatal(format!("{e:#}")))?;
+    // A component's preamble: `\0asm`, then version 0x0d and layer 1.
+    if bytes.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00]) {
+        return Err(CompileError::fatal(
+            "this is a WebAssembly component (WASI 0.2, e.g. built for wasm32-wasip2); \
+             wasmloop runs WASI preview 1 modules: build it for wasm32-wasip1"
+                .to_owned(),
+        ));
+    }
     let module = Module::new(&engine, bytes).map_err(|e| {
         let message = format!("invalid WebAssembly module: {e:#}");
         // Winch lacks some proposals Cranelift has: say so when that is the only problem.
