@@ -174,7 +174,15 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// (at most 64 KiB), if there was any.
     pub fn discard_pending(&mut self) -> Option<Bytes> {
         const KEEP: usize = 64 * 1024;
-        let mut dropped = std::mem::take(&mut self.buf);
+        // Nothing is allocated unless there is something to drop: this runs before every
+        // activation, and the buffer keeps its capacity for the next lines.
+        let mut dropped = Vec::new();
+        let keep = |dropped: &mut Vec<u8>, bytes: &[u8]| {
+            let room = KEEP.saturating_sub(dropped.len());
+            dropped.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        };
+        keep(&mut dropped, &self.buf);
+        self.buf.clear();
         self.scanned = 0;
         let mut scratch = [0u8; 8192];
         let mut cx = Context::from_waker(Waker::noop());
@@ -182,16 +190,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             let mut read = ReadBuf::new(&mut scratch);
             match Pin::new(&mut self.inner).poll_read(&mut cx, &mut read) {
                 Poll::Ready(Ok(())) if !read.filled().is_empty() => {
-                    let room = KEEP.saturating_sub(dropped.len());
-                    let filled = read.filled();
-                    dropped.extend_from_slice(&filled[..filled.len().min(room)]);
+                    keep(&mut dropped, read.filled())
                 }
                 _ => break,
             }
         }
-        // The buffer keeps its capacity for the next lines.
-        self.buf = BytesMut::with_capacity(dropped.capacity().clamp(8 * 1024, KEEP));
-        (!dropped.is_empty()).then(|| dropped.freeze())
+        (!dropped.is_empty()).then(|| Bytes::from(dropped))
     }
 
     /// What has arrived since the last line: the start of a line without its newline.
