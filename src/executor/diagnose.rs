@@ -157,9 +157,10 @@ fn interpreter(exec: &Path) -> Option<(Kind, String)> {
 /// The PT_INTERP path of a 64- or 32-bit little-endian ELF file.
 fn elf_interpreter(elf: &[u8]) -> Option<String> {
     const PT_INTERP: u32 = 3;
-    let u16_at = |at: usize| Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?));
-    let u32_at = |at: usize| Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?));
-    let u64_at = |at: usize| Some(u64::from_le_bytes(elf.get(at..at + 8)?.try_into().ok()?));
+    let bytes_at = |at: usize, n: usize| elf.get(at..at.checked_add(n)?);
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes_at(at, 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes_at(at, 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(bytes_at(at, 8)?.try_into().ok()?));
     let wide = *elf.get(4)? == 2;
     if *elf.get(5)? != 1 {
         return None;
@@ -169,17 +170,24 @@ fn elf_interpreter(elf: &[u8]) -> Option<String> {
     } else {
         (u32_at(0x1c)? as usize, u16_at(0x2a)?, u16_at(0x2c)?)
     };
+    // The file is the upload: every offset in it is checked, never trusted to add up.
     (0..usize::from(count)).find_map(|i| {
-        let header = table + i * usize::from(size);
+        let header = table.checked_add(i.checked_mul(usize::from(size))?)?;
         if u32_at(header)? != PT_INTERP {
             return None;
         }
         let (offset, length) = if wide {
-            (u64_at(header + 8)? as usize, u64_at(header + 32)? as usize)
+            (
+                u64_at(header.checked_add(8)?)? as usize,
+                u64_at(header.checked_add(32)?)? as usize,
+            )
         } else {
-            (u32_at(header + 4)? as usize, u32_at(header + 16)? as usize)
+            (
+                u32_at(header.checked_add(4)?)? as usize,
+                u32_at(header.checked_add(16)?)? as usize,
+            )
         };
-        let path = elf.get(offset..offset + length)?;
+        let path = elf.get(offset..offset.checked_add(length)?)?;
         Some(String::from_utf8_lossy(path.strip_suffix(b"\0").unwrap_or(path)).into_owned())
     })
 }
@@ -261,6 +269,16 @@ mod tests {
         let me = std::fs::read("/proc/self/exe").unwrap();
         let loader = elf_interpreter(&me).expect("a dynamically linked test binary");
         assert!(loader.starts_with('/') && loader.contains("ld"), "{loader}");
+    }
+
+    #[test]
+    fn an_elf_header_whose_offsets_overflow_gives_no_loader() {
+        let mut elf = vec![0u8; 64];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        elf[0x38..0x3a].copy_from_slice(&3u16.to_le_bytes());
+        assert_eq!(elf_interpreter(&elf), None);
     }
 
     #[test]
