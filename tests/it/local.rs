@@ -5,15 +5,22 @@ use std::process::{Command, Output, Stdio};
 
 use crate::support::Backend;
 
-fn wasmloop_run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+/// `wasmloop run ARGS`, its three standard streams piped.
+fn run_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
+    command
         .arg("run")
         .args(args)
-        .env_clear()
-        .env("WASMLOOP_NO_CACHE", "true")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn wasmloop_run(args: &[&str], stdin: &str) -> Output {
+    let mut child = run_command(args)
+        .env_clear()
+        .env("WASMLOOP_NO_CACHE", "true")
         .spawn()
         .unwrap();
     child
@@ -153,13 +160,7 @@ fn run_help_lists_what_applies_to_run() {
 fn run_ends_quietly_when_its_reader_goes_away() {
     use std::io::BufRead;
     let guest = Backend::Native.guest("counter");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
-        .args(["run", guest.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = run_command(&[guest.to_str().unwrap()]).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
         for _ in 0..2000 {
@@ -186,12 +187,9 @@ fn run_removes_its_action_folder_when_stopped() {
     use std::io::BufRead;
     let temp = tempfile::tempdir().unwrap();
     let guest = Backend::Native.guest("slow");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
-        .args(["run", guest.to_str().unwrap()])
+    let mut child = run_command(&[guest.to_str().unwrap()])
         .env("TMPDIR", temp.path())
-        .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();

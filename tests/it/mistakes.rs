@@ -46,7 +46,7 @@ fn a_native_result_printed_on_stdout_is_pointed_out() {
 both_backends! {
     fn a_result_without_its_newline_is_pointed_out(backend: Backend) {
         let server = Server::with_guest(backend, "no_newline");
-        let channel = if backend == Backend::Native { "fd 3" } else { "stdout" };
+        let channel = backend.result_channel();
         promptly(|| server.run(json!({}))).assert_error(
             502,
             &format!(
@@ -59,7 +59,7 @@ both_backends! {
 
     fn a_result_never_flushed_is_pointed_out(backend: Backend) {
         let server = Server::with_guest(backend, "never_flushes");
-        let channel = if backend == Backend::Native { "fd 3" } else { "stdout" };
+        let channel = backend.result_channel();
         promptly(|| server.run(json!({}))).assert_error(
             502,
             &format!(

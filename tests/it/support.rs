@@ -55,6 +55,14 @@ impl Backend {
         init_binary(&read(&self.guest(name)))
     }
 
+    /// Where this backend's actions write their results, as wasmloop's messages name it.
+    pub fn result_channel(self) -> &'static str {
+        match self {
+            Backend::Native => "fd 3",
+            Backend::Wasm => "stdout",
+        }
+    }
+
     /// What the guest's "stdout" log lines look like on the runtime's stdout and stderr:
     /// a WebAssembly guest's stdout carries results, so it logs everything on stderr.
     pub fn split_logs(self, stdout_line: &str, stderr_line: &str) -> (String, String) {
