@@ -116,6 +116,37 @@ impl Measured {
 struct Served {
     child: Child,
     addr: SocketAddr,
+    /// The server's logs, read back only to say why it died.
+    logs: std::fs::File,
+}
+
+impl Served {
+    /// Why a set-up request failed: the server's exit and its last log lines if it died.
+    fn explain(&mut self, error: anyhow::Error) -> anyhow::Error {
+        use std::io::{Read, Seek};
+        // A refused connection can arrive a moment before the dying server is reapable.
+        let mut status = None;
+        for _ in 0..20 {
+            status = self.child.try_wait().ok().flatten();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let Some(status) = status else {
+            return error;
+        };
+        let mut logs = String::new();
+        let _ = self.logs.rewind();
+        let _ = self.logs.read_to_string(&mut logs);
+        let tail: Vec<&str> = logs.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        anyhow::anyhow!(
+            "the wasmloop serve that bench started exited ({status}) before answering /init; \
+             its last log lines:\n{}",
+            tail.join("\n")
+        )
+    }
 }
 
 impl Drop for Served {
@@ -135,26 +166,29 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let fd = listener.as_raw_fd();
+    let logs = tempfile::tempfile()?;
     let mut command = Command::new(std::env::current_exe()?);
     command
         .args(["serve", "--listen-fd", "3"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(logs.try_clone()?);
     // SAFETY: the closure only makes async-signal-safe calls.
     unsafe { command.pre_exec(move || crate::executor::native::install_as(fd, 3)) };
-    let served = Served {
+    let mut served = Served {
         child: command.spawn().context("cannot start wasmloop serve")?,
         addr,
+        logs,
     };
     // Ours no more: were the server to die, connecting would fail instead of waiting in
     // a backlog nobody accepts from.
     drop(listener);
     let code = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
     let init = serde_json::json!({ "value": { "code": code, "binary": true } }).to_string();
-    let answer = std::thread::spawn(move || blocking_post(addr, "/init", init.as_bytes()))
-        .join()
-        .map_err(|_| anyhow::anyhow!("the /init request failed"))??;
+    let answer = match blocking_post(addr, "/init", init.as_bytes()) {
+        Ok(answer) => answer,
+        Err(error) => return Err(served.explain(error)),
+    };
     if answer != "{\"ok\":true}\n" {
         bail!("cannot initialize {}: {answer}", file.display());
     }
@@ -176,6 +210,9 @@ fn blocking_post(addr: SocketAddr, path: &str, body: &[u8]) -> anyhow::Result<St
     stream.write_all(body)?;
     let mut raw = String::new();
     stream.read_to_string(&mut raw)?;
+    if raw.is_empty() {
+        bail!("the connection closed without an answer to {path}");
+    }
     Ok(raw
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())

@@ -20,7 +20,6 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
         .with_state(runtime)
 }
 
-/// Serves until `shutdown` completes, then stops the action's children.
 /// Serves until `shutdown` completes; then stops accepting, lets in-flight activations
 /// finish for up to `--shutdown-timeout`, and stops the action (killing its children).
 pub async fn run(

@@ -219,3 +219,59 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
         "{stdout}"
     );
 }
+
+/// A server that dies before answering bench's set-up gets named, with its exit, instead of
+/// bench failing on a bare connection error (or, when it died before accepting, waiting).
+#[test]
+fn bench_says_why_when_its_server_dies_before_answering() {
+    let guest = crate::support::Backend::Wasm.guest("loops_at_start");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args([
+            "bench", "--hits", "1", "--warmup", "0", "--rows", "wasm", "--wasm",
+        ])
+        .arg(&guest)
+        // The guest never reads its input, so /init waits this long for it.
+        .env("WASMLOOP_ACK_TIMEOUT", "60s")
+        .env("WASMLOOP_NO_CACHE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let server = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            break pid.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bench started no server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Let the /init arrive, then take the server away in the middle of it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", &server])
+            .status()
+            .unwrap()
+            .success()
+    );
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("bench still waits on a server that is gone");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("exited (signal: 9") && stderr.contains("before answering /init"),
+        "{stderr}"
+    );
+}
