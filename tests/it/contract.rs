@@ -7,7 +7,7 @@ use crate::support::{Backend, SENTINEL, Server, http, init_text, split_sentinels
 const OK: &str = "{\"ok\":true}\n";
 const MISSING_CODE: &str = "{\"error\":\"Missing main/no code to execute.\"}\n";
 
-both_backends! {
+each_backend! {
     fn init_without_code_is_refused_and_leaves_the_runtime_uninitialized(backend: Backend) {
         let server = Server::start();
         for body in [

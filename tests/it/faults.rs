@@ -60,7 +60,7 @@ pub(crate) fn wait_until_gone(pid: i32) {
     }
 }
 
-both_backends! {
+each_backend! {
     fn a_deadline_stops_an_action_blocked_in_a_host_call(backend: Backend) {
         let server = Server::with_guest(backend, "slow");
         let deadline = epoch_ms_in(Duration::from_millis(400));

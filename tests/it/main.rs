@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod component;
 mod contract;
 mod dropin;
 mod examples;

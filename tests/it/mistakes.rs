@@ -43,7 +43,7 @@ fn a_native_result_printed_on_stdout_is_pointed_out() {
     promptly(|| server.run(json!({}))).assert_error(502, "no result arrived on fd 3");
 }
 
-both_backends! {
+each_backend! {
     fn a_result_without_its_newline_is_pointed_out(backend: Backend) {
         let server = Server::with_guest(backend, "no_newline");
         let channel = backend.result_channel();

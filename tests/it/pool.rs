@@ -13,7 +13,7 @@ fn deadline_in(delay: Duration) -> String {
         .to_string()
 }
 
-both_backends! {
+each_backend! {
     fn two_workers_serve_two_activations_at_once(backend: Backend) {
         let server = Server::builder().arg("--concurrency").arg("2").start();
         server.init(&backend.init_guest("slow")).assert(200, "{\"ok\":true}\n");

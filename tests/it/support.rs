@@ -16,15 +16,19 @@ pub const SENTINEL: &str = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX";
 /// Generous: this runs on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// The two ways wasmloop runs an action; most tests run against both.
+/// The three ways wasmloop runs an action; most tests run against each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Native,
+    /// A WASI preview 1 module.
     Wasm,
+    /// A WASI 0.2 component: the same test actions, built for wasm32-wasip2.
+    Component,
 }
 
-/// Defines each test function once and a `#[test]` for it in `native` and in `wasm`.
-macro_rules! both_backends {
+/// Defines each test function once and a `#[test]` for it in `native`, `wasm` and
+/// `component`.
+macro_rules! each_backend {
     ($( $(#[$meta:meta])* fn $name:ident($backend:ident: Backend) $body:block )*) => {
         $( $(#[$meta])* fn $name($backend: crate::support::Backend) $body )*
         mod native {
@@ -32,6 +36,9 @@ macro_rules! both_backends {
         }
         mod wasm {
             $( #[test] fn $name() { super::$name(crate::support::Backend::Wasm) } )*
+        }
+        mod component {
+            $( #[test] fn $name() { super::$name(crate::support::Backend::Component) } )*
         }
     };
 }
@@ -42,6 +49,7 @@ impl Backend {
         let path = match self {
             Backend::Native => built_guests(None).join(name),
             Backend::Wasm => built_guests(Some("wasm32-wasip1")).join(format!("{name}.wasm")),
+            Backend::Component => built_guests(Some("wasm32-wasip2")).join(format!("{name}.wasm")),
         };
         assert!(
             path.is_file(),
@@ -59,7 +67,16 @@ impl Backend {
     pub fn result_channel(self) -> &'static str {
         match self {
             Backend::Native => "fd 3",
-            Backend::Wasm => "stdout",
+            Backend::Wasm | Backend::Component => "stdout",
+        }
+    }
+
+    /// The status a guest's `exit(code)` ends with: Rust's std for wasm32-wasip2 exits
+    /// through WASI 0.2.0's `exit`, which only tells success from failure.
+    pub fn exit_code(self, code: u8) -> u8 {
+        match self {
+            Backend::Component if code != 0 => 1,
+            _ => code,
         }
     }
 
@@ -68,7 +85,9 @@ impl Backend {
     pub fn split_logs(self, stdout_line: &str, stderr_line: &str) -> (String, String) {
         match self {
             Backend::Native => (stdout_line.to_owned(), stderr_line.to_owned()),
-            Backend::Wasm => (String::new(), format!("{stdout_line}{stderr_line}")),
+            Backend::Wasm | Backend::Component => {
+                (String::new(), format!("{stdout_line}{stderr_line}"))
+            }
         }
     }
 }
@@ -76,9 +95,12 @@ impl Backend {
 /// Builds tests/guest once per target (native: debug, quick to build; wasm: release,
 /// small and quick to compile at /init).
 fn built_guests(target: Option<&'static str>) -> PathBuf {
-    static NATIVE: OnceLock<PathBuf> = OnceLock::new();
-    static WASM: OnceLock<PathBuf> = OnceLock::new();
-    let cell = if target.is_some() { &WASM } else { &NATIVE };
+    static BUILT: [OnceLock<PathBuf>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let cell = &BUILT[match target {
+        None => 0,
+        Some("wasm32-wasip1") => 1,
+        Some(_) => 2,
+    }];
     cell.get_or_init(|| {
         let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest");
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/Cargo.toml");
@@ -98,7 +120,7 @@ fn built_guests(target: Option<&'static str>) -> PathBuf {
             status.success(),
             "building tests/guest failed{}",
             if target.is_some() {
-                " (is the target installed? rustup target add wasm32-wasip1)"
+                " (is the target installed? rustup target add wasm32-wasip1 wasm32-wasip2)"
             } else {
                 ""
             }

@@ -692,15 +692,3 @@ fn many_functions(count: u32) -> Vec<u8> {
     section(10, &code, &mut module);
     module
 }
-
-#[test]
-fn a_component_is_told_apart_from_a_module() {
-    let server = Server::start();
-    server
-        .init(&init_binary(b"\0asm\x0d\x00\x01\x00"))
-        .assert_error(
-            502,
-            "cannot start action: this is a WebAssembly component (WASI 0.2, e.g. built for \
-             wasm32-wasip2); wasmloop runs WASI preview 1 modules: build it for wasm32-wasip1",
-        );
-}

@@ -4,20 +4,20 @@ use std::hash::{Hash, Hasher};
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
-use wasmtime::Module;
 
+use super::code::Code;
 use super::engine::WasmEngine;
 
 impl WasmEngine {
     /// The module with `digest` compiled for this engine, if the compile cache holds it.
-    pub fn cached(&self, digest: &WasmDigest, cache_dir: Option<&Path>) -> Option<Module> {
+    pub fn cached(&self, digest: &WasmDigest, cache_dir: Option<&Path>) -> Option<Code> {
         let path = cache_dir?.join(self.cache_name(digest));
         if !path.is_file() {
             return None;
         }
         // SAFETY: the cache folder holds only what compile children of this program wrote;
         // the file name ties it to these bytes and this engine's settings.
-        match unsafe { Module::deserialize_file(&self.engine, &path) } {
+        match unsafe { Code::deserialize_file(&self.engine, &path) } {
             Ok(module) => {
                 tracing::debug!(path = %path.display(), "module loaded from the compile cache");
                 Some(module)

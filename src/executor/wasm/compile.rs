@@ -4,9 +4,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use wasmtime::component::Component;
 use wasmtime::{Engine, ExternType, Module, Precompiled};
 
 use super::cache::{WasmDigest, store_in_cache};
+use super::code::{Code, check_component_command, is_component};
 use super::engine::{WasmEngine, config};
 use crate::config::{ChildRole, Codegen, EngineSettings};
 
@@ -21,7 +23,7 @@ impl WasmEngine {
         digest: &WasmDigest,
         cache_dir: Option<&Path>,
         child: CompileChild,
-    ) -> Result<Module, CompileError> {
+    ) -> Result<Code, CompileError> {
         let compiled = child.run(wasm, self.settings).await?;
         let engine = self.engine.clone();
         let cached = cache_dir.map(|dir| dir.join(self.cache_name(digest)));
@@ -30,12 +32,12 @@ impl WasmEngine {
             // memory, shared with other processes loading the same file.
             if let Some(path) = cached.filter(|path| store_in_cache(&compiled, path)) {
                 // SAFETY: the file holds what our own executable just compiled.
-                if let Ok(module) = unsafe { Module::deserialize_file(&engine, &path) } {
-                    return Ok(module);
+                if let Ok(code) = unsafe { Code::deserialize_file(&engine, &path) } {
+                    return Ok(code);
                 }
             }
             // SAFETY: the bytes are what our own executable just compiled.
-            unsafe { Module::deserialize(&engine, &compiled) }
+            unsafe { Code::deserialize(&engine, &compiled) }
         })
         .await
         .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
@@ -132,40 +134,50 @@ pub fn compile_here(
     let mut config = config(settings, false);
     config.parallel_compilation(parallel);
     let engine = Engine::new(&config).map_err(|e| CompileError::fatal(format!("{e:#}")))?;
-    // A component's preamble: `\0asm`, then version 0x0d and layer 1.
-    if bytes.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00]) {
-        return Err(CompileError::fatal(
-            "this is a WebAssembly component (WASI 0.2, e.g. built for wasm32-wasip2); \
-             wasmloop runs WASI preview 1 modules: build it for wasm32-wasip1"
-                .to_owned(),
-        ));
-    }
-    let module = Module::new(&engine, bytes).map_err(|e| {
-        let message = format!("invalid WebAssembly module: {e:#}");
+    let component = is_component(bytes);
+    let not_valid = |e: wasmtime::Error| {
+        let message = if component {
+            format!("invalid WebAssembly component: {e:#}")
+        } else {
+            format!("invalid WebAssembly module: {e:#}")
+        };
         // Winch lacks some proposals Cranelift has: say so when that is the only problem.
         let cranelift = EngineSettings {
             codegen: Codegen::Cranelift,
             ..settings
         };
         let not_for_winch = settings.codegen == Codegen::Winch
-            && Engine::new(&self::config(cranelift, false))
-                .is_ok_and(|engine| Module::validate(&engine, bytes).is_ok());
+            && Engine::new(&self::config(cranelift, false)).is_ok_and(|engine| {
+                if component {
+                    Component::new(&engine, bytes).is_ok()
+                } else {
+                    Module::validate(&engine, bytes).is_ok()
+                }
+            });
         CompileError {
             message,
             not_for_winch,
         }
-    })?;
-    check_command(&module).map_err(CompileError::fatal)?;
-    module
-        .serialize()
-        .map_err(|e| CompileError::fatal(format!("cannot serialize the module: {e:#}")))
+    };
+    let code = if component {
+        let component = Component::new(&engine, bytes).map_err(not_valid)?;
+        check_component_command(&engine, &component).map_err(CompileError::fatal)?;
+        Code::Component(component)
+    } else {
+        let module = Module::new(&engine, bytes).map_err(not_valid)?;
+        check_command(&module).map_err(CompileError::fatal)?;
+        Code::Module(module)
+    };
+    code.serialize()
+        .map_err(|e| CompileError::fatal(format!("cannot serialize the compiled code: {e:#}")))
 }
 
-/// Whether `path` holds a module precompiled by wasmtime (an ELF file, not an executable).
+/// Whether `path` holds a module or component precompiled by wasmtime (an ELF file, not an
+/// executable).
 pub fn is_precompiled(path: &Path) -> bool {
     matches!(
         Engine::detect_precompiled_file(path),
-        Ok(Some(Precompiled::Module))
+        Ok(Some(Precompiled::Module | Precompiled::Component))
     )
 }
 

@@ -4,19 +4,24 @@ use std::path::Path;
 use std::sync::Arc;
 
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, Linker, Module, PoolingAllocationConfig, Strategy,
+    Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, Strategy,
 };
 
+use super::code::Code;
+use super::component::{self, ComponentHost};
 use super::host::Host;
 use super::ticker;
 use crate::config::{Codegen, EngineSettings};
 
 /// Instance slots the pooling allocator reserves up front (live instances plus restarts).
 const POOL_SLOTS: u32 = 128;
+/// Core instances one component may be made of.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 
 pub struct WasmEngine {
     pub engine: Engine,
     pub linker: Linker<Host>,
+    pub components: wasmtime::component::Linker<ComponentHost>,
     pub settings: EngineSettings,
 }
 
@@ -29,9 +34,13 @@ pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
     });
     if pooling {
         let mut pool = PoolingAllocationConfig::new();
-        pool.total_core_instances(POOL_SLOTS)
+        // A component is several core instances (CPython in componentize-py: a dozen),
+        // most without a memory of their own; slots without memories cost little.
+        pool.total_component_instances(POOL_SLOTS)
+            .total_core_instances(POOL_SLOTS * CORE_INSTANCES_PER_COMPONENT)
+            .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
             .total_memories(POOL_SLOTS)
-            .total_tables(POOL_SLOTS)
+            .total_tables(POOL_SLOTS * CORE_INSTANCES_PER_COMPONENT)
             .total_stacks(POOL_SLOTS)
             .max_memory_size(settings.memory_cap);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -58,19 +67,25 @@ impl WasmEngine {
         // path, 43,600 without; ~4,000 of them in the two fd_writes' blocking_write_and_flush,
         // which boxes a future per readiness check and copies each buffer): where the
         // microseconds get scarcer than the code, fd_write on fds 1 and 2 is the place.
+        let components = component::linker(&engine)?;
         ticker::add(&engine)?;
         Ok(Arc::new(WasmEngine {
             engine,
             linker,
+            components,
             settings,
         }))
     }
 
-    /// A module precompiled by `wasmloop compile` (only with `--allow-precompiled`).
-    pub fn load_precompiled(&self, path: &Path) -> Result<Module, String> {
+    /// Code precompiled by `wasmloop compile` (only with `--allow-precompiled`).
+    pub fn load_precompiled(&self, path: &Path) -> Result<Code, String> {
         // SAFETY: the operator opted in with --allow-precompiled, vouching for the bytes;
         // wasmtime still checks that they were made by a compatible engine.
-        unsafe { Module::deserialize_file(&self.engine, path) }
-            .map_err(|e| format!("cannot load the precompiled module: {e:#}"))
+        let kind = match Engine::detect_precompiled_file(path) {
+            Ok(Some(wasmtime::Precompiled::Component)) => "component",
+            _ => "module",
+        };
+        unsafe { Code::deserialize_file(&self.engine, path) }
+            .map_err(|e| format!("cannot load the precompiled {kind}: {e:#}"))
     }
 }

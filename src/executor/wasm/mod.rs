@@ -2,7 +2,9 @@
 //! on its WASI stdin and answering on its stdout. The only code that touches wasmtime.
 
 mod cache;
+mod code;
 mod compile;
+mod component;
 mod engine;
 mod host;
 mod streams;
@@ -15,12 +17,16 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use wasmtime::{InstancePre, Module, Store, Trap, UpdateDeadline};
+use wasmtime::{InstancePre, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use cache::WasmDigest;
+use code::Code;
+pub use code::is_component;
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here, is_precompiled};
+use component::{ComponentHost, Outbound};
 pub use engine::WasmEngine;
 use host::{Host, MemoryCap};
 use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
@@ -29,6 +35,7 @@ use super::lines::NoAnswer;
 use super::slot::{End, PoolSize, Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Codegen, Config, EngineSettings};
+use crate::outbound::AllowList;
 
 /// The engine for `settings`' compiler, made on first use. One per compiler: a tiered
 /// action uses both. A failure (the pool's address space refused, say) is not kept: the
@@ -67,9 +74,24 @@ pub enum Source<'a> {
 /// Everything an instance is made from; restarts take microseconds from the `InstancePre`.
 pub struct WasmSpec {
     engine: Arc<WasmEngine>,
-    pre: InstancePre<Host>,
+    pre: Pre,
     start: StartSpec,
     preopen: Option<PathBuf>,
+    outbound: Arc<AllowList>,
+}
+
+/// Code linked against WASI, ready to instantiate.
+enum Pre {
+    Module(InstancePre<Host>),
+    Component(CommandPre<ComponentHost>),
+}
+
+/// What linking needs besides the code: shared by the first start and the upgrade.
+#[derive(Clone)]
+struct Link {
+    start: StartSpec,
+    preopen: Option<PathBuf>,
+    outbound: Arc<AllowList>,
 }
 
 /// Compiles (or loads) the module and starts its first instance: what `/init` does. With
@@ -83,8 +105,13 @@ pub async fn start(
     size: PoolSize,
 ) -> Result<Arc<Slot<Instance>>, StartError> {
     let final_engine = engine(config.engine_settings(config.wasm_compiler.final_tier()))?;
-    let serve = |engine, module: Module, start, preopen| async move {
-        let spec = link(engine, &module, start, preopen)?;
+    let linking = Link {
+        start,
+        preopen,
+        outbound: Arc::new(config.allow_outbound.clone()),
+    };
+    let serve = |engine, code: Code, linking: Link| async move {
+        let spec = link(engine, &code, linking)?;
         Ok::<_, StartError>(Arc::new(Slot::start(spec, size, End::of(config)).await?))
     };
     let wasm = match source {
@@ -94,7 +121,7 @@ pub async fn start(
                 move || engine.load_precompiled(&path)
             })
             .await?;
-            return serve(final_engine, module, start, preopen).await;
+            return serve(final_engine, module, linking).await;
         }
         Source::Wasm(path) => path,
     };
@@ -123,31 +150,31 @@ pub async fn start(
     };
     let compile_error = |e: CompileError| StartError::Wasm(e.message);
     // The final code may be in the cache already: then there is nothing to tier.
-    if let Some(module) = lookup(&final_engine).await? {
-        return serve(final_engine, module, start, preopen).await;
+    if let Some(code) = lookup(&final_engine).await? {
+        return serve(final_engine, code, linking).await;
     }
     let (first, then) = config.wasm_compiler.tiers();
     let compile_final = || final_engine.compile(wasm, &digest, cache_dir.as_deref(), child);
     if then.is_none() {
-        let module = compile_final().await.map_err(compile_error)?;
-        return serve(final_engine.clone(), module, start, preopen).await;
+        let code = compile_final().await.map_err(compile_error)?;
+        return serve(final_engine.clone(), code, linking).await;
     }
     // Not cached: it is soon replaced, and a later /init finds the final code instead.
     let quick_engine = engine(config.engine_settings(first))?;
-    let module = match quick_engine.compile(wasm, &digest, None, child).await {
-        Ok(module) => module,
+    let code = match quick_engine.compile(wasm, &digest, None, child).await {
+        Ok(code) => code,
         // Winch lacks some proposals Cranelift has: then Cranelift's code serves at once.
         Err(e) if e.not_for_winch => {
             tracing::debug!(
                 error = e.message,
                 "not for the quick compiler: compiling optimized code"
             );
-            let module = compile_final().await.map_err(compile_error)?;
-            return serve(final_engine.clone(), module, start, preopen).await;
+            let code = compile_final().await.map_err(compile_error)?;
+            return serve(final_engine.clone(), code, linking).await;
         }
         Err(e) => return Err(compile_error(e)),
     };
-    let slot = serve(quick_engine, module, start.clone(), preopen.clone()).await?;
+    let slot = serve(quick_engine, code, linking.clone()).await?;
     let later = Upgrade {
         engine: final_engine,
         wasm: wasm.to_owned(),
@@ -157,8 +184,7 @@ pub async fn start(
             role: ChildRole::Background,
             ..child
         },
-        start,
-        preopen,
+        linking,
     };
     // Stopped (with its compile child) when the action goes.
     let upgrade = tokio::spawn(later.run(Arc::downgrade(&slot)));
@@ -173,8 +199,7 @@ struct Upgrade {
     digest: WasmDigest,
     cache_dir: Option<PathBuf>,
     child: CompileChild,
-    start: StartSpec,
-    preopen: Option<PathBuf>,
+    linking: Link,
 }
 
 impl Upgrade {
@@ -189,8 +214,7 @@ impl Upgrade {
             )
             .await
             .map_err(|e| StartError::Wasm(e.message));
-        let upgraded = match compiled.and_then(|m| link(self.engine, &m, self.start, self.preopen))
-        {
+        let upgraded = match compiled.and_then(|code| link(self.engine, &code, self.linking)) {
             Ok(spec) => match slot.upgrade() {
                 Some(slot) => slot.upgrade(spec).await,
                 None => return,
@@ -208,23 +232,38 @@ impl Upgrade {
     }
 }
 
-/// Checks that the module is a command and links it against WASI.
-fn link(
-    engine: Arc<WasmEngine>,
-    module: &Module,
-    start: StartSpec,
-    preopen: Option<PathBuf>,
-) -> Result<WasmSpec, StartError> {
-    check_command(module).map_err(StartError::Wasm)?;
-    let pre = engine
-        .linker
-        .instantiate_pre(module)
-        .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
+/// Checks that the code is a command and links it against WASI.
+fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec, StartError> {
+    let pre = match code {
+        Code::Module(module) => {
+            check_command(module).map_err(StartError::Wasm)?;
+            let pre = engine
+                .linker
+                .instantiate_pre(module)
+                .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
+            Pre::Module(pre)
+        }
+        Code::Component(component) => {
+            code::check_component_command(&engine.engine, component).map_err(StartError::Wasm)?;
+            let pre = engine
+                .components
+                .instantiate_pre(component)
+                .and_then(CommandPre::new)
+                .map_err(|e| {
+                    StartError::Wasm(format!(
+                        "cannot link the component: {e:#} (wasmloop provides WASI 0.2 and \
+                         wasi:http)"
+                    ))
+                })?;
+            Pre::Component(pre)
+        }
+    };
     Ok(WasmSpec {
         engine,
         pre,
-        start,
-        preopen,
+        start: linking.start,
+        preopen: linking.preopen,
+        outbound: linking.outbound,
     })
 }
 
@@ -247,13 +286,7 @@ impl Worker for Instance {
     type Spec = WasmSpec;
 
     async fn start(spec: &WasmSpec) -> Result<Self, StartError> {
-        Instance::start(
-            &spec.engine,
-            &spec.pre,
-            &spec.start,
-            spec.preopen.as_deref(),
-        )
-        .await
+        Instance::start(spec).await
     }
 
     fn is_alive(&mut self) -> bool {
@@ -304,12 +337,8 @@ pub struct Instance {
 }
 
 impl Instance {
-    async fn start(
-        engine: &WasmEngine,
-        pre: &InstancePre<Host>,
-        spec: &StartSpec,
-        preopen: Option<&Path>,
-    ) -> Result<Instance, StartError> {
+    async fn start(wasm: &WasmSpec) -> Result<Instance, StartError> {
+        let (engine, spec) = (&wasm.engine, &wasm.start);
         let stdin = GuestStdin::default();
         let stdout = GuestStdout::new(spec.max_result_bytes);
         let stderr = GuestStderr::default();
@@ -319,7 +348,7 @@ impl Instance {
             .stderr(Output(stderr.clone()))
             .envs(&spec.env)
             .args(&[&spec.main]);
-        if let Some(dir) = preopen {
+        if let Some(dir) = &wasm.preopen {
             wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
                 .map_err(|e| {
                     StartError::Wasm(format!(
@@ -329,23 +358,53 @@ impl Instance {
                 })?;
         }
         let limits = MemoryCap(engine.settings.memory_cap);
-        let mut store = Store::new(
-            &engine.engine,
-            Host {
-                wasi: wasi.build_p1(),
-                limits,
-            },
-        );
-        store.limiter(|host| &mut host.limits);
-        // Every tick a running guest yields, so one busy guest cannot hold a worker thread.
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
-        let pre = pre.clone();
-        let guest = Box::pin(async move {
-            let instance = pre.instantiate_async(&mut store).await?;
-            let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-            start.call_async(&mut store, ()).await
-        });
+        let guest: Guest = match &wasm.pre {
+            Pre::Module(pre) => {
+                let mut store = Store::new(
+                    &engine.engine,
+                    Host {
+                        wasi: wasi.build_p1(),
+                        limits,
+                    },
+                );
+                store.limiter(|host| &mut host.limits);
+                yield_every_tick(&mut store);
+                let pre = pre.clone();
+                Box::pin(async move {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                    start.call_async(&mut store, ()).await
+                })
+            }
+            Pre::Component(pre) => {
+                let outbound = Outbound {
+                    allowed: wasm.outbound.clone(),
+                    logs: stderr.clone(),
+                };
+                outbound.gate_sockets(&mut wasi);
+                let mut store = Store::new(
+                    &engine.engine,
+                    ComponentHost {
+                        wasi: wasi.build(),
+                        table: wasmtime::component::ResourceTable::new(),
+                        http: wasmtime_wasi_http::WasiHttpCtx::new(),
+                        outbound,
+                        limits,
+                    },
+                );
+                store.limiter(|host| &mut host.limits);
+                yield_every_tick(&mut store);
+                let pre = pre.clone();
+                Box::pin(async move {
+                    let command = pre.instantiate_async(&mut store).await?;
+                    match command.wasi_cli_run().call_run(&mut store).await? {
+                        Ok(()) => Ok(()),
+                        // What `exit(1)` from a guest's main gives, as a p1 exit status would.
+                        Err(()) => Err(I32Exit(1).into()),
+                    }
+                })
+            }
+        };
         let mut instance = Instance {
             stdin,
             stdout,
@@ -461,6 +520,12 @@ impl Drop for Instance {
     }
 }
 
+/// Every tick a running guest yields, so one busy guest cannot hold a worker thread.
+fn yield_every_tick<T>(store: &mut Store<T>) {
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+}
+
 /// How `_start` ended, in words for the `command exited: ...` error.
 fn exit_reason(result: wasmtime::Result<()>) -> String {
     match result {
@@ -473,7 +538,16 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
             } else {
                 // The top level is "error while executing at wasm backtrace: ..." with the
                 // whole backtrace; the cause says what happened.
-                e.root_cause().to_string()
+                let cause = e.root_cause().to_string();
+                if cause.contains("resource has children") {
+                    format!(
+                        "{cause}: the component dropped a WASI resource before those made from \
+                         it (a stream before its pollable, a body before its stream); drop \
+                         children first"
+                    )
+                } else {
+                    cause
+                }
             }
         }
     }

@@ -238,6 +238,13 @@ impl GuestStderr {
         }
     }
 
+    /// A line of the runtime's own about this instance, after the lines the guest finished
+    /// (a partial one stays pending, whole).
+    pub fn note(&self, line: &str) {
+        self.flush_lines();
+        protocol::log_stderr(line);
+    }
+
     /// Writes out everything: the logs must be out before the activation's sentinel.
     pub fn flush(&self) {
         write_out(&mut lock(&self.0));

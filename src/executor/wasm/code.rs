@@ -1,0 +1,87 @@
+//! Compiled code of either kind: a core module (WASI preview 1) or a component (WASI 0.2).
+
+use std::path::Path;
+
+use wasmtime::component::Component;
+use wasmtime::{Engine, Module, Precompiled};
+
+/// What an upload compiles to; everything before instantiation is the same for both.
+#[derive(Clone)]
+pub enum Code {
+    Module(Module),
+    Component(Component),
+}
+
+/// Whether `bytes` are a component: `\0asm`, then version 0x0d and layer 1 (a core module
+/// has version 1, layer 0).
+pub fn is_component(bytes: &[u8]) -> bool {
+    bytes.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00])
+}
+
+/// The interface a component must export to be run like a p1 command's `_start`.
+pub const RUN_EXPORT: &str = "wasi:cli/run@0.2";
+
+impl Code {
+    /// Compiled code written by `serialize`, of whichever kind it is.
+    ///
+    /// # Safety
+    /// As wasmtime's `deserialize`: the bytes must come from a trusted compile.
+    pub unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Code> {
+        // SAFETY: passed on to the caller.
+        unsafe {
+            match Engine::detect_precompiled(bytes) {
+                Some(Precompiled::Component) => {
+                    Component::deserialize(engine, bytes).map(Code::Component)
+                }
+                _ => Module::deserialize(engine, bytes).map(Code::Module),
+            }
+        }
+    }
+
+    /// As `deserialize`, mapping the file (its code is then shared with other processes
+    /// mapping the same file).
+    ///
+    /// # Safety
+    /// As wasmtime's `deserialize_file`: the file must come from a trusted compile.
+    pub unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Code> {
+        // SAFETY: passed on to the caller.
+        unsafe {
+            match Engine::detect_precompiled_file(path)? {
+                Some(Precompiled::Component) => {
+                    Component::deserialize_file(engine, path).map(Code::Component)
+                }
+                _ => Module::deserialize_file(engine, path).map(Code::Module),
+            }
+        }
+    }
+
+    pub fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        match self {
+            Code::Module(module) => module.serialize(),
+            Code::Component(component) => component.serialize(),
+        }
+    }
+}
+
+/// A component that can run as an action: it exports `wasi:cli/run` (what building a
+/// command for wasm32-wasip2, componentize-py or componentize-js gives).
+pub fn check_component_command(engine: &Engine, component: &Component) -> Result<(), String> {
+    let names: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    if names.iter().any(|name| name.starts_with(RUN_EXPORT)) {
+        return Ok(());
+    }
+    Err(format!(
+        "the component exports no `{RUN_EXPORT}.x` interface{}: build it as a WASI command \
+         (a Rust binary for wasm32-wasip2, or a componentize-py / componentize-js component \
+         for a world that includes wasi:cli/command)",
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(" (it exports {})", names.join(", "))
+        }
+    ))
+}

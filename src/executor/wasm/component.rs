@@ -1,0 +1,143 @@
+//! What a component's store holds (WASI 0.2 and wasi:http), and the allow-list gating both.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http;
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView,
+};
+
+use super::host::MemoryCap;
+use super::streams::GuestStderr;
+use crate::outbound::{AllowList, denied_message};
+
+/// What each component's store holds.
+pub struct ComponentHost {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub http: WasiHttpCtx,
+    pub outbound: Outbound,
+    pub limits: MemoryCap,
+}
+
+impl WasiView for ComponentHost {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for ComponentHost {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.outbound,
+            table: &mut self.table,
+            ctx: &mut self.http,
+        }
+    }
+}
+
+/// Every WASI 0.2 interface, wasi:http and wasi:sockets among them, whatever the allow-list
+/// says: a component that imports them starts, and is refused at the request instead.
+pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<ComponentHost>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    Ok(linker)
+}
+
+/// The allow-list as one instance sees it: a refusal is logged among its own logs.
+#[derive(Clone)]
+pub struct Outbound {
+    pub allowed: Arc<AllowList>,
+    pub logs: GuestStderr,
+}
+
+impl Outbound {
+    /// Sockets: connects and datagrams checked by address; binds (a connect makes one)
+    /// allowed; listening refused, since the list is about reaching out.
+    pub fn gate_sockets(&self, wasi: &mut WasiCtxBuilder) {
+        wasi.allow_tcp(true)
+            .allow_udp(true)
+            .allow_ip_name_lookup(self.allowed.allows_name_lookup());
+        let outbound = self.clone();
+        wasi.socket_addr_check(move |addr, usage| {
+            let outbound = outbound.clone();
+            Box::pin(async move { outbound.allows(addr, usage).await })
+        });
+    }
+
+    async fn allows(&self, addr: SocketAddr, usage: SocketAddrUse) -> bool {
+        let what = match usage {
+            SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => return true,
+            // A datagram from a place not listed is dropped without a word: logging each
+            // could flood the logs.
+            SocketAddrUse::UdpReceive => return self.allowed.allows_socket(addr).await,
+            SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
+                self.logs.note(&format!(
+                    "wasmloop: denied listening for connections on {addr}: components may \
+                     only reach out (--allow-outbound), not accept connections"
+                ));
+                return false;
+            }
+            SocketAddrUse::TcpConnect => "a TCP connection",
+            SocketAddrUse::UdpSend => "a UDP datagram",
+        };
+        let allowed = self.allowed.allows_socket(addr).await;
+        if !allowed {
+            self.logs
+                .note(&denied_message(what, &addr.ip().to_string(), addr.port()));
+        }
+        allowed
+    }
+}
+
+type Sent = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for Outbound {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Sent {
+        drop(fut);
+        let uri = request.uri();
+        let host = uri.host().unwrap_or_default().to_owned();
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        if !self.allowed.allows_http(&host, port) {
+            self.logs
+                .note(&denied_message("an HTTP request", &host, port));
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                response.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = _> + Send>,
+            ))
+        })
+    }
+}

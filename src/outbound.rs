@@ -1,0 +1,260 @@
+//! The outbound allow-list (`--allow-outbound`): which hosts and ports a component may reach.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+/// One place a component may connect to, or send HTTP requests to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    host: Host,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Host {
+    Any,
+    Ip(IpAddr),
+    /// Lower case, without a trailing dot.
+    Name(String),
+}
+
+impl FromStr for Entry {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text == "*" {
+            return Ok(Entry {
+                host: Host::Any,
+                port: None,
+            });
+        }
+        let example = "give host:port, host:*, *:port or * (an IPv6 address in brackets: [::1]:80)";
+        let (host, port) = text
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.is_empty())
+            .ok_or_else(|| format!("`{text}` is not an outbound entry: {example}"))?;
+        let port = match port {
+            "*" => None,
+            port => Some(
+                port.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| {
+                        format!("`{text}`: the port `{port}` is not a port number (1-65535) or *")
+                    })?,
+            ),
+        };
+        let host = if host == "*" {
+            Host::Any
+        } else if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Host::Ip(IpAddr::V6(v6.parse().map_err(|_| {
+                format!("`{text}`: `{v6}` is not an IPv6 address")
+            })?))
+        } else if host.contains(':') {
+            return Err(format!(
+                "`{text}`: write an IPv6 address in brackets, e.g. [{host}]:{}",
+                port.map_or("*".to_owned(), |p| p.to_string())
+            ));
+        } else if let Ok(ip) = host.parse::<IpAddr>() {
+            Host::Ip(ip)
+        } else if host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        {
+            Host::Name(host.trim_end_matches('.').to_ascii_lowercase())
+        } else {
+            return Err(format!("`{text}`: `{host}` is not a host name or address"));
+        };
+        Ok(Entry { host, port })
+    }
+}
+
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            Host::Any if self.port.is_none() => return f.write_str("*"),
+            Host::Any => f.write_str("*")?,
+            Host::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
+            Host::Ip(ip) => write!(f, "{ip}")?,
+            Host::Name(name) => f.write_str(name)?,
+        }
+        match self.port {
+            Some(port) => write!(f, ":{port}"),
+            None => f.write_str(":*"),
+        }
+    }
+}
+
+/// Where components may go. Empty (the default) denies every connection and request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowList(Vec<Entry>);
+
+impl AllowList {
+    pub fn new(entries: Vec<Entry>) -> Self {
+        AllowList(entries)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Name lookups are only useful, so only allowed, when an entry names a host.
+    pub fn allows_name_lookup(&self) -> bool {
+        self.0
+            .iter()
+            .any(|e| matches!(e.host, Host::Any | Host::Name(_)))
+    }
+
+    /// An HTTP request to `host:port` (its authority, as the guest wrote it).
+    pub fn allows_http(&self, host: &str, port: u16) -> bool {
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let ip = host.parse::<IpAddr>().ok();
+        let name = host.trim_end_matches('.');
+        self.0.iter().any(|e| {
+            e.port.is_none_or(|p| p == port)
+                && match &e.host {
+                    Host::Any => true,
+                    Host::Ip(allowed) => ip == Some(*allowed),
+                    Host::Name(allowed) => allowed.eq_ignore_ascii_case(name),
+                }
+        })
+    }
+
+    /// A socket to `addr`: an address entry matches it as written; a named one, by the
+    /// addresses its name has now (looked up by the host, whatever the guest was told).
+    pub async fn allows_socket(&self, addr: SocketAddr) -> bool {
+        for entry in &self.0 {
+            if entry.port.is_some_and(|p| p != addr.port()) {
+                continue;
+            }
+            let matched = match &entry.host {
+                Host::Any => true,
+                Host::Ip(ip) => same_ip(*ip, addr.ip()),
+                Host::Name(name) => tokio::net::lookup_host((name.as_str(), addr.port()))
+                    .await
+                    .is_ok_and(|mut found| found.any(|a| same_ip(a.ip(), addr.ip()))),
+            };
+            if matched {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Equal, counting an IPv4-mapped IPv6 address as its IPv4 one.
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
+}
+
+impl FromStr for AllowList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        text.split(',')
+            .filter(|e| !e.trim().is_empty())
+            .map(Entry::from_str)
+            .collect::<Result<Vec<_>, _>>()
+            .map(AllowList)
+    }
+}
+
+impl fmt::Display for AllowList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, entry) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{entry}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The one line logged when a component is refused a connection or request: what was
+/// refused, and the entry that would allow it.
+pub fn denied_message(what: &str, host: &str, port: u16) -> String {
+    let entry = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    format!(
+        "wasmloop: denied {what} to {entry}: components reach only what --allow-outbound \
+         (WASMLOOP_ALLOW_OUTBOUND) lists; add `{entry}` to it to allow this"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(text: &str) -> AllowList {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn entries_parse_and_print_as_written() {
+        let parsed = list("Example.COM:443, *:6379,api.test:*,127.0.0.1:80,[::1]:8080,*");
+        assert_eq!(
+            parsed.to_string(),
+            "example.com:443,*:6379,api.test:*,127.0.0.1:80,[::1]:8080,*"
+        );
+        assert!(list("").is_empty());
+    }
+
+    #[test]
+    fn a_malformed_entry_says_how_to_write_it() {
+        let error = |text: &str| text.parse::<AllowList>().unwrap_err();
+        assert!(error("example.com").contains("give host:port, host:*, *:port or *"));
+        assert!(error("example.com:http").contains("not a port number"));
+        assert!(error("example.com:0").contains("not a port number"));
+        assert!(error("::1:80").contains("e.g. [::1]:80"));
+        assert!(error("[nope]:80").contains("not an IPv6 address"));
+        assert!(error("a/b:80").contains("not a host name"));
+    }
+
+    #[test]
+    fn http_requests_match_by_host_and_port() {
+        let allowed = list("example.com:443,*:8080,10.0.0.1:*");
+        assert!(allowed.allows_http("EXAMPLE.com", 443));
+        assert!(allowed.allows_http("example.com.", 443));
+        assert!(!allowed.allows_http("example.com", 80));
+        assert!(!allowed.allows_http("sub.example.com", 443));
+        assert!(allowed.allows_http("anything", 8080));
+        assert!(allowed.allows_http("10.0.0.1", 1));
+        assert!(!allowed.allows_http("10.0.0.2", 1));
+        assert!(!AllowList::default().allows_http("example.com", 443));
+        assert!(list("*").allows_http("example.com", 443));
+        assert!(list("[::1]:80").allows_http("[::1]", 80));
+    }
+
+    #[tokio::test]
+    async fn sockets_match_by_address_and_named_hosts_by_their_addresses() {
+        let at = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let allowed = list("127.0.0.1:6379,localhost:5432");
+        assert!(allowed.allows_socket(at("127.0.0.1:6379")).await);
+        assert!(allowed.allows_socket(at("[::ffff:127.0.0.1]:6379")).await);
+        assert!(!allowed.allows_socket(at("127.0.0.1:6380")).await);
+        assert!(allowed.allows_socket(at("127.0.0.1:5432")).await);
+        assert!(!allowed.allows_socket(at("10.1.2.3:5432")).await);
+        assert!(!AllowList::default().allows_socket(at("127.0.0.1:1")).await);
+        assert!(list("*:53").allows_socket(at("10.1.2.3:53")).await);
+    }
+
+    #[test]
+    fn name_lookups_are_allowed_only_for_named_hosts() {
+        assert!(!list("127.0.0.1:80,[::1]:81").allows_name_lookup());
+        assert!(
+            list("*:443").allows_name_lookup(),
+            "any host on 443 is reached by name"
+        );
+        assert!(list("127.0.0.1:80,db.internal:5432").allows_name_lookup());
+        assert!(list("*").allows_name_lookup());
+    }
+}

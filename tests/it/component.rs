@@ -1,0 +1,301 @@
+//! WebAssembly components: what tells them apart at /init, and the outbound allow-list,
+//! against real servers on loopback (an HTTP server of the test's own, and Redis).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Backend, Server, init_binary};
+
+/// An HTTP server on loopback that answers every GET with `body`, until dropped.
+struct HttpServer {
+    addr: SocketAddr,
+}
+
+impl HttpServer {
+    fn start(body: &'static str) -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || answer(stream, body));
+            }
+        });
+        HttpServer { addr }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+fn answer(mut stream: TcpStream, body: &str) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+        if line == "\r\n" {
+            break;
+        }
+        line.clear();
+    }
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// A port that accepts connections and never says a word.
+fn silent_server() -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for stream in listener.incoming().flatten() {
+            kept.push(stream);
+        }
+    });
+    (addr, held)
+}
+
+fn component_server(name: &str, args: &[&str]) -> Server {
+    let server = Server::builder().args(args).start();
+    server
+        .init(&Backend::Component.init_guest(name))
+        .assert(200, "{\"ok\":true}\n");
+    server
+}
+
+fn result(server: &Server, value: Value) -> Value {
+    let reply = server.run(value);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    serde_json::from_str(&reply.text()).unwrap()
+}
+
+#[test]
+fn http_is_denied_by_default_with_a_log_line_that_names_the_flag() {
+    let web = HttpServer::start("hello from loopback");
+    let server = component_server("http_get", &[]);
+    let got = result(&server, json!({"url": web.url("/a")}));
+    assert_eq!(got, json!({"error": "ErrorCode::HttpRequestDenied"}));
+    let entry = web.addr.to_string();
+    server.wait_stderr(&format!(
+        "wasmloop: denied an HTTP request to {entry}: components reach only what \
+         --allow-outbound (WASMLOOP_ALLOW_OUTBOUND) lists; add `{entry}` to it to allow this\n"
+    ));
+}
+
+#[test]
+fn an_allowed_http_request_gets_its_answer_and_a_denied_one_does_not_spoil_the_next() {
+    let web = HttpServer::start("hello from loopback");
+    let other = HttpServer::start("not for you");
+    let allowed = format!("localhost:{}", web.addr.port());
+    let server = component_server("http_get", &["--allow-outbound", &allowed]);
+    let url = format!("http://localhost:{}/x", web.addr.port());
+    assert_eq!(
+        result(&server, json!({"url": url})),
+        json!({"status": 200, "length": 19})
+    );
+    // Allowed by name, not by address; and another port of the same host is not allowed.
+    assert_eq!(
+        result(&server, json!({"url": web.url("/x")})),
+        json!({"error": "ErrorCode::HttpRequestDenied"})
+    );
+    let elsewhere = format!("http://localhost:{}/x", other.addr.port());
+    assert_eq!(
+        result(&server, json!({"url": elsewhere})),
+        json!({"error": "ErrorCode::HttpRequestDenied"})
+    );
+    assert_eq!(
+        result(&server, json!({"url": url})),
+        json!({"status": 200, "length": 19})
+    );
+}
+
+#[test]
+fn a_wildcard_port_entry_allows_any_host_on_that_port() {
+    let web = HttpServer::start("ok");
+    let entry = format!("*:{}", web.addr.port());
+    let server = component_server("http_get", &["--allow-outbound", &entry]);
+    assert_eq!(
+        result(&server, json!({"url": web.url("/")})),
+        json!({"status": 200, "length": 2})
+    );
+}
+
+/// A Redis server of the test's own on a free loopback port, stopped when dropped.
+struct Redis {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start redis-server: install it (Debian: redis-server; .ci/run does)");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Redis { child, addr }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_tcp_connection_to_a_real_service_follows_the_allow_list() {
+    let redis = Redis::start();
+    let ping = json!({"tcp": redis.addr.to_string(), "send": "PING\r\n"});
+
+    let denied = component_server("connects", &["--allow-outbound", "127.0.0.1:1"]);
+    let got = result(&denied, ping.clone());
+    assert!(got["error"].is_string(), "{got}");
+    denied.wait_stderr(&format!(
+        "wasmloop: denied a TCP connection to {}: components reach only what --allow-outbound \
+         (WASMLOOP_ALLOW_OUTBOUND) lists; add `{}` to it to allow this\n",
+        redis.addr, redis.addr
+    ));
+
+    let allowed = component_server("connects", &["--allow-outbound", &redis.addr.to_string()]);
+    assert_eq!(result(&allowed, ping.clone()), json!({"reply": "+PONG"}));
+    // The instance keeps working, and keeps its connection rights, across activations.
+    let set = json!({"tcp": redis.addr.to_string(), "send": "SET k v\r\n"});
+    assert_eq!(result(&allowed, set), json!({"reply": "+OK"}));
+}
+
+#[test]
+fn names_are_looked_up_only_when_the_list_names_a_host() {
+    let redis = Redis::start();
+    let by_name = json!({"tcp": format!("localhost:{}", redis.addr.port()), "send": "PING\r\n"});
+    let by_address = component_server("connects", &["--allow-outbound", &redis.addr.to_string()]);
+    let got = result(&by_address, by_name.clone());
+    assert!(
+        got["error"].as_str().unwrap().contains("lookup"),
+        "no lookup without a named entry: {got}"
+    );
+    let named = format!("localhost:{}", redis.addr.port());
+    let by_host = component_server("connects", &["--allow-outbound", &named]);
+    assert_eq!(result(&by_host, by_name), json!({"reply": "+PONG"}));
+}
+
+#[test]
+fn the_deadline_stops_an_activation_waiting_on_a_request_and_the_next_one_works() {
+    let (silent, _held) = silent_server();
+    let web = HttpServer::start("ok");
+    let list = format!("{silent},{}", web.addr);
+    let server = component_server("http_get", &["--allow-outbound", &list, "--timeout", "1s"]);
+    server
+        .run(json!({"url": format!("http://{silent}/")}))
+        .assert(
+            504,
+            "{\"error\":\"the action did not finish within --timeout 1s and was stopped\"}\n",
+        );
+    assert_eq!(
+        result(&server, json!({"url": web.url("/")})),
+        json!({"status": 200, "length": 2})
+    );
+}
+
+#[test]
+fn a_trap_on_resource_order_is_a_400_with_the_fix_and_the_next_run_gets_a_fresh_instance() {
+    let server = component_server("drops_out_of_order", &[]);
+    let reply = server.run(json!({"drop": "wrong"}));
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply
+            .error()
+            .contains("resource has children: the component dropped a WASI resource"),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(result(&server, json!({"after": 1})), json!({"after": 1}));
+}
+
+#[test]
+fn a_component_that_is_not_valid_says_so() {
+    let server = Server::start();
+    server
+        .init(&init_binary(b"\0asm\x0d\x00\x01\x00\x01"))
+        .assert_error(502, "cannot start action: invalid WebAssembly component");
+}
+
+#[test]
+fn a_component_without_a_run_export_is_told_how_to_build_one() {
+    let library = wat::parse_str(
+        r#"(component
+             (core module $m (func (export "f")))
+             (core instance $i (instantiate $m))
+             (func $f (canon lift (core func $i "f")))
+             (export "f" (func $f)))"#,
+    )
+    .unwrap();
+    let server = Server::start();
+    server.init(&init_binary(&library)).assert_error(
+        502,
+        "the component exports no `wasi:cli/run@0.2.x` interface (it exports f): build it as \
+         a WASI command",
+    );
+}
+
+#[test]
+fn a_component_that_imports_what_the_runtime_lacks_is_told_which_import() {
+    let needs_a_database = wat::parse_str(
+        r#"(component
+             (import "acme:db/query@1.0.0" (instance (export "get" (func))))
+             (core module $m (func (export "run") (result i32) i32.const 0))
+             (core instance $i (instantiate $m))
+             (func $run (result (result)) (canon lift (core func $i "run")))
+             (instance $r (export "run" (func $run)))
+             (export "wasi:cli/run@0.2.0" (instance $r)))"#,
+    )
+    .unwrap();
+    let server = Server::start();
+    let reply = server.init(&init_binary(&needs_a_database));
+    reply.assert_error(502, "cannot link the component");
+    reply.assert_error(502, "acme:db/query@1.0.0");
+}
+
+#[test]
+fn a_precompiled_component_loads_only_with_allow_precompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = dir.path().join("echo.cwasm");
+    let status = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .arg("compile")
+        .arg(Backend::Component.guest("echo"))
+        .arg("--output")
+        .arg(&cwasm)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let bytes = std::fs::read(&cwasm).unwrap();
+
+    Server::start()
+        .init(&init_binary(&bytes))
+        .assert_error(502, "--allow-precompiled");
+    let server = Server::builder().arg("--allow-precompiled").start();
+    server
+        .init(&init_binary(&bytes))
+        .assert(200, "{\"ok\":true}\n");
+    assert_eq!(result(&server, json!({"n": 1})), json!({"n": 1}));
+}
