@@ -21,9 +21,10 @@ if ! command -v redis-server >/dev/null; then
 fi
 native-examples/build.sh
 wasm-examples/build.sh
+component-examples/build.sh
 
 cargo fmt --check
-for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/markdown; do
+for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/markdown component-examples/rust; do
   cargo fmt --check --manifest-path "$crate/Cargo.toml"
 done
 cargo clippy --all-targets --locked -- -D warnings

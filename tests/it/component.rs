@@ -299,3 +299,67 @@ fn a_precompiled_component_loads_only_with_allow_precompiled() {
         .assert(200, "{\"ok\":true}\n");
     assert_eq!(result(&server, json!({"n": 1})), json!({"n": 1}));
 }
+
+/// The component examples, as an action author would use them: built by
+/// component-examples/build.sh, in Rust, Python and JavaScript.
+const LANGUAGES: [&str; 3] = ["rust", "python", "js"];
+
+fn example(file: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("component-examples/out")
+        .join(file);
+    assert!(
+        path.is_file(),
+        "{} is missing: run component-examples/build.sh first",
+        path.display()
+    );
+    crate::support::read(&path)
+}
+
+fn example_server(file: &str, args: &[&str]) -> Server {
+    let server = Server::builder().args(args).start();
+    server
+        .init(&init_binary(&example(file)))
+        .assert(200, "{\"ok\":true}\n");
+    server
+}
+
+#[test]
+fn every_component_hello_greets_and_logs() {
+    for lang in LANGUAGES {
+        let server = example_server(&format!("hello-{lang}.wasm"), &[]);
+        server
+            .run(json!({"name": "Mike"}))
+            .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
+        server
+            .run(json!({}))
+            .assert(200, "{\"message\":\"Hello, Stranger!\"}\n");
+        server.wait_stderr("hello: greeting Stranger");
+    }
+}
+
+#[test]
+fn every_component_fetch_reaches_an_allowed_host_and_is_refused_another() {
+    let web = HttpServer::start("twelve bytes");
+    let other = HttpServer::start("elsewhere");
+    for lang in LANGUAGES {
+        let server = example_server(
+            &format!("fetch-{lang}.wasm"),
+            &["--allow-outbound", &web.addr.to_string()],
+        );
+        assert_eq!(
+            result(&server, json!({"url": web.url("/data")})),
+            json!({"status": 200, "length": 12}),
+            "{lang}"
+        );
+        let denied = result(&server, json!({"url": other.url("/data")}));
+        assert!(denied["error"].is_string(), "{lang}: {denied}");
+        server.wait_stderr(&format!("wasmloop: denied an HTTP request to {}", other.addr));
+        // The refusal leaves the instance serving.
+        assert_eq!(
+            result(&server, json!({"url": web.url("/again")})),
+            json!({"status": 200, "length": 12}),
+            "{lang}"
+        );
+    }
+}

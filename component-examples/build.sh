@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds every component example into component-examples/out/ (or $OUT) as NAME.wasm: the
+# hello and fetch actions in Rust (wasm32-wasip2), Python (componentize-py) and JavaScript
+# (componentize-js). Installs what is missing from the package registries: the Rust target
+# wasm32-wasip2 (rustup), componentize-py (PyPI), componentize-js (npm, pinned by
+# js/package-lock.json).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+out=${OUT:-$here/out}
+mkdir -p "$out"
+target_dir=${CARGO_TARGET_DIR:-$root/target}/component-examples
+componentize_py_version=0.25.1
+
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  echo "installing the Rust target wasm32-wasip2" >&2
+  rustup target add wasm32-wasip2
+fi
+if [ "$(componentize-py --version 2>/dev/null)" != "componentize-py $componentize_py_version" ]; then
+  echo "installing componentize-py $componentize_py_version from PyPI" >&2
+  python3 -m pip install --quiet "componentize-py==$componentize_py_version" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "componentize-py==$componentize_py_version"
+  hash -r
+fi
+if ! command -v npm >/dev/null; then
+  echo "installing Node.js and npm from Debian" >&2
+  as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >/dev/null
+fi
+if [ ! -x "$here/js/node_modules/.bin/componentize-js" ]; then
+  echo "installing componentize-js from npm" >&2
+  (cd "$here/js" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+echo "building component-examples/rust and wasm-examples/rust for wasm32-wasip2" >&2
+for crate in "$here/rust" "$root/wasm-examples/rust"; do
+  cargo build --quiet --release --locked --target wasm32-wasip2 \
+    --manifest-path "$crate/Cargo.toml" --target-dir "$target_dir"
+done
+# The same hello source as the WASI preview 1 example: only the target differs.
+cp "$target_dir/wasm32-wasip2/release/hello.wasm" "$out/hello-rust.wasm"
+cp "$target_dir/wasm32-wasip2/release/fetch.wasm" "$out/fetch-rust.wasm"
+
+# The WASI interfaces, as wasmloop's own wasmtime-wasi-http crate defines them.
+wit=$(mktemp -d)
+trap 'rm -rf "$wit"' EXIT
+http_crate=$(cargo metadata --format-version 1 --locked --manifest-path "$root/Cargo.toml" |
+  python3 -c 'import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "wasmtime-wasi-http"))')
+cp "$here/wit/world.wit" "$wit/"
+cp -r "$(dirname "$http_crate")/wit/deps" "$wit/deps"
+
+for action in hello fetch; do
+  echo "building component-examples/python/$action.py" >&2
+  (cd "$here/python" && componentize-py -d "$wit" -w action componentize "$action" \
+    -o "$out/$action-python.wasm" >/dev/null)
+  echo "building component-examples/js/$action.js" >&2
+  (cd "$here/js" && node_modules/.bin/componentize-js "$action.js" --wit "$wit" \
+    --world-name action -o "$out/$action-js.wasm" >/dev/null)
+done
+
+echo "component examples are in $out" >&2
