@@ -354,7 +354,10 @@ fn every_component_fetch_reaches_an_allowed_host_and_is_refused_another() {
         );
         let denied = result(&server, json!({"url": other.url("/data")}));
         assert!(denied["error"].is_string(), "{lang}: {denied}");
-        server.wait_stderr(&format!("wasmloop: denied an HTTP request to {}", other.addr));
+        server.wait_stderr(&format!(
+            "wasmloop: denied an HTTP request to {}",
+            other.addr
+        ));
         // The refusal leaves the instance serving.
         assert_eq!(
             result(&server, json!({"url": web.url("/again")})),

@@ -41,7 +41,9 @@ fn fetch(url: &str) -> Result<(u16, usize), String> {
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let request = OutgoingRequest::new(Fields::new());
     let invalid = |what| move |()| format!("invalid {what} in {url:?}");
-    request.set_scheme(Some(&scheme)).map_err(invalid("scheme"))?;
+    request
+        .set_scheme(Some(&scheme))
+        .map_err(invalid("scheme"))?;
     request
         .set_authority(Some(authority))
         .map_err(invalid("host"))?;
