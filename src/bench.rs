@@ -30,6 +30,10 @@ pub enum Row {
     Exec,
     /// The Python launcher with a hello `main.py`, as a persistent child.
     Python,
+    /// The Rust hello built as a WASI 0.2 component, in a persistent instance.
+    Component,
+    /// The Python hello as a component (componentize-py: CPython inside the sandbox).
+    PythonComponent,
     /// A path with no action behind it: what HTTP alone costs.
     Floor,
 }
@@ -41,6 +45,8 @@ impl Row {
             Row::Pipe => "pipe",
             Row::Exec => "exec",
             Row::Python => "python",
+            Row::Component => "component",
+            Row::PythonComponent => "python-component",
             Row::Floor => "floor",
         }
     }
@@ -54,6 +60,8 @@ pub struct Options {
     pub wasm: PathBuf,
     pub native: PathBuf,
     pub python: PathBuf,
+    pub component: PathBuf,
+    pub python_component: PathBuf,
     pub url: Option<String>,
     pub out: Option<PathBuf>,
     pub payload: Payload,
@@ -448,11 +456,12 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
                     (addr, "/floor", false)
                 }
             }
-            Row::Pipe | Row::Python => {
-                let file = if *row == Row::Pipe {
-                    &options.native
-                } else {
-                    &options.python
+            Row::Pipe | Row::Python | Row::Component | Row::PythonComponent => {
+                let file = match row {
+                    Row::Pipe => &options.native,
+                    Row::Python => &options.python,
+                    Row::Component => &options.component,
+                    _ => &options.python_component,
                 };
                 let served = serve(file)?;
                 let addr = served.addr;

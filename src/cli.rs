@@ -75,7 +75,11 @@ pub struct BenchArgs {
     #[arg(long, short, default_value_t = 1)]
     pub connections: usize,
     /// Which rows, in order.
-    #[arg(long, value_delimiter = ',', default_value = "wasm,pipe,exec,floor")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wasm,component,pipe,exec,floor"
+    )]
     pub rows: Vec<crate::bench::Row>,
     /// The WebAssembly hello (wasm-examples/build.sh makes it).
     #[arg(long, default_value = "wasm-examples/out/hello-rust.wasm")]
@@ -86,6 +90,12 @@ pub struct BenchArgs {
     /// The Python hello, a zip of the launcher and main.py (native-examples/build.sh).
     #[arg(long, default_value = "native-examples/out/hello-python.zip")]
     pub python: PathBuf,
+    /// The Rust hello as a component (component-examples/build.sh makes it).
+    #[arg(long, default_value = "component-examples/out/hello-rust.wasm")]
+    pub component: PathBuf,
+    /// The Python hello as a component (component-examples/build.sh makes it).
+    #[arg(long, default_value = "component-examples/out/hello-python.wasm")]
+    pub python_component: PathBuf,
     /// Measure a running, initialized server's /run instead (e.g. http://127.0.0.1:8080/run).
     /// By default each request is the hello's, `{"value":{"name":"bench<N>"}}`, and only
     /// the status is checked; --body and --expect change that.

@@ -215,6 +215,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         wasm: args.wasm,
         native: args.native,
         python: args.python,
+        component: args.component,
+        python_component: args.python_component,
         url: args.url,
         out: args.out,
     };

@@ -29,15 +29,17 @@ pub const OK_BODY: &[u8] = b"{\"ok\":true}\n";
 
 /// `POST /init` body. Every field may be absent or `null`; unknown fields are ignored.
 #[derive(Debug, Default, Deserialize)]
-pub struct InitRequest {
-    #[serde(default)]
-    pub value: Option<InitValue>,
+pub struct InitRequest<'a> {
+    #[serde(default, borrow)]
+    pub value: Option<InitValue<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct InitValue {
-    #[serde(default)]
-    pub code: Option<String>,
+pub struct InitValue<'a> {
+    /// Borrowed from the body unless it holds escapes: a 20 MB component is 27 MB of base64,
+    /// and copying it first costs its pages as well as the copy.
+    #[serde(default, borrow)]
+    pub code: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     pub binary: Option<bool>,
     #[serde(default)]

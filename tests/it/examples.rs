@@ -139,6 +139,8 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
     for file in [
         "wasm-examples/out/hello-rust.wasm",
         "native-examples/out/hello-python.zip",
+        "component-examples/out/hello-rust.wasm",
+        "component-examples/out/hello-python.wasm",
     ] {
         assert!(
             root.join(file).is_file(),
@@ -156,7 +158,11 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
             "--connections",
             "2",
         ])
-        .args(["--rows", "wasm,pipe,exec,python,floor", "--out"])
+        .args([
+            "--rows",
+            "wasm,component,pipe,exec,python,python-component,floor",
+            "--out",
+        ])
         .arg(out.path())
         .env("WASMLOOP_NO_CACHE", "1")
         .output()
@@ -174,7 +180,15 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
     ] {
         assert!(header.contains(column), "{header}");
     }
-    for row in ["wasm", "pipe", "exec", "python", "floor"] {
+    for row in [
+        "wasm",
+        "component",
+        "pipe",
+        "exec",
+        "python",
+        "python-component",
+        "floor",
+    ] {
         let line = stdout
             .lines()
             .find(|l| l.starts_with(row))
@@ -184,7 +198,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         assert_eq!(cells.last(), Some(&"0"), "errors in {line}");
     }
     let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 6, "{csv}");
+    assert_eq!(csv.lines().count(), 8, "{csv}");
     let svg = std::fs::read_to_string(out.path().join("latency.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("python"),

@@ -129,9 +129,7 @@ pub async fn start(
     let digest = blocking({
         let path = wasm.to_owned();
         move || {
-            std::fs::read(&path)
-                .map(|bytes| WasmDigest::of(&bytes))
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            WasmDigest::of_file(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
         }
     })
     .await?;
