@@ -509,14 +509,15 @@ fn cells(m: &Measured) -> [String; 11] {
 
 /// The table, latencies in microseconds.
 pub fn table(rows: &[Measured]) -> String {
-    let mut out = format!("{:<8}", COLUMNS[0]);
+    let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0).max(8);
+    let mut out = format!("{:<width$}", COLUMNS[0]);
     for column in &COLUMNS[1..] {
         out.push_str(&format!(" {column:>9}"));
     }
     out.push('\n');
     for row in rows {
         let cells = cells(row);
-        out.push_str(&format!("{:<8}", cells[0]));
+        out.push_str(&format!("{:<width$}", cells[0]));
         for cell in &cells[1..] {
             out.push_str(&format!(" {cell:>9}"));
         }
