@@ -28,9 +28,12 @@ if ! command -v npm >/dev/null; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >/dev/null
 fi
-if [ ! -x "$here/js/node_modules/.bin/componentize-js" ]; then
+# Installed again whenever the lock file changes (the stamp holds the lock file's hash).
+lock_hash=$(sha256sum "$here/js/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$here/js/node_modules/.installed-from" 2>/dev/null)" != "$lock_hash" ]; then
   echo "installing componentize-js from npm" >&2
   (cd "$here/js" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$lock_hash" > "$here/js/node_modules/.installed-from"
 fi
 
 echo "building component-examples/rust and wasm-examples/rust for wasm32-wasip2" >&2
