@@ -366,3 +366,29 @@ fn every_component_fetch_reaches_an_allowed_host_and_is_refused_another() {
         );
     }
 }
+
+#[test]
+fn a_udp_datagram_follows_the_allow_list() {
+    let echo = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = echo.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buffer = [0; 1500];
+        while let Ok((n, from)) = echo.recv_from(&mut buffer) {
+            let _ = echo.send_to(&buffer[..n], from);
+        }
+    });
+    let ping = json!({"udp": addr.to_string(), "send": "ping"});
+
+    let denied = component_server("connects", &[]);
+    let got = result(&denied, ping.clone());
+    assert!(got["error"].is_string(), "{got}");
+    denied.wait_stderr(&format!("wasmloop: denied a UDP datagram to {addr}: "));
+
+    // The guest waits for the echo without a timeout of its own (wasi-libc has no
+    // SO_RCVTIMEO): the activation's deadline bounds it.
+    let allowed = component_server(
+        "connects",
+        &["--allow-outbound", &addr.to_string(), "--timeout", "20s"],
+    );
+    assert_eq!(result(&allowed, ping), json!({"reply": "ping"}));
+}

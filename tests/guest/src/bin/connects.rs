@@ -1,7 +1,8 @@
 //! Opens a TCP connection: `{"tcp":"host:port","send":"PING\r\n"}` returns the first line
-//! the peer answers, or the error the connect or the exchange met.
+//! the peer answers, or the error the connect or the exchange met. `{"udp":...}` sends one
+//! datagram instead and returns the first one that comes back.
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, UdpSocket};
 
 use wasmloop_test_guest::json;
 
@@ -13,11 +14,22 @@ fn exchange(to: &str, send: &str) -> std::io::Result<String> {
     Ok(line.trim_end().to_owned())
 }
 
+fn datagram(to: &str, send: &str) -> std::io::Result<String> {
+    let socket = UdpSocket::bind("0.0.0.0:0")?;
+    socket.send_to(send.as_bytes(), to)?;
+    let mut buffer = [0; 1500];
+    let (n, _) = socket.recv_from(&mut buffer)?;
+    Ok(String::from_utf8_lossy(&buffer[..n]).into_owned())
+}
+
 fn main() {
     wasmloop_test_guest::serve(|value| {
-        let to = value["tcp"].as_str().unwrap_or_default();
         let send = value["send"].as_str().unwrap_or_default();
-        match exchange(to, send) {
+        let answer = match value["udp"].as_str() {
+            Some(to) => datagram(to, send),
+            None => exchange(value["tcp"].as_str().unwrap_or_default(), send),
+        };
+        match answer {
             Ok(reply) => json!({ "reply": reply }),
             Err(e) => json!({ "error": e.to_string() }),
         }
