@@ -215,7 +215,11 @@ pub async fn start(
                 slot::Slot::start(spec, size, slot::End::of(config)).await?;
             return Ok(Arc::new(slot));
         }
-        Entry::Wasm(path) => wasm::Source::Wasm(path),
+        Entry::Wasm(path) => wasm::Source::Wasm {
+            path,
+            // Only the file the upload was written to has it.
+            sha256: prepared.wasm_sha256.as_deref(),
+        },
     };
     // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
     let preopen = prepared.archive.then(|| prepared.bin_dir.clone());

@@ -65,8 +65,12 @@ fn made_once<T>(
 
 /// Where the module comes from.
 pub enum Source<'a> {
-    /// WebAssembly bytes, compiled (or taken from the compile cache).
-    Wasm(&'a Path),
+    /// WebAssembly bytes, compiled (or taken from the compile cache); their SHA-256 if
+    /// known already.
+    Wasm {
+        path: &'a Path,
+        sha256: Option<&'a str>,
+    },
     /// A module precompiled by `wasmloop compile`.
     Precompiled(&'a Path),
 }
@@ -114,7 +118,7 @@ pub async fn start(
         let spec = link(engine, &code, linking)?;
         Ok::<_, StartError>(Arc::new(Slot::start(spec, size, End::of(config)).await?))
     };
-    let wasm = match source {
+    let (wasm, sha256) = match source {
         Source::Precompiled(path) => {
             let module = blocking({
                 let (engine, path) = (final_engine.clone(), path.to_owned());
@@ -123,16 +127,22 @@ pub async fn start(
             .await?;
             return serve(final_engine, module, linking).await;
         }
-        Source::Wasm(path) => path,
+        Source::Wasm { path, sha256 } => (path, sha256),
     };
     // The child compiles from the file: here its bytes are only needed for their digest.
-    let digest = blocking({
-        let path = wasm.to_owned();
-        move || {
-            WasmDigest::of_file(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    let digest = match sha256 {
+        Some(hex) => WasmDigest(hex.to_owned()),
+        None => {
+            blocking({
+                let path = wasm.to_owned();
+                move || {
+                    WasmDigest::of_file(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+                }
+            })
+            .await?
         }
-    })
-    .await?;
+    };
     let cache_dir = config
         .cache_dir
         .clone()
