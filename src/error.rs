@@ -34,6 +34,10 @@ pub enum Error {
     StartLogged,
     #[error("{}", protocol::MSG_NO_ACTION)]
     NoAction,
+    /// A request that arrived after SIGTERM: the platform reads 503 as "this container is
+    /// going away" and places the activation elsewhere.
+    #[error("the runtime is shutting down and takes no new requests")]
+    ShuttingDown,
     /// The activation was stopped at its limit; the text names the limit.
     #[error("the action did not finish within {0} and was stopped")]
     TimedOut(String),
@@ -70,7 +74,9 @@ impl Error {
             | Error::Run(RunError::TimedOut | RunError::NeverStarted(_)) => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            Error::Run(RunError::Busy(_) | RunError::Stopped) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::ShuttingDown | Error::Run(RunError::Stopped) => StatusCode::SERVICE_UNAVAILABLE,
+            // Not 503: the platform would take the container for dying and destroy it.
+            Error::Run(RunError::Busy(_)) => StatusCode::TOO_MANY_REQUESTS,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
             Error::Run(
                 RunError::NotAnObject
@@ -85,7 +91,16 @@ impl Error {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        json_response(self.status(), protocol::error_body(&self.to_string()))
+        let status = self.status();
+        let mut response = json_response(status, protocol::error_body(&self.to_string()));
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            // A slot frees up within an activation's time; one second is a fair first guess.
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 
@@ -113,6 +128,17 @@ mod tests {
             ),
             (Error::MissingCode, 403, "Missing main/no code to execute."),
             (Error::NoAction, 500, "no action defined yet"),
+            (
+                Error::ShuttingDown,
+                503,
+                "the runtime is shutting down and takes no new requests",
+            ),
+            (
+                Error::Run(RunError::Busy(3)),
+                429,
+                "every instance of the action is busy and 3 activations are waiting already; \
+                 try again later (see --concurrency, --max-queue)",
+            ),
             (Error::Run(RunError::Exited(None)), 400, "command exited"),
             (
                 Error::Run(RunError::Exited(Some("exit status: 3".into()))),

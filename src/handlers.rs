@@ -12,6 +12,7 @@ use crate::protocol;
 use crate::runtime::Runtime;
 
 pub async fn init(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Response, Error> {
+    let _admitted = runtime.admit()?;
     runtime.refuse_second_init()?;
     let body = read_body(body, runtime.config().max_init_bytes, "init").await?;
     runtime.init(&body).await?;
@@ -19,6 +20,7 @@ pub async fn init(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Res
 }
 
 pub async fn run(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Response, Error> {
+    let _admitted = runtime.admit()?;
     let action = runtime.action().ok_or(Error::NoAction)?;
     let body = read_body(body, runtime.config().max_run_bytes, "run").await?;
     let result = action.activate_to_completion(body).await?;

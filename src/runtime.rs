@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::executor::{self, Executor, RunError, StartSpec};
 use crate::protocol::{self, InitRequest};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// What an `/init` asks for: the action's code (decoded), its entry point name and the
 /// environment it adds.
@@ -63,6 +64,25 @@ pub struct Runtime {
     action: RwLock<Option<Arc<Action>>>,
     /// Serializes `/init`s, so that two at once cannot both succeed.
     init_lock: tokio::sync::Mutex<()>,
+    /// Set by SIGTERM: requests still arriving get 503.
+    draining: AtomicBool,
+    /// `/init`s and `/run`s admitted and not yet answered.
+    in_flight: AtomicUsize,
+    /// Told when `in_flight` drops to zero while draining.
+    idle: tokio::sync::Notify,
+}
+
+/// An admitted request; the drain waits for every one of these to go.
+pub struct Admitted<'a>(&'a Runtime);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
+            && self.0.draining.load(Ordering::Acquire)
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Runtime {
@@ -71,6 +91,32 @@ impl Runtime {
             config,
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Lets a request in, unless the runtime is draining.
+    pub fn admit(&self) -> Result<Admitted<'_>, Error> {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        // Counted before the check: a drain that starts now waits for this request.
+        let admitted = Admitted(self);
+        if self.draining.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(admitted)
+    }
+
+    /// From now on requests get 503; completes once those admitted before are answered.
+    pub async fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        loop {
+            let idle = self.idle.notified();
+            if self.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
         }
     }
 

@@ -20,8 +20,9 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
         .with_state(runtime)
 }
 
-/// Serves until `shutdown` completes; then stops accepting, lets in-flight activations
-/// finish for up to `--shutdown-timeout`, and stops the action (killing its children).
+/// Serves until `shutdown` completes; then answers new requests with 503 while in-flight
+/// activations finish for up to `--shutdown-timeout`, and stops the action (killing its
+/// children).
 pub async fn run(
     listener: TcpListener,
     config: Config,
@@ -40,30 +41,34 @@ pub async fn run(
         tokio::task::spawn_blocking(move || crate::executor::wasm::engine(settings));
     }
     let runtime = Arc::new(Runtime::new(config));
-    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
-    let signalled = async move {
-        shutdown.await;
-        let _ = stopping_tx.send(());
-    };
+    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = std::pin::pin!(
         axum::serve(listener, app(runtime.clone()))
-            .with_graceful_shutdown(signalled)
+            .with_graceful_shutdown(async {
+                let _ = serving_stopped.await;
+            })
             .into_future()
     );
-    let served = tokio::select! {
-        served = &mut serving => served,
-        _ = async { if stopping.await.is_err() { std::future::pending::<()>().await } } => {
-            match tokio::time::timeout(grace, &mut serving).await {
-                Ok(served) => served,
-                Err(_) => {
-                    tracing::debug!("in-flight activations outlived the shutdown grace period");
-                    Ok(())
-                }
-            }
-        }
+    tokio::select! {
+        served = &mut serving => return served,
+        () = shutdown => {}
+    }
+    // Still listening: what arrives now gets 503, which tells the platform to place it
+    // elsewhere, instead of a refused connection it may retry here.
+    let drained = tokio::select! {
+        drained = tokio::time::timeout(grace, runtime.drain()) => drained.is_ok(),
+        served = &mut serving => return served,
     };
+    if !drained {
+        tracing::debug!("in-flight activations outlived the shutdown grace period");
+    }
+    // Activations still running are stopped here, and answer 503.
     runtime.shutdown().await;
-    served
+    let _ = stop_serving.send(());
+    // Their answers (and any request mid-way) get a moment to go out.
+    tokio::time::timeout(std::time::Duration::from_secs(1), serving)
+        .await
+        .unwrap_or(Ok(()))
 }
 
 /// Completes on SIGTERM (how platforms stop containers) or Ctrl-C.

@@ -141,7 +141,7 @@ pub enum RunError {
     NeverStarted(Duration),
     /// Every worker is busy and the queue is full: the platform should try elsewhere.
     #[error(
-        "every instance of the action is busy and {0} activations are waiting already; try again or elsewhere (see --concurrency, --max-queue)"
+        "every instance of the action is busy and {0} activations are waiting already; try again later (see --concurrency, --max-queue)"
     )]
     Busy(usize),
     /// The activation ran past its deadline and was stopped.

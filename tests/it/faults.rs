@@ -149,6 +149,13 @@ each_backend! {
             server.wait_stderr("slow: started");
             // SAFETY: kill(2) on the server we started.
             unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+            // What arrives during the drain is turned away with the status the platform
+            // reads as "this container is going away".
+            std::thread::sleep(Duration::from_millis(150));
+            server.run(json!({"late": true})).assert(
+                503,
+                "{\"error\":\"the runtime is shutting down and takes no new requests\"}\n",
+            );
             run.join().unwrap().assert(200, "{\"sleep_ms\":700}\n");
         });
         assert_eq!(server.wait_exit(), Some(0));

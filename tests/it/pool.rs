@@ -1,5 +1,5 @@
 //! `--concurrency N`: up to N instances or children serve in parallel, the rest queue, and a
-//! full queue answers 503.
+//! full queue answers 429.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -53,7 +53,7 @@ each_backend! {
 }
 
 #[test]
-fn a_full_queue_answers_503() {
+fn a_full_queue_answers_429_with_a_retry_after() {
     let server = Server::builder().arg("--max-queue").arg("1").start();
     server
         .init(&Backend::Native.init_guest("slow"))
@@ -70,15 +70,25 @@ fn a_full_queue_answers_503() {
             .into_iter()
             .map(|r| r.join().unwrap())
             .map(|reply| {
-                if reply.status == 503 {
+                if reply.status == 429 {
                     let error = reply.error();
                     assert!(error.contains("--max-queue"), "{error}");
+                    let retry = reply
+                        .headers
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"));
+                    assert_eq!(
+                        retry.map(|(_, v)| v.as_str()),
+                        Some("1"),
+                        "{:?}",
+                        reply.headers
+                    );
                 }
                 reply.status
             })
             .collect();
         assert_eq!(
-            statuses.iter().filter(|s| **s == 503).count(),
+            statuses.iter().filter(|s| **s == 429).count(),
             1,
             "{statuses:?}"
         );
