@@ -172,9 +172,10 @@ pub struct RunArgs {
     /// Which compiler makes machine code of WebAssembly modules (as for `serve`).
     #[arg(long, value_enum, default_value_t = config::WasmCompiler::Tiered)]
     pub wasm_compiler: config::WasmCompiler,
-    /// Cap on the WebAssembly instance's linear memory, in bytes.
-    #[arg(long, default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
-    pub max_memory_bytes: usize,
+    /// Cap on the WebAssembly instance's linear memory, in bytes [default: 256 MiB, or
+    /// less to fit within the memory limit of the cgroup wasmloop runs in].
+    #[arg(long)]
+    pub max_memory_bytes: Option<usize>,
     /// Folder for compiled WebAssembly modules [default: <temp dir>/wasmloop-cache].
     #[arg(long, env = "WASMLOOP_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -209,7 +210,7 @@ impl RunArgs {
             inherited_env: inherited_ow_env(),
             ack_timeout: self.timeout,
             timeout: Some(self.timeout),
-            max_memory_bytes: self.max_memory_bytes,
+            max_memory_bytes: memory_cap(self.max_memory_bytes, 1),
             wasm_compiler: self.wasm_compiler,
             cache_dir: if self.no_cache {
                 None
@@ -309,9 +310,11 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_COMPILE_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_COMPILE_TIMEOUT)]
     pub compile_timeout: Duration,
-    /// Cap on each WebAssembly instance's linear memory, in bytes; growing past it traps.
-    #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES", default_value_t = config::DEFAULT_MAX_MEMORY_BYTES)]
-    pub max_memory_bytes: usize,
+    /// Cap on each WebAssembly instance's linear memory, in bytes; growing past it traps
+    /// [default: 256 MiB, or less so that --concurrency instances fit within the container's
+    /// memory limit (cgroup v1 or v2) with room left for the runtime].
+    #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES")]
+    pub max_memory_bytes: Option<usize>,
     /// Which compiler makes machine code of WebAssembly modules: tiered serves Winch's
     /// code (fast to make) until Cranelift's (fast to run) is ready; see docs/deploying.md.
     #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
@@ -403,7 +406,7 @@ impl RuntimeArgs {
             ack_timeout: self.ack_timeout,
             start_probe: self.start_probe,
             compile_timeout: self.compile_timeout,
-            max_memory_bytes: self.max_memory_bytes,
+            max_memory_bytes: memory_cap(self.max_memory_bytes, usize::from(self.concurrency)),
             wasm_compiler: self.wasm_compiler,
             cache_dir: if self.no_cache {
                 None
@@ -419,6 +422,23 @@ impl RuntimeArgs {
             sentinels: defaults.sentinels,
         }
     }
+}
+
+/// The flag's cap, or one that fits `instances` instances in the container's memory limit.
+fn memory_cap(flag: Option<usize>, instances: usize) -> usize {
+    flag.unwrap_or_else(|| {
+        let limit = crate::memory::container_limit();
+        let cap = crate::memory::default_cap(limit, instances, config::DEFAULT_MAX_MEMORY_BYTES);
+        if let Some(limit) = limit {
+            tracing::debug!(
+                limit,
+                instances,
+                cap,
+                "wasm memory cap from the container's limit"
+            );
+        }
+        cap
+    })
 }
 
 /// Every `__OW_*` variable of our own environment, values kept whole (the reference cuts at `=`).

@@ -23,6 +23,7 @@ pub mod error;
 pub mod executor;
 pub mod handlers;
 pub mod local;
+pub mod memory;
 pub mod outbound;
 pub mod protocol;
 pub mod runtime;
