@@ -126,6 +126,19 @@ pub struct ServeArgs {
     /// Serve on this already-listening socket, inherited from a supervisor, instead of --listen.
     #[arg(long, env = "WASMLOOP_LISTEN_FD", value_name = "FD")]
     pub listen_fd: Option<i32>,
+    /// An action built into the image: loaded (compiled, started) before the server accepts,
+    /// so that the platform's code-less `/init` finds it ready. For images derived `FROM
+    /// wasmloop` with the action copied in.
+    #[arg(long, env = "WASMLOOP_ACTION", value_name = "FILE")]
+    pub action: Option<PathBuf>,
+    /// The built-in action's entry point name (as `/init`'s `main`).
+    #[arg(
+        long,
+        env = "WASMLOOP_ACTION_MAIN",
+        default_value = "main",
+        requires = "action"
+    )]
+    pub action_main: String,
     /// Threads serving HTTP and running wasm instances [default: --concurrency, at most
     /// one per CPU]. Compiles and file work run on threads of their own.
     #[arg(long, env = "WASMLOOP_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -398,6 +411,7 @@ impl RuntimeArgs {
             inherited_env: inherited_ow_env(),
             path_env: std::env::var("PATH").ok(),
             allow_reinit: defaults.allow_reinit,
+            built_in_action: defaults.built_in_action,
             max_init_bytes: self.max_init_bytes,
             max_run_bytes: self.max_run_bytes,
             max_result_bytes: self.max_result_bytes,

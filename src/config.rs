@@ -65,6 +65,8 @@ pub struct Config {
     pub log_init_error: bool,
     /// The runtime's own `__OW_*` variables, passed on to every action.
     pub inherited_env: Vec<(String, String)>,
+    /// `--action`: the image's own action file and its `main`, installed at start-up.
+    pub built_in_action: Option<(PathBuf, String)>,
     /// `-debug` of the reference proxy: allow more than one `/init`.
     pub allow_reinit: bool,
     pub max_init_bytes: usize,
@@ -205,6 +207,7 @@ impl Default for Config {
             wasm_compiler: WasmCompiler::Tiered,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
+            built_in_action: None,
             allow_outbound: crate::outbound::AllowList::default(),
             concurrency: 1,
             max_queue: DEFAULT_MAX_QUEUE,

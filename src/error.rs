@@ -7,6 +7,11 @@ use crate::action::PrepareError;
 use crate::executor::{RunError, StartError};
 use crate::protocol::{self, MSG_INIT_LOGGED_PREPARE, MSG_INIT_LOGGED_START};
 
+/// Why an `/init` carrying code is refused by an image with a built-in action.
+pub const MSG_BUILT_IN: &str = "this runtime serves the action built into its image \
+    (WASMLOOP_ACTION); it takes no other code. Create the action from the image without a \
+    file (wsk action create NAME --docker IMAGE), or use the base image to send code";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{}", protocol::MSG_ALREADY_INITIALIZED)]
@@ -32,6 +37,9 @@ pub enum Error {
     /// As `Start`, with the detail already written to the logs (`OW_LOG_INIT_ERROR`).
     #[error("{MSG_INIT_LOGGED_START}")]
     StartLogged,
+    /// An `/init` with code sent to an image that has its action built in.
+    #[error("{MSG_BUILT_IN}")]
+    BuiltIn,
     #[error("{}", protocol::MSG_NO_ACTION)]
     NoAction,
     /// A request that arrived after SIGTERM: the platform reads 503 as "this container is
@@ -60,7 +68,9 @@ pub enum Error {
 impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::AlreadyInitialized | Error::MissingCode => StatusCode::FORBIDDEN,
+            Error::AlreadyInitialized | Error::MissingCode | Error::BuiltIn => {
+                StatusCode::FORBIDDEN
+            }
             Error::BadRequest(_) | Error::BodyRead(_) | Error::BadBase64(_) => {
                 StatusCode::BAD_REQUEST
             }

@@ -83,6 +83,10 @@ fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
     let mut config = args.runtime.to_config();
     // The reference's -debug also allows more than one /init.
     config.allow_reinit = debug;
+    config.built_in_action = args
+        .action
+        .clone()
+        .map(|file| (file, args.action_main.clone()));
     async_runtime(Some(args.worker_threads()))?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,

@@ -17,6 +17,8 @@ use crate::executor::{self, Executor, RunError, StartSpec};
 use crate::protocol::{self, InitRequest};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::error::MSG_BUILT_IN;
+
 /// What an `/init` asks for: the action's code (decoded), its entry point name and the
 /// environment it adds.
 pub struct Init {
@@ -66,6 +68,8 @@ pub struct Runtime {
     init_lock: tokio::sync::Mutex<()>,
     /// Set by SIGTERM: requests still arriving get 503.
     draining: AtomicBool,
+    /// The action came with the image (`--action`), not with an `/init`.
+    built_in: AtomicBool,
     /// `/init`s and `/run`s admitted and not yet answered.
     in_flight: AtomicUsize,
     /// Told when `in_flight` drops to zero while draining.
@@ -92,6 +96,7 @@ impl Runtime {
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
+            built_in: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
         }
@@ -131,8 +136,20 @@ impl Runtime {
             .clone()
     }
 
+    /// Installs the image's own action (`--action`) before the server listens; later
+    /// `/init`s without code then succeed, as the platform sends them to such images.
+    pub async fn install_built_in(&self, init: Init) -> Result<(), Error> {
+        self.install(init).await?;
+        self.built_in.store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// docs/protocol.md 1.2 step 1, which comes before the body is even read.
     pub fn refuse_second_init(&self) -> Result<(), Error> {
+        // Answered once the body is read: only one without code is accepted.
+        if self.built_in.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if self.action().is_some() && !self.config.allow_reinit {
             protocol::log_stderr(protocol::MSG_ALREADY_INITIALIZED);
             return Err(Error::AlreadyInitialized);
@@ -142,6 +159,17 @@ impl Runtime {
 
     /// docs/protocol.md 1.2 steps 2-8.
     pub async fn init(&self, body: &[u8]) -> Result<(), Error> {
+        if self.built_in.load(Ordering::Acquire) {
+            return match Init::parse(body) {
+                Err(Error::MissingCode) => Ok(()),
+                // The request is read as usual: malformed JSON is still a 400.
+                Err(e @ Error::BadRequest(_)) => Err(e),
+                _ => {
+                    protocol::log_stderr(MSG_BUILT_IN);
+                    Err(Error::BuiltIn)
+                }
+            };
+        }
         let _one_at_a_time = self.init_lock.lock().await;
         self.refuse_second_init()?;
         self.install_locked(Init::parse(body)?).await

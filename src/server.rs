@@ -40,7 +40,26 @@ pub async fn run(
         let settings = config.engine_settings(codegen);
         tokio::task::spawn_blocking(move || crate::executor::wasm::engine(settings));
     }
+    let built_in = config.built_in_action.clone();
     let runtime = Arc::new(Runtime::new(config));
+    if let Some((file, main)) = built_in {
+        // Before accepting: the platform's first request waits in the backlog, then finds
+        // the action compiled and started.
+        let bytes = tokio::fs::read(&file).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot read the action {}: {e}", file.display()),
+            )
+        })?;
+        let init = crate::runtime::Init {
+            bytes,
+            main,
+            env: Vec::new(),
+        };
+        runtime.install_built_in(init).await.map_err(|e| {
+            std::io::Error::other(format!("cannot start the action {}: {e}", file.display()))
+        })?;
+    }
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = std::pin::pin!(
         axum::serve(listener, app(runtime.clone()))

@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod built_in;
 mod component;
 mod contract;
 mod dropin;
