@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::support::{Backend, Server};
+use crate::support::Server;
 
 const OK: &str = "{\"ok\":true}\n";
 
