@@ -5,8 +5,6 @@ use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::time::Duration;
 
-use base64::Engine;
-
 use crate::action::detect::{self, Kind};
 
 /// Whether child `pid` has taken all of its input and is blocked reading more: it will
@@ -219,11 +217,7 @@ fn not_executable(exec: &Path) -> String {
 
 /// What base64 text at the start of an upload encodes, if it looks like one.
 fn base64_of(head: &[u8]) -> Option<&'static str> {
-    let prefix = head.get(..8)?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(prefix)
-        .ok()?;
-    match detect::detect(&decoded) {
+    match crate::action::decode::encoded_kind(head)? {
         Kind::Wasm => Some("a WebAssembly module"),
         Kind::Zip => Some("a zip"),
         Kind::TarGz => Some("a tar.gz"),

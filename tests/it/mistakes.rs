@@ -166,15 +166,25 @@ fn an_archive_without_entry_point_says_what_it_looked_for_and_found() {
     server.wait_stderr("wasmloop: cannot start the action: the upload has no entry point");
 }
 
+/// The OpenWhisk CLI sends every file but a .zip, .jar or .balx as text: base64 text of a
+/// module is decoded as such, while base64 of an executable is pointed out.
 #[test]
-fn base64_code_sent_without_binary_true_is_pointed_out() {
+fn base64_code_sent_without_binary_true_is_decoded_or_pointed_out() {
     let server = Server::start();
     let mut body = init_binary(&read(&Backend::Wasm.guest("echo")));
     body["value"]["binary"] = json!(false);
+    server.init(&body).assert(200, "{\"ok\":true}\n");
+    server
+        .run(json!({"as": "text"}))
+        .assert(200, "{\"as\":\"text\"}\n");
+
+    let server = Server::start();
+    let mut body = init_binary(&read(&Backend::Native.guest("echo")));
+    body["value"]["binary"] = json!(false);
     server.init(&body).assert_error(
         502,
-        "cannot start action: command exited: the code is base64 text (of a WebAssembly \
-         module), taken as it is because the /init request does not say \"binary\": true",
+        "cannot start action: command exited: the code is base64 text (of an ELF executable), \
+         taken as it is because the /init request does not say \"binary\": true",
     );
 }
 
