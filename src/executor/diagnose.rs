@@ -245,7 +245,9 @@ mod tests {
 
     #[test]
     fn base64_of_a_known_kind_is_recognized() {
-        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let b64 = |bytes: &[u8]| {
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
+        };
         assert_eq!(
             base64_of(b64(b"\0asm\x01\0\0\0rest").as_bytes()),
             Some("a WebAssembly module")
