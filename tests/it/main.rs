@@ -9,6 +9,7 @@ mod contract;
 mod dropin;
 mod examples;
 mod faults;
+mod image;
 mod lifecycle;
 mod local;
 mod mistakes;

@@ -331,13 +331,38 @@ impl Capture {
     }
 }
 
-/// A `wasmloop serve` process on a free loopback port, with its stdout and stderr captured.
+/// A `wasmloop serve` process on a free loopback port, with its stdout and stderr captured;
+/// or, with `WASMLOOP_TEST_IMAGE` set, a container of that image started as OpenWhisk's
+/// invoker starts one (scripts/image-test.sh runs the contract cases that way).
 pub struct Server {
     pub addr: SocketAddr,
     child: Mutex<Child>,
+    /// The container's id, when the server is one (`child` then follows its logs).
+    container: Option<String>,
     out: Arc<Capture>,
     err: Arc<Capture>,
     pub action_dir: tempfile::TempDir,
+}
+
+/// The image the tests run against instead of a local process, if any.
+pub fn test_image() -> Option<String> {
+    std::env::var("WASMLOOP_TEST_IMAGE")
+        .ok()
+        .filter(|i| !i.is_empty())
+}
+
+/// `docker ARGS`, its stdout trimmed; panics with its stderr if it fails.
+pub fn docker(args: &[&str]) -> String {
+    let output = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("cannot run docker");
+    assert!(
+        output.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
 pub struct ServerBuilder {
@@ -372,6 +397,9 @@ impl ServerBuilder {
     /// before the process even starts, so there is no readiness to wait for, and no race
     /// for a free port.
     pub fn start(self) -> Server {
+        if let Some(image) = test_image() {
+            return self.start_container(&image, &[]);
+        }
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let action_dir = tempfile::tempdir().unwrap();
@@ -400,9 +428,77 @@ impl ServerBuilder {
         Server {
             addr,
             child: Mutex::new(child),
+            container: None,
             out,
             err,
             action_dir,
+        }
+    }
+
+    /// A container of `image`, run as OpenWhisk's invoker runs one: a memory limit without
+    /// swap, two capabilities dropped, the invoker's ulimits, only `__OW_API_HOST` in the
+    /// environment, reached on the bridge network's address at port 8080, and the image's
+    /// own entry point (`serve` and the builder's arguments as its command). `docker_args`
+    /// go before the image (e.g. a different `--memory`).
+    pub fn start_container(self, image: &str, docker_args: &[&str]) -> Server {
+        let mut run: Vec<String> = [
+            "run",
+            "-d",
+            "--memory",
+            "256m",
+            "--memory-swap",
+            "256m",
+            "--cap-drop",
+            "NET_RAW",
+            "--cap-drop",
+            "NET_ADMIN",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--pids-limit",
+            "1024",
+            "-e",
+            "__OW_API_HOST=https://openwhisk.example",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        for (key, value) in &self.env {
+            run.extend(["-e".to_owned(), format!("{key}={value}")]);
+        }
+        run.extend(docker_args.iter().map(|a| a.to_string()));
+        run.extend([image.to_owned(), "serve".to_owned()]);
+        run.extend(self.args);
+        let run: Vec<&str> = run.iter().map(String::as_str).collect();
+        let id = docker(&run);
+        let ip = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]);
+        let addr: SocketAddr = format!("{ip}:8080").parse().unwrap();
+        let mut logs = Command::new("docker")
+            .args(["logs", "-f", &id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot follow the container's logs");
+        let out = Arc::new(Capture::default());
+        let err = Arc::new(Capture::default());
+        out.clone().gather(logs.stdout.take().unwrap());
+        err.clone().gather(logs.stderr.take().unwrap());
+        let deadline = Instant::now() + WAIT;
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the container never listened: {}",
+                err.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            addr,
+            child: Mutex::new(logs),
+            container: Some(id),
+            out,
+            err,
+            action_dir: tempfile::tempdir().unwrap(),
         }
     }
 }
@@ -469,18 +565,37 @@ impl Server {
     }
 
     pub fn pid(&self) -> u32 {
+        assert!(
+            self.container.is_none(),
+            "a test that signals the process itself cannot run against a container"
+        );
         self.child.lock().unwrap().id()
+    }
+
+    /// The container's id, when the server runs in one.
+    pub fn container(&self) -> Option<&str> {
+        self.container.as_deref()
     }
 
     /// Sends SIGTERM and returns the exit code.
     pub fn terminate(self) -> Option<i32> {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
+        match &self.container {
+            Some(id) => {
+                docker(&["kill", "-s", "TERM", id]);
+            }
+            // SAFETY: kill(2) on our own child's pid.
+            None => unsafe {
+                libc::kill(self.pid() as i32, libc::SIGTERM);
+            },
+        }
         self.wait_exit()
     }
 
     /// Waits for the server to exit and returns its exit code.
     pub fn wait_exit(&self) -> Option<i32> {
+        if let Some(id) = &self.container {
+            return docker(&["wait", id]).parse().ok();
+        }
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
@@ -508,6 +623,10 @@ pub fn split_sentinels(stream: &str) -> (usize, String) {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // As the invoker removes a container: SIGKILL, whatever it was doing.
+        if let Some(id) = &self.container {
+            let _ = Command::new("docker").args(["rm", "-f", id]).output();
+        }
         let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
         let _ = child.kill();
         let _ = child.wait();

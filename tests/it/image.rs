@@ -1,0 +1,148 @@
+//! The runtime image, run as OpenWhisk's invoker runs it (scripts/image-test.sh builds it
+//! and runs these with `WASMLOOP_TEST_IMAGE` set; without an image they are skipped).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Backend, Server, docker, init_text, test_image};
+
+const OK: &str = "{\"ok\":true}\n";
+const NEEDS_IMAGE: &str = "these checks need the image: run scripts/image-test.sh";
+
+fn image() -> String {
+    test_image().expect(NEEDS_IMAGE)
+}
+
+fn container(docker_args: &[&str]) -> Server {
+    Server::builder().start_container(&image(), docker_args)
+}
+
+fn container_id(server: &Server) -> &str {
+    server.container().expect("a container")
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn it_runs_as_an_unprivileged_user_and_reports_its_size_and_idle_memory() {
+    let server = container(&[]);
+    let id = container_id(&server);
+    assert_eq!(docker(&["exec", id, "id", "-u"]), "10001");
+    let size = docker(&["image", "inspect", "-f", "{{.Size}}", &image()]);
+    let memory = docker(&["stats", "--no-stream", "--format", "{{.MemUsage}}", id]);
+    // Figures for the record, in the test's output: nothing to assert about them.
+    eprintln!("image size: {size} bytes; idle container: {memory}");
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn a_guest_growing_past_what_the_container_holds_traps_with_the_cap_and_the_container_lives() {
+    for (limit, cap_mib) in [("128m", 80), ("256m", 192)] {
+        let server = container(&["--memory", limit, "--memory-swap", limit]);
+        server
+            .init(&Backend::Wasm.init_guest("grows_memory"))
+            .assert(200, OK);
+        server
+            .run(json!({"mib": 16}))
+            .assert(200, "{\"allocated_mib\":16}\n");
+        let reply = server.run(json!({"mib": cap_mib + 40}));
+        assert_eq!(reply.status, 400, "{limit}: {}", reply.text());
+        let cap = format!("past its cap of {} bytes ({cap_mib} MiB)", cap_mib << 20);
+        assert!(reply.error().contains(&cap), "{limit}: {}", reply.text());
+        // The kernel did not step in: the same container answers the next activation.
+        server
+            .run(json!({"mib": 1}))
+            .assert(200, "{\"allocated_mib\":1}\n");
+        let id = container_id(&server);
+        assert_eq!(
+            docker(&["inspect", "-f", "{{.State.OOMKilled}}", id]),
+            "false"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn a_paused_container_serves_again_once_unpaused() {
+    for backend in [Backend::Wasm, Backend::Native] {
+        let server = container(&[]);
+        server.init(&backend.init_guest("counter")).assert(200, OK);
+        server.run(json!({})).assert(200, "{\"count\":1}\n");
+        // The invoker pauses a container after 10 s without activations.
+        std::thread::sleep(Duration::from_secs(10));
+        let id = container_id(&server);
+        docker(&["pause", id]);
+        std::thread::sleep(Duration::from_secs(2));
+        docker(&["unpause", id]);
+        server.run(json!({})).assert(200, "{\"count\":2}\n");
+    }
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn orphans_of_native_actions_are_reaped() {
+    let server = container(&[]);
+    // Each activation leaves a process whose parent is gone: it is handed to PID 1.
+    let script = "#!/bin/sh\nwhile read -r l; do (sleep 0.05 &); echo '{\"ok\":1}' >&3; done\n";
+    server.init(&init_text(script)).assert(200, OK);
+    for _ in 0..20 {
+        server.run(json!({})).assert(200, "{\"ok\":1}\n");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let zombies = docker(&[
+        "exec",
+        container_id(&server),
+        "sh",
+        "-c",
+        "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l",
+    ]);
+    assert_eq!(zombies, "0", "zombies left in the container");
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn a_read_only_root_with_a_tmpfs_serves() {
+    let server = container(&["--read-only", "--tmpfs", "/tmp"]);
+    server
+        .init(&Backend::Wasm.init_guest("echo"))
+        .assert(200, OK);
+    server.run(json!({"a": 1})).assert(200, "{\"a\":1}\n");
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn a_derived_image_serves_its_built_in_action_after_an_init_without_code() {
+    let context = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Backend::Wasm.guest("counter"),
+        context.path().join("exec.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        context.path().join("Dockerfile"),
+        format!(
+            "FROM {}\nCOPY exec.wasm /opt/action/exec.wasm\nENV WASMLOOP_ACTION=/opt/action/exec.wasm\n",
+            image()
+        ),
+    )
+    .unwrap();
+    let derived = format!("{}-derived", image());
+    let built = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(context.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let server = Server::builder().start_container(&derived, &[]);
+    // As the invoker sends it to an image created without a file.
+    let codeless =
+        json!({"value": {"main": "main", "env": {"__OW_ACTION_NAME": "/guest/counter"}}});
+    server.init(&codeless).assert(200, OK);
+    server.run(json!({})).assert(200, "{\"count\":1}\n");
+    server.run(json!({})).assert(200, "{\"count\":2}\n");
+}
