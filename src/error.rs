@@ -58,6 +58,13 @@ pub enum Error {
         limit: String,
         waited: std::time::Duration,
     },
+    /// A compile or start-up wait cut short by the /init's `__OW_DEADLINE`.
+    #[error(
+        "{source}; the platform's deadline for this /init (__OW_DEADLINE) left {left} for it: \
+         raise the action's timeout, or make /init quicker (a smaller upload, the compile \
+         cache, a precompiled module)"
+    )]
+    InitDeadline { left: String, source: Box<Error> },
     #[error(transparent)]
     Run(#[from] RunError),
     /// A bug of ours, reported instead of dropping the connection.
@@ -66,8 +73,22 @@ pub enum Error {
 }
 
 impl Error {
+    /// A limit on time ran out (as opposed to something failing).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Start(StartError::AckTimeout(_) | StartError::StillStarting(_)) => true,
+            // Compiles report their limit in words (crate::config::compile_timed_out).
+            Error::Start(StartError::Wasm(e)) => e.starts_with(crate::config::COMPILE_TIMED_OUT),
+            Error::Prepare(PrepareError::Compile(e)) => {
+                e.starts_with(crate::config::COMPILE_TIMED_OUT)
+            }
+            _ => false,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
+            Error::InitDeadline { source, .. } => source.status(),
             Error::AlreadyInitialized | Error::MissingCode | Error::BuiltIn => {
                 StatusCode::FORBIDDEN
             }

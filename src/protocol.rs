@@ -76,6 +76,14 @@ pub fn check_run_body(body: &[u8]) -> Result<Option<u64>, String> {
 }
 
 /// The init `env` as variables: strings verbatim, anything else as its compact JSON text.
+/// A variable of an action's environment, as the action will see it (the last one wins).
+pub fn env_value<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 pub fn env_pairs(env: &Map<String, Value>) -> Vec<(String, String)> {
     env.iter()
         .map(|(k, v)| {

@@ -53,6 +53,31 @@ impl Init {
     }
 }
 
+/// The settings of one /init whose `__OW_DEADLINE` comes before its own limits would.
+struct InitBound {
+    config: Config,
+    /// What the deadline left when the /init arrived.
+    left: Duration,
+}
+
+impl InitBound {
+    fn until(deadline: &str, config: &Config) -> Option<InitBound> {
+        let deadline = std::time::UNIX_EPOCH + Duration::from_millis(deadline.trim().parse().ok()?);
+        let left = deadline.duration_since(std::time::SystemTime::now()).ok()?;
+        // Whole milliseconds: they are printed in the error.
+        let left = Duration::from_millis(u64::try_from(left.as_millis()).ok()?);
+        // A tenth of what is left (at most a second) to answer before the platform gives up.
+        let bound = left - (left / 10).min(Duration::from_secs(1));
+        if bound >= config.compile_timeout && bound >= config.ack_timeout {
+            return None;
+        }
+        let mut config = config.clone();
+        config.compile_timeout = config.compile_timeout.min(bound);
+        config.ack_timeout = config.ack_timeout.min(bound);
+        Some(InitBound { config, left })
+    }
+}
+
 /// An initialized action: its executor, and the folder it was unpacked into.
 pub struct Action {
     executor: Arc<dyn Executor>,
@@ -185,17 +210,28 @@ impl Runtime {
     /// Steps 4 and 7-8: the environment, then unpack, compile and start.
     async fn install_locked(&self, init: Init) -> Result<(), Error> {
         let Init { bytes, main, env } = init;
-        let config = &self.config;
-        let env = executor::action_env(config, &main, env);
+        let env = executor::action_env(&self.config, &main, env);
+        // The platform gives /init the action's timeout and says when it ends: compiles
+        // and start-up waits end a little before, so that the error is ours, not a kill.
+        let bounded = protocol::env_value(&env, "__OW_DEADLINE")
+            .and_then(|deadline| InitBound::until(deadline, &self.config));
+        let config = bounded.as_ref().map_or(&self.config, |b| &b.config);
+        let past_deadline = |error: Error| match &bounded {
+            Some(bound) if error.is_timeout() => Error::InitDeadline {
+                left: humantime::format_duration(bound.left).to_string(),
+                source: Box::new(error),
+            },
+            _ => error,
+        };
         let upload = Upload { bytes, main: &main };
         let prepared = action::prepare_as_configured(upload, &env, config)
             .await
-            .map_err(|e| self.init_failure(Error::Prepare(e)))?;
+            .map_err(|e| self.init_failure(past_deadline(Error::Prepare(e))))?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
         let spec = StartSpec::new(config, env, main);
         let executor = executor::start(&prepared, spec, config)
             .await
-            .map_err(|e| self.init_failure(Error::Start(e)))?;
+            .map_err(|e| self.init_failure(past_deadline(Error::Start(e))))?;
         let action = Arc::new(Action {
             executor,
             sentinels: config.sentinels,

@@ -268,3 +268,31 @@ fn actions_do_not_inherit_the_listening_socket() {
         .assert(200, "{\"ok\":true}\n");
     server.run(json!({})).assert(200, "{\"sockets\":0}\n");
 }
+
+/// The platform gives `/init` the action's timeout and passes its end as `__OW_DEADLINE`:
+/// a start that cannot finish by then gets a 502 that says so, before the platform gives up.
+#[test]
+fn an_init_that_cannot_start_before_its_deadline_says_so_in_time() {
+    let server = Server::start();
+    let mut body = Backend::Wasm.init_guest("loops_at_start");
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        + Duration::from_secs(2);
+    body["value"]["env"] = json!({ "__OW_DEADLINE": deadline.as_millis().to_string() });
+    let started = Instant::now();
+    let reply = server.init(&body);
+    reply.assert_error(
+        502,
+        "a guest must reach its first read of stdin within --ack-timeout",
+    );
+    reply.assert_error(
+        502,
+        "the platform's deadline for this /init (__OW_DEADLINE) left",
+    );
+    reply.assert_error(502, "raise the action's timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not the 60 s --ack-timeout"
+    );
+}

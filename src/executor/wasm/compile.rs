@@ -104,10 +104,23 @@ impl CompileChild {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let finished = tokio::time::timeout_at(self.deadline, command.output())
-            .await
-            .map_err(|_| CompileError::fatal(crate::config::compile_timed_out(self.timeout)))?
-            .map_err(|e| CompileError::fatal(format!("cannot start the compiler: {e}")))?;
+        let timed_out = || CompileError::fatal(crate::config::compile_timed_out(self.timeout));
+        let output = command.output();
+        let finished = match self.role {
+            ChildRole::Foreground => tokio::time::timeout_at(self.deadline, output)
+                .await
+                .map_err(|_| timed_out())?,
+            // Nobody waits for it, and a frozen container (`docker pause`) would otherwise
+            // find its limit spent the moment it thaws: only running time counts.
+            ChildRole::Background => {
+                let left = self.deadline - tokio::time::Instant::now();
+                tokio::select! {
+                    output = output => output,
+                    () = running_time(left) => return Err(timed_out()),
+                }
+            }
+        }
+        .map_err(|e| CompileError::fatal(format!("cannot start the compiler: {e}")))?;
         if finished.status.success() {
             return Ok(finished.stdout);
         }
@@ -120,6 +133,20 @@ impl CompileChild {
             },
             not_for_winch: finished.status.code() == Some(EXIT_NOT_FOR_WINCH),
         })
+    }
+}
+
+/// Completes once `limit` has passed while the process was running: the clock is read in
+/// one-second steps, and a step that took much longer (the container was frozen, or the
+/// machine suspended) counts as two seconds.
+pub(super) async fn running_time(limit: Duration) {
+    const STEP: Duration = Duration::from_secs(1);
+    let mut counted = Duration::ZERO;
+    while counted < limit {
+        let step = STEP.min(limit - counted);
+        let before = tokio::time::Instant::now();
+        tokio::time::sleep(step).await;
+        counted += before.elapsed().min(2 * step);
     }
 }
 
@@ -189,5 +216,39 @@ pub fn check_command(module: &Module) -> Result<(), String> {
         None => Err(
             "the module exports no `_start`: build it as a WASI command (wasm32-wasip1)".to_owned(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn time_spent_frozen_does_not_count_against_a_background_compile() {
+        let start = tokio::time::Instant::now();
+        let mut limit = std::pin::pin!(running_time(Duration::from_secs(5)));
+        assert!(poll_once(&mut limit).is_pending());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(poll_once(&mut limit).is_pending());
+        // Frozen for ten minutes in the middle of a step: it counts as two seconds.
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert!(
+            poll_once(&mut limit).is_pending(),
+            "the freeze used up the limit"
+        );
+        // The two seconds left still run out.
+        limit.await;
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_secs(602) && elapsed < Duration::from_secs(605),
+            "{elapsed:?}"
+        );
+    }
+
+    fn poll_once<F: std::future::Future>(
+        f: &mut std::pin::Pin<&mut F>,
+    ) -> std::task::Poll<F::Output> {
+        let waker = std::task::Waker::noop();
+        f.as_mut().poll(&mut std::task::Context::from_waker(waker))
     }
 }
