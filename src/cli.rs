@@ -161,6 +161,21 @@ impl ServeArgs {
     }
 }
 
+/// Where components may connect: the same flag for `serve` and `run`.
+#[derive(Debug, Clone, Args)]
+pub struct OutboundArgs {
+    /// Hosts and ports WebAssembly components may reach, comma-separated: host:port, host:*,
+    /// *:port or * (e.g. api.example.com:443,127.0.0.1:6379), for TCP and UDP connects and
+    /// HTTP requests alike. Empty (the default): no network at all.
+    #[arg(
+        long,
+        env = "WASMLOOP_ALLOW_OUTBOUND",
+        value_name = "LIST",
+        default_value = ""
+    )]
+    pub allow_outbound: crate::outbound::AllowList,
+}
+
 /// `wasmloop run`: only what applies to one local process running one action.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -195,16 +210,8 @@ pub struct RunArgs {
     /// Compile the module afresh; keep nothing on disk.
     #[arg(long, env = "WASMLOOP_NO_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_cache: bool,
-    /// Hosts and ports WebAssembly components may reach, comma-separated: host:port, host:*,
-    /// *:port or * (e.g. api.example.com:443,127.0.0.1:6379), for TCP and UDP connects and
-    /// HTTP requests alike. Empty (the default): no network at all.
-    #[arg(
-        long,
-        env = "WASMLOOP_ALLOW_OUTBOUND",
-        value_name = "LIST",
-        default_value = ""
-    )]
-    pub allow_outbound: crate::outbound::AllowList,
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
     /// Accept a module precompiled by `wasmloop compile` (its machine code runs unchecked).
     #[arg(long)]
     pub allow_precompiled: bool,
@@ -231,7 +238,7 @@ impl RunArgs {
                 self.cache_dir.clone().or(defaults.cache_dir.clone())
             },
             allow_precompiled: self.allow_precompiled,
-            allow_outbound: self.allow_outbound.clone(),
+            allow_outbound: self.outbound.allow_outbound.clone(),
             sentinels: false,
             ..defaults
         }
@@ -352,16 +359,8 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_SHUTDOWN_TIMEOUT)]
     pub shutdown_timeout: Duration,
-    /// Hosts and ports WebAssembly components may reach, comma-separated: host:port, host:*,
-    /// *:port or * (e.g. api.example.com:443,127.0.0.1:6379), for TCP and UDP connects and
-    /// HTTP requests alike. Empty (the default): no network at all.
-    #[arg(
-        long,
-        env = "WASMLOOP_ALLOW_OUTBOUND",
-        value_name = "LIST",
-        default_value = ""
-    )]
-    pub allow_outbound: crate::outbound::AllowList,
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
     /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
     /// only for uploads you trust.
     #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED", value_parser = clap::builder::FalseyValueParser::new())]
@@ -428,7 +427,7 @@ impl RuntimeArgs {
                 self.cache_dir.clone().or(defaults.cache_dir)
             },
             allow_precompiled: self.allow_precompiled,
-            allow_outbound: self.allow_outbound.clone(),
+            allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
             max_queue: self.max_queue,
             timeout: self.timeout,

@@ -327,14 +327,7 @@ fn example_server(file: &str, args: &[&str]) -> Server {
 #[test]
 fn every_component_hello_greets_and_logs() {
     for lang in LANGUAGES {
-        let server = example_server(&format!("hello-{lang}.wasm"), &[]);
-        server
-            .run(json!({"name": "Mike"}))
-            .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
-        server
-            .run(json!({}))
-            .assert(200, "{\"message\":\"Hello, Stranger!\"}\n");
-        server.wait_stderr("hello: greeting Stranger");
+        crate::examples::says_hello(&example_server(&format!("hello-{lang}.wasm"), &[]));
     }
 }
 

@@ -25,7 +25,8 @@ fn built(file: &str) -> PathBuf {
     built_in("native-examples", file)
 }
 
-fn says_hello(server: &Server) {
+/// The greeting every hello example gives, and its log line.
+pub fn says_hello(server: &Server) {
     server
         .run(json!({"name": "Mike"}))
         .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
