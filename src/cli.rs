@@ -40,8 +40,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run an action locally, without HTTP: each input gives one result line on stdout.
     Run(RunArgs),
-    /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled).
+    /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled, or sign
+    /// it with --sign-key for runtimes that --trust-key the signer).
     Compile(CompileArgs),
+    /// Make a key pair for signed artifacts: DIR/sign.key (keep it secret) and
+    /// DIR/verify.key (give it to runtimes as --trust-key).
+    Keygen(KeygenArgs),
     /// Compare the backends: the same hello through each, over real HTTP, in one table.
     #[cfg(feature = "bench")]
     Bench(BenchArgs),
@@ -246,6 +250,12 @@ impl RunArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct KeygenArgs {
+    /// The folder to write sign.key and verify.key into (an existing key is never replaced).
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct CompileArgs {
     /// The WebAssembly module to compile.
     pub input: PathBuf,
@@ -264,6 +274,11 @@ pub struct CompileArgs {
     /// The server's pid (with --for-server): a child whose server is gone gives up.
     #[arg(long, hide = true)]
     pub parent_pid: Option<u32>,
+    /// Write a signed artifact instead: a zip of the module, its precompiled code and a
+    /// signature with this key (from `wasmloop keygen`). Runtimes that --trust-key its verify
+    /// key load the code without compiling; others compile the module inside.
+    #[arg(long, env = "WASMLOOP_SIGN_KEY", value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
 }
 
 impl CompileArgs {
@@ -361,6 +376,16 @@ pub struct RuntimeArgs {
     pub shutdown_timeout: Duration,
     #[command(flatten)]
     pub outbound: OutboundArgs,
+    /// A verify key (from `wasmloop keygen`) whose signed artifacts' precompiled code is
+    /// loaded without compiling (repeatable; the variable takes a comma-separated list).
+    /// Other uploads, and artifacts it did not sign, are compiled as usual.
+    #[arg(
+        long = "trust-key",
+        env = "WASMLOOP_TRUST_KEY",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
+    pub trust_keys: Vec<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
     /// only for uploads you trust.
     #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED", value_parser = clap::builder::FalseyValueParser::new())]
@@ -427,6 +452,7 @@ impl RuntimeArgs {
                 self.cache_dir.clone().or(defaults.cache_dir)
             },
             allow_precompiled: self.allow_precompiled,
+            trust_keys: self.trust_keys.clone(),
             allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
             max_queue: self.max_queue,

@@ -88,6 +88,8 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
     pub allow_precompiled: bool,
+    /// Verify keys of signed artifacts whose precompiled code may be loaded (`--trust-key`).
+    pub trust_keys: Vec<PathBuf>,
     /// Where WebAssembly components may connect and send HTTP requests (empty: nowhere).
     pub allow_outbound: crate::outbound::AllowList,
     /// How many instances (wasm) or children (native) of the action may run at once.
@@ -211,6 +213,7 @@ impl Default for Config {
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
             built_in_action: None,
+            trust_keys: Vec::new(),
             allow_outbound: crate::outbound::AllowList::default(),
             concurrency: 1,
             max_queue: DEFAULT_MAX_QUEUE,

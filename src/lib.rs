@@ -28,6 +28,7 @@ pub mod outbound;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
+pub mod signing;
 
 /// Locks `mutex`, also after a panic while it was held: everything kept behind these
 /// locks is plain data (lists, buffers, stream states) that stays usable.

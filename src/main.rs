@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Parser;
 #[cfg(feature = "bench")]
 use wasmloop::cli::BenchArgs;
-use wasmloop::cli::{Cli, Command, CompileArgs, OwCompileArgs, RunArgs, ServeArgs};
+use wasmloop::cli::{Cli, Command, CompileArgs, KeygenArgs, OwCompileArgs, RunArgs, ServeArgs};
 use wasmloop::config::ChildRole;
 
 fn main() -> ExitCode {
@@ -61,6 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::Run(args)) => run_locally(args),
         Some(Command::Compile(args)) => compile(args),
+        Some(Command::Keygen(args)) => keygen(args),
         #[cfg(feature = "bench")]
         Some(Command::Bench(args)) => bench(args),
         None => serve(cli.serve, debug),
@@ -81,6 +82,8 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
 
 fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
     let mut config = args.runtime.to_config();
+    // A key that cannot be read is a mistake to hear about now, not at some /init.
+    wasmloop::signing::read_trusted(&config.trust_keys)?;
     // The reference's -debug also allows more than one /init.
     config.allow_reinit = debug;
     config.built_in_action = args
@@ -117,10 +120,58 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     }
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
-    let compiled = wasmloop::executor::wasm::precompile(&bytes, args.engine_settings())
+    let settings = args.engine_settings();
+    let compiled = wasmloop::executor::wasm::precompile(&bytes, settings)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
-    std::fs::write(&args.output, compiled)
-        .with_context(|| format!("cannot write {}", args.output.display()))
+    let written = match &args.sign_key {
+        None => std::fs::write(&args.output, compiled),
+        Some(key) => {
+            let key = wasmloop::signing::read_signing_key(key)?;
+            let engine = wasmloop::executor::wasm::artifact_engine_id(settings)
+                .map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
+            let signature = wasmloop::signing::sign(&key, &bytes, &compiled, &engine);
+            write_artifact(&args.output, &bytes, &compiled, &signature)
+        }
+    };
+    written.with_context(|| format!("cannot write {}", args.output.display()))
+}
+
+/// A signed artifact: a zip any runtime can serve (`exec.wasm` is its entry point), with the
+/// precompiled code and its signature beside it.
+fn write_artifact(
+    path: &std::path::Path,
+    module: &[u8],
+    code: &[u8],
+    signature: &str,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path)?);
+    let deflated = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, bytes) in [
+        ("exec.wasm", module),
+        (wasmloop::signing::CODE_ENTRY, code),
+        (wasmloop::signing::SIGNATURE_ENTRY, signature.as_bytes()),
+    ] {
+        zip.start_file(name, deflated)
+            .map_err(std::io::Error::other)?;
+        zip.write_all(bytes)?;
+    }
+    zip.finish().map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
+    let (sign, verify) = wasmloop::signing::keygen(&args.dir)?;
+    println!(
+        "{}: the signing key; keep it where artifacts are built (--sign-key)",
+        sign.display()
+    );
+    println!(
+        "{}: the verify key; give it to runtimes (--trust-key)",
+        verify.display()
+    );
+    Ok(())
 }
 
 /// A server's compile child: it dies with the server, yields the CPU to it when working in

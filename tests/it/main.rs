@@ -14,5 +14,6 @@ mod lifecycle;
 mod local;
 mod mistakes;
 mod pool;
+mod signed;
 mod uploads;
 mod wasm;

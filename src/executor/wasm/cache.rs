@@ -33,12 +33,16 @@ impl WasmEngine {
     /// loaded by an engine that could have written it. SHA-256 for both: `DefaultHasher`'s
     /// algorithm may change with a Rust release, and every entry would silently miss.
     pub(super) fn cache_name(&self, digest: &WasmDigest) -> String {
-        let mut engine_hash = StableHasher(Sha256::new());
-        self.engine
-            .precompile_compatibility_hash()
-            .hash(&mut engine_hash);
-        format!("{}-{:016x}.cwasm", digest.0, engine_hash.finish())
+        format!("{}-{}.cwasm", digest.0, engine_id(&self.engine))
     }
+}
+
+/// The engine's compatibility hash in hex: code compiled by one engine loads in another
+/// with the same id (wasmtime version, compiler, its settings).
+pub fn engine_id(engine: &wasmtime::Engine) -> String {
+    let mut hasher = StableHasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// A WebAssembly module's SHA-256, in hex: what names its compiled code in the cache.

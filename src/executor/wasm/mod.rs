@@ -143,6 +143,12 @@ pub async fn start(
             .await?
         }
     };
+    // A signed artifact's code, from a key the operator trusts, serves without a compile.
+    if !config.trust_keys.is_empty()
+        && let Some(code) = signed_code(wasm, &digest, config, &final_engine).await
+    {
+        return serve(final_engine, code, linking).await;
+    }
     let cache_dir = config
         .cache_dir
         .clone()
@@ -288,6 +294,62 @@ async fn blocking<T: Send + 'static>(
 /// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
 pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
     compile::compile_here(bytes, settings, true).map_err(|e| e.message)
+}
+
+/// The id of the engine code compiled with `settings` is for: what a signed artifact
+/// names, and what a runtime compares with its own. Made once per compiler.
+pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
+    static IDS: [std::sync::OnceLock<Result<String, String>>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    let cell = &IDS[match settings.codegen {
+        Codegen::Cranelift => 0,
+        Codegen::Winch => 1,
+    }];
+    cell.get_or_init(|| {
+        // Compile children use this configuration (no pool: it does not change the code).
+        wasmtime::Engine::new(&engine::config(settings, false))
+            .map(|engine| cache::engine_id(&engine))
+            .map_err(|e| format!("{e:#}"))
+    })
+    .clone()
+}
+
+/// The code of a signed artifact beside `wasm` (`exec.cwasm`, `exec.sig`), if a trusted key
+/// signed it for this engine; otherwise the module is compiled as usual, and the logs say why.
+async fn signed_code(
+    wasm: &Path,
+    digest: &WasmDigest,
+    config: &Config,
+    engine: &Arc<WasmEngine>,
+) -> Option<Code> {
+    use crate::signing::{CODE_ENTRY, SIGNATURE_ENTRY};
+    let dir = wasm.parent()?;
+    let (code_path, signature_path) = (dir.join(CODE_ENTRY), dir.join(SIGNATURE_ENTRY));
+    if !signature_path.is_file() {
+        return None;
+    }
+    let (engine, digest) = (engine.clone(), digest.clone());
+    let keys = config.trust_keys.clone();
+    let loaded = blocking(move || {
+        let signature = std::fs::read(&signature_path).map_err(|e| e.to_string())?;
+        let code = std::fs::read(&code_path)
+            .map_err(|e| format!("the artifact has no readable {CODE_ENTRY}: {e}"))?;
+        let trusted = crate::signing::read_trusted(&keys).map_err(|e| format!("{e:#}"))?;
+        let engine_id = artifact_engine_id(engine.settings)?;
+        crate::signing::verify(&signature, &digest.0, &code, &engine_id, &trusted)?;
+        engine.load_precompiled(&code_path)
+    })
+    .await;
+    match loaded {
+        Ok(code) => {
+            tracing::debug!("signed precompiled code loaded: nothing to compile");
+            Some(code)
+        }
+        Err(reason) => {
+            tracing::debug!(%reason, "signed code not used: compiling the module instead");
+            None
+        }
+    }
 }
 
 impl Worker for Instance {

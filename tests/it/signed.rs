@@ -1,0 +1,182 @@
+//! Signed artifacts: precompiled code loaded for who signed it, compiled from the module
+//! inside in every other case.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::{Backend, Server, init_binary, read, zip_of};
+
+fn wasmloop(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn keygen(dir: &Path) -> (PathBuf, PathBuf) {
+    let made = wasmloop(&["keygen", dir.to_str().unwrap()]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (dir.join("sign.key"), dir.join("verify.key"))
+}
+
+/// `wasmloop compile --sign-key`: the artifact's bytes.
+fn artifact(guest: &Path, key: &Path, extra: &[&str]) -> Vec<u8> {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut args = vec![
+        "compile",
+        guest.to_str().unwrap(),
+        "--output",
+        out.path().to_str().unwrap(),
+        "--sign-key",
+        key.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let made = wasmloop(&args);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    read(out.path())
+}
+
+/// The artifact's entries, to rebuild it altered.
+fn entries(zip: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip)).unwrap();
+    (0..archive.len())
+        .map(|i| {
+            let mut file = archive.by_index(i).unwrap();
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).unwrap();
+            (file.name().to_owned(), bytes)
+        })
+        .collect()
+}
+
+fn rezip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let listed: Vec<(&str, &[u8], u32)> = entries
+        .iter()
+        .map(|(name, bytes)| (name.as_str(), bytes.as_slice(), 0o644))
+        .collect();
+    zip_of(&listed)
+}
+
+/// Initializes `upload` on a server trusting `keys` (verbose, to tell a load from a
+/// compile) and checks that the action serves.
+fn serve_artifact(upload: &[u8], keys: &[&Path]) -> Server {
+    let mut builder = Server::builder().arg("-v").arg("--no-cache");
+    for key in keys {
+        builder = builder.arg("--trust-key").arg(key.to_str().unwrap());
+    }
+    let server = builder.start();
+    server
+        .init(&init_binary(upload))
+        .assert(200, "{\"ok\":true}\n");
+    server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+    server
+}
+
+const LOADED: &str = "signed precompiled code loaded";
+const NOT_USED: &str = "signed code not used: compiling the module instead";
+
+#[test]
+fn a_trusted_signature_loads_the_code_for_modules_and_components() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    for backend in [Backend::Wasm, Backend::Component] {
+        let upload = artifact(&backend.guest("echo"), &sign, &[]);
+        let server = serve_artifact(&upload, &[&verify]);
+        server.wait_stderr(LOADED);
+        assert!(
+            !server.stderr().contains("module compiled"),
+            "{}",
+            server.stderr()
+        );
+    }
+}
+
+#[test]
+fn altered_code_another_key_or_another_engine_is_compiled_from_the_module_instead() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    let guest = Backend::Wasm.guest("echo");
+    let upload = artifact(&guest, &sign, &[]);
+
+    let mut altered = entries(&upload);
+    let code = altered.iter_mut().find(|(n, _)| n == "exec.cwasm").unwrap();
+    let middle = code.1.len() / 2;
+    code.1[middle] ^= 0xff;
+    let server = serve_artifact(&rezip(&altered), &[&verify]);
+    server.wait_stderr(NOT_USED);
+    server.wait_stderr("does not match the code");
+
+    let other = tempfile::tempdir().unwrap();
+    let (_, stranger) = keygen(other.path());
+    let server = serve_artifact(&upload, &[&stranger]);
+    server.wait_stderr("signed by a key this runtime does not trust");
+
+    // Code made by another compiler is for another engine than this runtime's.
+    let winch = artifact(&guest, &sign, &["--wasm-compiler", "winch"]);
+    let server = serve_artifact(&winch, &[&verify]);
+    server.wait_stderr("the code was compiled for another engine");
+}
+
+#[test]
+fn without_a_trusted_key_an_artifact_is_a_zip_like_any_other() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, _) = keygen(keys.path());
+    let upload = artifact(&Backend::Wasm.guest("echo"), &sign, &[]);
+    let server = serve_artifact(&upload, &[]);
+    server.wait_stderr("module compiled");
+    assert!(!server.stderr().contains(LOADED));
+}
+
+#[test]
+fn signed_code_without_its_module_is_never_run() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    let upload = artifact(&Backend::Wasm.guest("echo"), &sign, &[]);
+    let without_module: Vec<_> = entries(&upload)
+        .into_iter()
+        .filter(|(name, _)| name != "exec.wasm")
+        .collect();
+    let server = Server::builder()
+        .arg("--trust-key")
+        .arg(verify.to_str().unwrap())
+        .start();
+    server
+        .init(&init_binary(&rezip(&without_module)))
+        .assert_error(502, "the upload has no entry point");
+}
+
+#[test]
+fn a_trusted_key_that_cannot_be_read_stops_the_server_at_once() {
+    let server = Server::builder()
+        .arg("--trust-key")
+        .arg("/nonexistent/verify.key")
+        .start();
+    assert_eq!(server.wait_exit(), Some(1));
+    assert!(
+        server
+            .stderr()
+            .contains("cannot read the key /nonexistent/verify.key"),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn keygen_never_replaces_a_key() {
+    let keys = tempfile::tempdir().unwrap();
+    keygen(keys.path());
+    let again = wasmloop(&["keygen", keys.path().to_str().unwrap()]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
+}
