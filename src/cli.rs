@@ -62,6 +62,9 @@ pub struct OwCompileArgs {
     /// The action's environment, as a JSON object (the reference's `-env`).
     #[arg(long)]
     pub env_json: Option<String>,
+    /// Sign a WebAssembly upload's precompiled code into the zip (see `compile --sign-key`).
+    #[arg(long, env = "WASMLOOP_SIGN_KEY", value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }

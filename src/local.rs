@@ -143,6 +143,7 @@ pub async fn compile_to_zip(
     main: &str,
     env_json: Option<&str>,
     config: &Config,
+    sign_key: Option<&Path>,
 ) -> anyhow::Result<Vec<u8>> {
     let env: Map<String, Value> = match env_json {
         Some(text) => serde_json::from_str(text).context("-env is not a JSON object")?,
@@ -151,6 +152,17 @@ pub async fn compile_to_zip(
     let env = crate::executor::action_env(config, main, crate::protocol::env_pairs(&env));
     let upload = crate::action::Upload { bytes, main };
     let prepared = crate::action::prepare_as_configured(upload, &env, config).await?;
+    // The operator's signing step: the code for the engine a runtime of this build serves
+    // with, and its signature, beside the module (docs/deploying.md).
+    if let (Some(key), crate::action::Entry::Wasm(module)) = (sign_key, &prepared.entry) {
+        let key = crate::signing::read_signing_key(key)?;
+        let bytes = std::fs::read(module)?;
+        let settings = config.engine_settings(config.wasm_compiler.final_tier());
+        let (code, signature) = crate::signing::precompile_and_sign(&bytes, settings, &key)?;
+        let dir = module.parent().context("the module has no folder")?;
+        std::fs::write(dir.join(crate::signing::CODE_ENTRY), code)?;
+        std::fs::write(dir.join(crate::signing::SIGNATURE_ENTRY), signature)?;
+    }
     zip_folder(&prepared.bin_dir)
 }
 

@@ -121,16 +121,18 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
     let settings = args.engine_settings();
-    let compiled = wasmloop::executor::wasm::precompile(&bytes, settings)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
+    let input = || args.input.display();
     let written = match &args.sign_key {
-        None => std::fs::write(&args.output, compiled),
+        None => {
+            let compiled = wasmloop::executor::wasm::precompile(&bytes, settings)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", input()))?;
+            std::fs::write(&args.output, compiled)
+        }
         Some(key) => {
             let key = wasmloop::signing::read_signing_key(key)?;
-            let engine = wasmloop::executor::wasm::artifact_engine_id(settings)
-                .map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
-            let signature = wasmloop::signing::sign(&key, &bytes, &compiled, &engine);
-            write_artifact(&args.output, &bytes, &compiled, &signature)
+            let (code, signature) = wasmloop::signing::precompile_and_sign(&bytes, settings, &key)
+                .with_context(|| input().to_string())?;
+            write_artifact(&args.output, &bytes, &code, &signature)
         }
     };
     written.with_context(|| format!("cannot write {}", args.output.display()))
@@ -296,6 +298,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
         &args.main,
         args.env_json.as_deref(),
         &config,
+        args.sign_key.as_deref(),
     ))?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&zip)?;

@@ -71,6 +71,20 @@ fn read_key(path: &Path) -> anyhow::Result<[u8; 32]> {
     Ok(bytes.try_into().expect("32 bytes"))
 }
 
+/// A module's precompiled code for the engine `settings` make, and the `exec.sig` that
+/// signs it with `key`.
+pub fn precompile_and_sign(
+    module: &[u8],
+    settings: crate::config::EngineSettings,
+    key: &SigningKey,
+) -> anyhow::Result<(Vec<u8>, String)> {
+    let code = crate::executor::wasm::precompile(module, settings).map_err(anyhow::Error::msg)?;
+    let engine = crate::executor::wasm::artifact_engine_id(settings)
+        .map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
+    let signature = sign(key, module, &code, &engine);
+    Ok((code, signature))
+}
+
 /// The text of `exec.sig`: which key signed, for which engine, and the signature.
 pub fn sign(key: &SigningKey, module: &[u8], code: &[u8], engine: &str) -> String {
     let signature = key.sign(&message(&Sha256::digest(module), code, engine));

@@ -180,3 +180,34 @@ fn keygen_never_replaces_a_key() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
 }
+
+/// The operator's step in an image: `docker run -i IMAGE -compile main < src > action.zip`.
+#[test]
+fn the_reference_compile_flag_signs_with_the_key_in_its_environment() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(["-compile", "main"])
+        .env("WASMLOOP_SIGN_KEY", &sign)
+        .env("WASMLOOP_NO_CACHE", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let module = read(&Backend::Wasm.guest("echo"));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &module).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let names: Vec<String> = entries(&output.stdout)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(names.iter().any(|n| n == "exec.sig"), "{names:?}");
+    let server = serve_artifact(&output.stdout, &[&verify]);
+    server.wait_stderr(LOADED);
+}
