@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Cold /init of every example guest, in a fresh server with no compile cache: the upload
+# compiled (the default tiered compiler), then the same guest as a signed artifact whose
+# code the server trusts (no compile). Needs the examples built (their build.sh) and a
+# release build. Usage: scripts/cold-init.sh [ROUNDS]   (prints the median of ROUNDS, 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+wasmloop=${CARGO_TARGET_DIR:-target}/release/wasmloop
+rounds=${1:-3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$wasmloop" keygen "$work/keys" >/dev/null
+
+# /init time of FILE on a fresh server started with ARGS, in ms.
+init_ms() {
+  local file=$1; shift
+  local port
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$wasmloop" serve --listen "127.0.0.1:$port" --no-cache "$@" >/dev/null 2>&1 &
+  local pid=$!
+  for _ in $(seq 200); do curl -s -o /dev/null "127.0.0.1:$port/" && break; sleep 0.02; done
+  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$file")" >"$work/body"
+  local seconds
+  seconds=$(curl -s -o "$work/answer" -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$work/body")
+  grep -q '"ok":true' "$work/answer" || { echo "/init of $file failed: $(cat "$work/answer")" >&2; exit 1; }
+  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+  awk -v s="$seconds" 'BEGIN { printf "%.1f", s * 1000 }'
+}
+
+median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+printf '%-34s %10s %14s %16s\n' guest size compiled "signed artifact"
+for file in wasm-examples/out/hello-rust.wasm wasm-examples/out/hello-c.wasm \
+            wasm-examples/out/hello-go.wasm wasm-examples/out/markdown.wasm \
+            component-examples/out/hello-rust.wasm component-examples/out/hello-js.wasm \
+            component-examples/out/hello-python.wasm; do
+  [ -f "$file" ] || { echo "$file is missing: run its build.sh" >&2; exit 1; }
+  "$wasmloop" compile "$file" --output "$work/artifact.zip" --sign-key "$work/keys/sign.key"
+  compiled=$(for _ in $(seq "$rounds"); do echo -n "$(init_ms "$file") "; done | median)
+  signed=$(for _ in $(seq "$rounds"); do
+    echo -n "$(init_ms "$work/artifact.zip" --trust-key "$work/keys/verify.key") "
+  done | median)
+  printf '%-34s %10s %11s ms %13s ms\n' "$file" "$(stat -c %s "$file")" "$compiled" "$signed"
+done
