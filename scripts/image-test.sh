@@ -23,19 +23,23 @@ if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq docker.io debootstrap >/dev/null
 fi
 
+# dockerd writes its own pid here: `$!` would be that of the wrapper that started it.
+pidfile=$cache/dockerd.pid
 started=
 cleanup() {
-  if [ -n "$started" ]; then
+  if [ -n "$started" ] && [ -s "$pidfile" ]; then
     echo "stopping the dockerd this script started" >&2
-    as_root kill "$started" 2>/dev/null || true
-    wait "$started" 2>/dev/null || true
+    pid=$(cat "$pidfile")
+    as_root kill "$pid" 2>/dev/null || true
+    for _ in $(seq 150); do as_root kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   fi
 }
 trap cleanup EXIT
 if ! docker info >/dev/null 2>&1; then
   echo "starting dockerd" >&2
-  as_root setsid dockerd >"$cache/dockerd.log" 2>&1 &
-  started=$!
+  as_root rm -f "$pidfile"
+  as_root setsid dockerd --pidfile "$pidfile" >"$cache/dockerd.log" 2>&1 &
+  started=yes
   for _ in $(seq 100); do docker info >/dev/null 2>&1 && break; sleep 0.2; done
   docker info >/dev/null 2>&1 || { cat "$cache/dockerd.log" >&2; exit 1; }
 fi
