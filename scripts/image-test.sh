@@ -35,7 +35,8 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-if ! docker info >/dev/null 2>&1; then
+# A daemon may run whose socket this user cannot open: ask as root before starting another.
+if ! as_root docker info >/dev/null 2>&1; then
   echo "starting dockerd" >&2
   as_root rm -f "$pidfile"
   as_root setsid dockerd --pidfile "$pidfile" >"$cache/dockerd.log" 2>&1 &

@@ -447,6 +447,7 @@ impl RuntimeArgs {
             ack_timeout: self.ack_timeout,
             start_probe: self.start_probe,
             compile_timeout: self.compile_timeout,
+            background_compile_timeout: self.compile_timeout,
             max_memory_bytes: memory_cap(self.max_memory_bytes, usize::from(self.concurrency)),
             wasm_compiler: self.wasm_compiler,
             cache_dir: if self.no_cache {

@@ -80,6 +80,9 @@ pub struct Config {
     pub ack_timeout: Duration,
     pub start_probe: Duration,
     pub compile_timeout: Duration,
+    /// `--compile-timeout` for the background compile of a tiered start, which an
+    /// `/init`'s deadline does not shorten.
+    pub background_compile_timeout: Duration,
     /// Cap on each WebAssembly instance's linear memory.
     pub max_memory_bytes: usize,
     /// Which compiler turns WebAssembly into machine code.
@@ -208,6 +211,7 @@ impl Default for Config {
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             start_probe: duration(DEFAULT_START_PROBE),
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
+            background_compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             wasm_compiler: WasmCompiler::Tiered,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),

@@ -106,8 +106,8 @@ pub struct Admitted<'a>(&'a Runtime);
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
-            && self.0.draining.load(Ordering::Acquire)
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.draining.load(Ordering::SeqCst)
         {
             self.0.idle.notify_waiters();
         }
@@ -127,12 +127,14 @@ impl Runtime {
         }
     }
 
-    /// Lets a request in, unless the runtime is draining.
+    /// Lets a request in, unless the runtime is draining. Sequentially consistent, with
+    /// `drain`: each stores one flag and then reads the other, which weaker orderings
+    /// allow to both miss.
     pub fn admit(&self) -> Result<Admitted<'_>, Error> {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
         // Counted before the check: a drain that starts now waits for this request.
         let admitted = Admitted(self);
-        if self.draining.load(Ordering::Acquire) {
+        if self.draining.load(Ordering::SeqCst) {
             return Err(Error::ShuttingDown);
         }
         Ok(admitted)
@@ -140,10 +142,10 @@ impl Runtime {
 
     /// From now on requests get 503; completes once those admitted before are answered.
     pub async fn drain(&self) {
-        self.draining.store(true, Ordering::Release);
+        self.draining.store(true, Ordering::SeqCst);
         loop {
             let idle = self.idle.notified();
-            if self.in_flight.load(Ordering::Acquire) == 0 {
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
                 return;
             }
             idle.await;
@@ -165,14 +167,14 @@ impl Runtime {
     /// `/init`s without code then succeed, as the platform sends them to such images.
     pub async fn install_built_in(&self, init: Init) -> Result<(), Error> {
         self.install(init).await?;
-        self.built_in.store(true, Ordering::Release);
+        self.built_in.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     /// docs/protocol.md 1.2 step 1, which comes before the body is even read.
     pub fn refuse_second_init(&self) -> Result<(), Error> {
         // Answered once the body is read: only one without code is accepted.
-        if self.built_in.load(Ordering::Acquire) {
+        if self.built_in.load(Ordering::SeqCst) {
             return Ok(());
         }
         if self.action().is_some() && !self.config.allow_reinit {
@@ -184,7 +186,7 @@ impl Runtime {
 
     /// docs/protocol.md 1.2 steps 2-8.
     pub async fn init(&self, body: &[u8]) -> Result<(), Error> {
-        if self.built_in.load(Ordering::Acquire) {
+        if self.built_in.load(Ordering::SeqCst) {
             return match Init::parse(body) {
                 Err(Error::MissingCode) => Ok(()),
                 // The request is read as usual: malformed JSON is still a 400.

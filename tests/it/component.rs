@@ -385,3 +385,19 @@ fn a_udp_datagram_follows_the_allow_list() {
     );
     assert_eq!(result(&allowed, ping), json!({"reply": "ping"}));
 }
+
+#[test]
+fn a_url_with_user_info_is_refused_even_to_an_allowed_host() {
+    let web = HttpServer::start("ok");
+    let server = component_server("http_get", &["--allow-outbound", &web.addr.to_string()]);
+    let url = format!("http://someone@{}/", web.addr);
+    assert_eq!(
+        result(&server, json!({"url": url})),
+        json!({"error": "ErrorCode::HttpRequestDenied"})
+    );
+    server.wait_stderr("wasmloop: denied an HTTP request whose URL holds user info");
+    assert_eq!(
+        result(&server, json!({"url": web.url("/")})),
+        json!({"status": 200, "length": 2})
+    );
+}

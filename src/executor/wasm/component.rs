@@ -121,6 +121,15 @@ impl WasiHttpHooks for Outbound {
     ) -> Sent {
         drop(fut);
         let uri = request.uri();
+        // The sender connects to the authority as written: with user info in it, what it
+        // reaches and what `host()` says could differ. Nobody needs it for an API call.
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            self.logs.note(
+                "wasmloop: denied an HTTP request whose URL holds user info (user@host): \
+                 send credentials in a header instead",
+            );
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
         let host = uri.host().unwrap_or_default().to_owned();
         let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
             Some("https") => 443,

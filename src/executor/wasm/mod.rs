@@ -194,9 +194,12 @@ pub async fn start(
         wasm: wasm.to_owned(),
         digest,
         cache_dir,
+        // Its own time, from now: nobody waits for it, and the /init's deadline (which
+        // may have shortened the foreground's) is no concern of it.
         child: CompileChild {
             role: ChildRole::Background,
-            ..child
+            deadline: tokio::time::Instant::now() + config.background_compile_timeout,
+            timeout: config.background_compile_timeout,
         },
         linking,
     };
