@@ -36,6 +36,10 @@ pub enum Row {
     PythonComponent,
     /// A path with no action behind it: what HTTP alone costs.
     Floor,
+    /// The wasm hello asked to log a second line (both on stderr, as wasm logs).
+    WasmLogs,
+    /// The native hello asked to log a line on stdout as well as on stderr.
+    PipeLogs,
 }
 
 impl Row {
@@ -48,6 +52,8 @@ impl Row {
             Row::Component => "component",
             Row::PythonComponent => "python-component",
             Row::Floor => "floor",
+            Row::WasmLogs => "wasm-logs",
+            Row::PipeLogs => "pipe-logs",
         }
     }
 }
@@ -75,11 +81,16 @@ pub struct Payload {
     /// The answer every request must get; none: the greeting for the hello's body, and
     /// any 200 for bodies of one's own.
     pub expect: Option<Bytes>,
+    /// The hello's body asks it to log a line more (the `-logs` rows).
+    pub logs: bool,
 }
 
 impl Payload {
     fn body(&self, n: usize) -> Bytes {
         match self.bodies.len() {
+            0 if self.logs => Bytes::from(format!(
+                "{{\"value\":{{\"name\":\"bench{n}\",\"logs\":true}}}}"
+            )),
             0 => Bytes::from(format!("{{\"value\":{{\"name\":\"bench{n}\"}}}}")),
             len => self.bodies[n % len].clone(),
         }
@@ -362,6 +373,8 @@ struct Target {
     path: &'static str,
     /// Whether each answer is checked (not the floor's, which answers nothing).
     check: bool,
+    /// Whether its requests ask the hello to log more.
+    logs: bool,
 }
 
 /// How many slices each row's hits are measured in.
@@ -380,16 +393,20 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
     );
     progress.set_prefix("bench");
     let connections = options.connections;
-    let payload = &options.payload;
+    let logged = Payload {
+        logs: true,
+        ..options.payload.clone()
+    };
+    let payload_of = |t: &Target| if t.logs { &logged } else { &options.payload };
     for t in targets {
-        drive(t, payload, options.warmup, connections, &progress).await?;
+        drive(t, payload_of(t), options.warmup, connections, &progress).await?;
     }
     let mut sums: Vec<Driven> = targets.iter().map(|_| Driven::default()).collect();
     let rounds = ROUNDS.min(options.hits);
     for round in 0..rounds {
         let share = options.hits / rounds + usize::from(round < options.hits % rounds);
         for (t, sum) in targets.iter().zip(&mut sums) {
-            sum.add(drive(t, payload, share, connections, &progress).await?);
+            sum.add(drive(t, payload_of(t), share, connections, &progress).await?);
         }
     }
     progress.finish_and_clear();
@@ -430,6 +447,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             addr,
             path,
             check: options.payload.expect.is_some(),
+            logs: false,
         };
         return measure(&[target], &options).await;
     }
@@ -439,7 +457,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     let mut targets = Vec::new();
     for row in &options.rows {
         let (addr, path, check) = match row {
-            Row::Wasm | Row::Floor => {
+            Row::Wasm | Row::Floor | Row::WasmLogs => {
                 let addr = match wasm {
                     Some(addr) => addr,
                     None => {
@@ -450,15 +468,15 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
                         addr
                     }
                 };
-                if *row == Row::Wasm {
-                    (addr, "/run", true)
-                } else {
+                if *row == Row::Floor {
                     (addr, "/floor", false)
+                } else {
+                    (addr, "/run", true)
                 }
             }
-            Row::Pipe | Row::Python | Row::Component | Row::PythonComponent => {
+            Row::Pipe | Row::PipeLogs | Row::Python | Row::Component | Row::PythonComponent => {
                 let file = match row {
-                    Row::Pipe => &options.native,
+                    Row::Pipe | Row::PipeLogs => &options.native,
                     Row::Python => &options.python,
                     Row::Component => &options.component,
                     _ => &options.python_component,
@@ -475,6 +493,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             addr,
             path,
             check,
+            logs: matches!(row, Row::WasmLogs | Row::PipeLogs),
         });
     }
     let rows = measure(&targets, &options).await?;

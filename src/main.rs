@@ -264,7 +264,11 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         bytes::Bytes::from(e)
     });
     let options = wasmloop::bench::Options {
-        payload: wasmloop::bench::Payload { bodies, expect },
+        payload: wasmloop::bench::Payload {
+            bodies,
+            expect,
+            logs: false,
+        },
         hits: args.hits,
         warmup: args.warmup,
         connections: args.connections,

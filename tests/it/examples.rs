@@ -161,7 +161,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         ])
         .args([
             "--rows",
-            "wasm,component,pipe,exec,python,python-component,floor",
+            "wasm,wasm-logs,component,pipe,pipe-logs,exec,python,python-component,floor",
             "--out",
         ])
         .arg(out.path())
@@ -183,8 +183,10 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
     }
     for row in [
         "wasm",
+        "wasm-logs",
         "component",
         "pipe",
+        "pipe-logs",
         "exec",
         "python",
         "python-component",
@@ -192,14 +194,14 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
     ] {
         let line = stdout
             .lines()
-            .find(|l| l.starts_with(row))
+            .find(|l| l.split_whitespace().next() == Some(row))
             .unwrap_or_else(|| panic!("no {row} row"));
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cells[1], "200", "{line}");
         assert_eq!(cells.last(), Some(&"0"), "errors in {line}");
     }
     let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 8, "{csv}");
+    assert_eq!(csv.lines().count(), 10, "{csv}");
     let svg = std::fs::read_to_string(out.path().join("latency.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("python"),

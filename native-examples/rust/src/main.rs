@@ -12,6 +12,10 @@ use serde_json::{json, Value};
 
 fn hello(args: &Value, log: &mut impl Write) -> Value {
     let name = args["name"].as_str().unwrap_or("Stranger");
+    // `wasmloop bench --rows pipe-logs` asks for a line on stdout too, as many actions log.
+    if args["logs"] == true {
+        println!("hello: a log line on stdout");
+    }
     writeln!(log, "hello: greeting {name}").expect("cannot write to stderr");
     json!({ "message": format!("Hello, {name}!") })
 }

@@ -22,6 +22,9 @@ struct Params<'a> {
     // Borrowed from the request line unless the name holds escapes.
     #[serde(default, borrow)]
     name: Option<Cow<'a, str>>,
+    /// `wasmloop bench --rows wasm-logs`: one more log line (stdout is for results here).
+    #[serde(default)]
+    logs: bool,
 }
 
 #[derive(Serialize)]
@@ -52,6 +55,9 @@ fn main() {
         let written = match serde_json::from_str::<Activation>(&line) {
             Ok(Activation { value }) => {
                 let name = value.name.as_deref().unwrap_or("Stranger");
+                if value.logs {
+                    writeln!(log, "hello: one more log line").unwrap();
+                }
                 writeln!(log, "hello: greeting {name}").unwrap();
                 let message = format!("Hello, {name}!");
                 serde_json::to_writer(&mut answer, &Greeting { message })
