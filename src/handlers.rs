@@ -20,10 +20,10 @@ pub async fn init(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Res
 }
 
 pub async fn run(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Response, Error> {
-    let _admitted = runtime.admit()?;
+    let admitted = runtime.admit()?;
     let action = runtime.action().ok_or(Error::NoAction)?;
     let body = read_body(body, runtime.config().max_run_bytes, "run").await?;
-    let result = action.activate_to_completion(body).await?;
+    let result = action.activate_to_completion(body, admitted).await?;
     Ok(json_response(StatusCode::OK, result))
 }
 

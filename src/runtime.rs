@@ -102,9 +102,9 @@ pub struct Runtime {
 }
 
 /// An admitted request; the drain waits for every one of these to go.
-pub struct Admitted<'a>(&'a Runtime);
+pub struct Admitted(Arc<Runtime>);
 
-impl Drop for Admitted<'_> {
+impl Drop for Admitted {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
             && self.0.draining.load(Ordering::SeqCst)
@@ -130,10 +130,10 @@ impl Runtime {
     /// Lets a request in, unless the runtime is draining. Sequentially consistent, with
     /// `drain`: each stores one flag and then reads the other, which weaker orderings
     /// allow to both miss.
-    pub fn admit(&self) -> Result<Admitted<'_>, Error> {
+    pub fn admit(self: &Arc<Self>) -> Result<Admitted, Error> {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         // Counted before the check: a drain that starts now waits for this request.
-        let admitted = Admitted(self);
+        let admitted = Admitted(self.clone());
         if self.draining.load(Ordering::SeqCst) {
             return Err(Error::ShuttingDown);
         }
@@ -284,17 +284,26 @@ impl Action {
     /// would be left holding an answer nobody reads, and the logs without their sentinel.
     /// It runs in the handler's own poll (a task of its own costs two wake-ups per /run)
     /// and moves to a task only if the handler is dropped first.
-    pub async fn activate_to_completion(self: Arc<Self>, body: Bytes) -> Result<Bytes, Error> {
+    /// `admitted` goes with it: a drain waits for the activation, not for its client.
+    pub async fn activate_to_completion(
+        self: Arc<Self>,
+        body: Bytes,
+        admitted: Admitted,
+    ) -> Result<Bytes, Error> {
         let sentinels = self.sentinels;
-        FinishOnDrop::new(async move { self.activate(&body).await })
-            .await
-            .unwrap_or_else(|| {
-                // It panicked before its sentinels: the platform waits for them.
-                if sentinels {
-                    protocol::write_sentinels();
-                }
-                Err(Error::Internal("the activation failed".to_owned()))
-            })
+        FinishOnDrop::new(async move {
+            let answer = self.activate(&body).await;
+            drop(admitted);
+            answer
+        })
+        .await
+        .unwrap_or_else(|| {
+            // It panicked before its sentinels: the platform waits for them.
+            if sentinels {
+                protocol::write_sentinels();
+            }
+            Err(Error::Internal("the activation failed".to_owned()))
+        })
     }
 
     /// docs/protocol.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
