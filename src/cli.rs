@@ -456,7 +456,8 @@ impl RuntimeArgs {
                 self.cache_dir.clone().or(defaults.cache_dir)
             },
             allow_precompiled: self.allow_precompiled,
-            trust_keys: self.trust_keys.clone(),
+            // Reading them can fail: `serve` does, from `self.trust_keys`.
+            trust_keys: Vec::new(),
             allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
             max_queue: self.max_queue,

@@ -91,8 +91,9 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
     pub allow_precompiled: bool,
-    /// Verify keys of signed artifacts whose precompiled code may be loaded (`--trust-key`).
-    pub trust_keys: Vec<PathBuf>,
+    /// Verify keys of signed artifacts whose precompiled code may be loaded (`--trust-key`),
+    /// read once at start-up.
+    pub trust_keys: Vec<ed25519_dalek::VerifyingKey>,
     /// Where WebAssembly components may connect and send HTTP requests (empty: nowhere).
     pub allow_outbound: crate::outbound::AllowList,
     /// How many instances (wasm) or children (native) of the action may run at once.
@@ -134,6 +135,14 @@ impl Codegen {
         match self {
             Codegen::Cranelift => "cranelift",
             Codegen::Winch => "winch",
+        }
+    }
+
+    /// Its place in a table of one entry per compiler.
+    pub fn index(self) -> usize {
+        match self {
+            Codegen::Cranelift => 0,
+            Codegen::Winch => 1,
         }
     }
 }

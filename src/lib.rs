@@ -30,6 +30,11 @@ pub mod runtime;
 pub mod server;
 pub mod signing;
 
+/// `bytes` in lower-case hex: digests in cache names, keys and signatures.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Locks `mutex`, also after a panic while it was held: everything kept behind these
 /// locks is plain data (lists, buffers, stream states) that stays usable.
 pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

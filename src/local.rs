@@ -156,18 +156,14 @@ pub async fn compile_to_zip(
     // with, and its signature, beside the module (docs/deploying.md).
     if let (Some(key), crate::action::Entry::Wasm(module)) = (sign_key, &prepared.entry) {
         let key = crate::signing::read_signing_key(key)?;
-        let bytes = std::fs::read(module)?;
         let settings = config.engine_settings(config.wasm_compiler.final_tier());
-        let (code, signature) = crate::signing::precompile_and_sign(&bytes, settings, &key)?;
-        let dir = module.parent().context("the module has no folder")?;
-        std::fs::write(dir.join(crate::signing::CODE_ENTRY), code)?;
-        std::fs::write(dir.join(crate::signing::SIGNATURE_ENTRY), signature)?;
+        crate::signing::sign_beside(module, settings, &key)?;
     }
     zip_folder(&prepared.bin_dir)
 }
 
 /// A zip of everything under `dir`, modes and links kept.
-fn zip_folder(dir: &Path) -> anyhow::Result<Vec<u8>> {
+pub fn zip_folder(dir: &Path) -> anyhow::Result<Vec<u8>> {
     use std::os::unix::fs::PermissionsExt;
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let mut pending = vec![dir.to_owned()];

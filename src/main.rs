@@ -82,8 +82,8 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
 
 fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
     let mut config = args.runtime.to_config();
-    // A key that cannot be read is a mistake to hear about now, not at some /init.
-    wasmloop::signing::read_trusted(&config.trust_keys)?;
+    // Read once, now: a key that cannot be read is a mistake to hear about at start-up.
+    config.trust_keys = wasmloop::signing::read_trusted(&args.runtime.trust_keys)?;
     // The reference's -debug also allows more than one /init.
     config.allow_reinit = debug;
     config.built_in_action = args
@@ -121,46 +121,25 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
     let settings = args.engine_settings();
-    let input = || args.input.display();
     let written = match &args.sign_key {
         None => {
             let compiled = wasmloop::executor::wasm::precompile(&bytes, settings)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", input()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
             std::fs::write(&args.output, compiled)
         }
+        // A zip any runtime can serve (`exec.wasm` is its entry point), with the signed
+        // code beside the module: the same folder `-compile` zips.
         Some(key) => {
             let key = wasmloop::signing::read_signing_key(key)?;
-            let (code, signature) = wasmloop::signing::precompile_and_sign(&bytes, settings, &key)
-                .with_context(|| input().to_string())?;
-            write_artifact(&args.output, &bytes, &code, &signature)
+            let folder = tempfile::tempdir()?;
+            let module = folder.path().join("exec.wasm");
+            std::fs::write(&module, &bytes)?;
+            wasmloop::signing::sign_beside(&module, settings, &key)
+                .with_context(|| args.input.display().to_string())?;
+            std::fs::write(&args.output, wasmloop::local::zip_folder(folder.path())?)
         }
     };
     written.with_context(|| format!("cannot write {}", args.output.display()))
-}
-
-/// A signed artifact: a zip any runtime can serve (`exec.wasm` is its entry point), with the
-/// precompiled code and its signature beside it.
-fn write_artifact(
-    path: &std::path::Path,
-    module: &[u8],
-    code: &[u8],
-    signature: &str,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut zip = zip::ZipWriter::new(std::fs::File::create(path)?);
-    let deflated = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated);
-    for (name, bytes) in [
-        ("exec.wasm", module),
-        (wasmloop::signing::CODE_ENTRY, code),
-        (wasmloop::signing::SIGNATURE_ENTRY, signature.as_bytes()),
-    ] {
-        zip.start_file(name, deflated)
-            .map_err(std::io::Error::other)?;
-        zip.write_all(bytes)?;
-    }
-    zip.finish().map_err(std::io::Error::other)?;
-    Ok(())
 }
 
 fn keygen(args: KeygenArgs) -> anyhow::Result<()> {

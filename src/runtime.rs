@@ -93,8 +93,6 @@ pub struct Runtime {
     init_lock: tokio::sync::Mutex<()>,
     /// Set by SIGTERM: requests still arriving get 503.
     draining: AtomicBool,
-    /// The action came with the image (`--action`), not with an `/init`.
-    built_in: AtomicBool,
     /// `/init`s and `/run`s admitted and not yet answered.
     in_flight: AtomicUsize,
     /// Told when `in_flight` drops to zero while draining.
@@ -121,7 +119,6 @@ impl Runtime {
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
-            built_in: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
         }
@@ -163,18 +160,17 @@ impl Runtime {
             .clone()
     }
 
-    /// Installs the image's own action (`--action`) before the server listens; later
-    /// `/init`s without code then succeed, as the platform sends them to such images.
-    pub async fn install_built_in(&self, init: Init) -> Result<(), Error> {
-        self.install(init).await?;
-        self.built_in.store(true, Ordering::SeqCst);
-        Ok(())
+    /// The action comes with the image (`--action`, installed before the server accepts),
+    /// not with an `/init`: `/init`s without code then succeed, as the platform sends them
+    /// to such images.
+    fn built_in(&self) -> bool {
+        self.config.built_in_action.is_some()
     }
 
     /// docs/protocol.md 1.2 step 1, which comes before the body is even read.
     pub fn refuse_second_init(&self) -> Result<(), Error> {
         // Answered once the body is read: only one without code is accepted.
-        if self.built_in.load(Ordering::SeqCst) {
+        if self.built_in() {
             return Ok(());
         }
         if self.action().is_some() && !self.config.allow_reinit {
@@ -186,7 +182,7 @@ impl Runtime {
 
     /// docs/protocol.md 1.2 steps 2-8.
     pub async fn init(&self, body: &[u8]) -> Result<(), Error> {
-        if self.built_in.load(Ordering::SeqCst) {
+        if self.built_in() {
             return match Init::parse(body) {
                 Err(Error::MissingCode) => Ok(()),
                 // The request is read as usual: malformed JSON is still a 400.

@@ -56,7 +56,7 @@ pub async fn run(
             main,
             env: Vec::new(),
         };
-        runtime.install_built_in(init).await.map_err(|e| {
+        runtime.install(init).await.map_err(|e| {
             std::io::Error::other(format!("cannot start the action {}: {e}", file.display()))
         })?;
     }

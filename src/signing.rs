@@ -39,10 +39,10 @@ pub fn keygen(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
                 sign.display()
             )
         })?;
-    writeln!(file, "{}", hex(&seed))?;
+    writeln!(file, "{}", crate::hex(&seed))?;
     std::fs::write(
         &verify,
-        format!("{}\n", hex(key.verifying_key().as_bytes())),
+        format!("{}\n", crate::hex(key.verifying_key().as_bytes())),
     )
     .with_context(|| format!("cannot write {}", verify.display()))?;
     Ok((sign, verify))
@@ -71,18 +71,22 @@ fn read_key(path: &Path) -> anyhow::Result<[u8; 32]> {
     Ok(bytes.try_into().expect("32 bytes"))
 }
 
-/// A module's precompiled code for the engine `settings` make, and the `exec.sig` that
-/// signs it with `key`.
-pub fn precompile_and_sign(
-    module: &[u8],
+/// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
+/// `settings` make (`exec.cwasm`) and the signature (`exec.sig`), written beside it.
+pub fn sign_beside(
+    module: &Path,
     settings: crate::config::EngineSettings,
     key: &SigningKey,
-) -> anyhow::Result<(Vec<u8>, String)> {
-    let code = crate::executor::wasm::precompile(module, settings).map_err(anyhow::Error::msg)?;
+) -> anyhow::Result<()> {
+    let bytes =
+        std::fs::read(module).with_context(|| format!("cannot read {}", module.display()))?;
+    let code = crate::executor::wasm::precompile(&bytes, settings).map_err(anyhow::Error::msg)?;
     let engine = crate::executor::wasm::artifact_engine_id(settings)
         .map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
-    let signature = sign(key, module, &code, &engine);
-    Ok((code, signature))
+    let dir = module.parent().context("the module has no folder")?;
+    std::fs::write(dir.join(CODE_ENTRY), &code)?;
+    std::fs::write(dir.join(SIGNATURE_ENTRY), sign(key, &bytes, &code, &engine))?;
+    Ok(())
 }
 
 /// The text of `exec.sig`: which key signed, for which engine, and the signature.
@@ -90,8 +94,8 @@ pub fn sign(key: &SigningKey, module: &[u8], code: &[u8], engine: &str) -> Strin
     let signature = key.sign(&message(&Sha256::digest(module), code, engine));
     format!(
         "{{\"key\":\"{}\",\"engine\":\"{engine}\",\"signature\":\"{}\"}}\n",
-        hex(key.verifying_key().as_bytes()),
-        hex(&signature.to_bytes())
+        crate::hex(key.verifying_key().as_bytes()),
+        crate::hex(&signature.to_bytes())
     )
 }
 
@@ -121,7 +125,7 @@ pub fn verify(
     }
     let key = trusted
         .iter()
-        .find(|k| hex(k.as_bytes()) == file.key)
+        .find(|k| crate::hex(k.as_bytes()) == file.key)
         .ok_or_else(|| format!("signed by a key this runtime does not trust ({})", file.key))?;
     let module = unhex(module_sha256).ok_or("bad module digest")?;
     let signature = unhex(&file.signature)
@@ -142,10 +146,6 @@ fn message(module_sha256: &[u8], code: &[u8], engine: &str) -> Vec<u8> {
     message
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
@@ -156,7 +156,7 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Reads every trusted key (at start-up, so that a typo fails loudly, and at each /init).
+/// Reads every trusted key, at start-up (so that a typo fails loudly, and once).
 pub fn read_trusted(paths: &[PathBuf]) -> anyhow::Result<Vec<VerifyingKey>> {
     paths.iter().map(|p| read_verify_key(p)).collect()
 }
@@ -171,7 +171,7 @@ mod tests {
         let (sign_path, verify_path) = keygen(dir.path()).unwrap();
         let key = read_signing_key(&sign_path).unwrap();
         let trusted = vec![read_verify_key(&verify_path).unwrap()];
-        let module_sha = hex(&Sha256::digest(b"module"));
+        let module_sha = crate::hex(&Sha256::digest(b"module"));
         let file = sign(&key, b"module", b"code", "engine-a");
         assert_eq!(
             verify(file.as_bytes(), &module_sha, b"code", "engine-a", &trusted),
@@ -179,7 +179,7 @@ mod tests {
         );
         let altered = verify(file.as_bytes(), &module_sha, b"c0de", "engine-a", &trusted);
         assert!(altered.unwrap_err().contains("does not match"));
-        let other_module = hex(&Sha256::digest(b"other"));
+        let other_module = crate::hex(&Sha256::digest(b"other"));
         assert!(
             verify(
                 file.as_bytes(),

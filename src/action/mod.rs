@@ -173,7 +173,7 @@ fn unpack_upload(
         Kind::Wasm => std::thread::scope(|scope| {
             let hashing = scope.spawn(|| {
                 use sha2::Digest;
-                format!("{:x}", sha2::Sha256::digest(bytes))
+                crate::hex(&sha2::Sha256::digest(bytes))
             });
             write()?;
             Ok(hashing.join().ok())

@@ -53,19 +53,15 @@ pub struct WasmDigest(pub(super) String);
 
 impl WasmDigest {
     pub fn of(bytes: &[u8]) -> Self {
-        WasmDigest(hex(&Sha256::digest(bytes)))
+        WasmDigest(crate::hex(&Sha256::digest(bytes)))
     }
 
     /// The digest of a file, read in pieces: a 20 MB component need not be in memory whole.
     pub fn of_file(path: &Path) -> std::io::Result<Self> {
         let mut hasher = Sha256::new();
         std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
-        Ok(WasmDigest(hex(&hasher.finalize())))
+        Ok(WasmDigest(crate::hex(&hasher.finalize())))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Feeds what `Hash` writes into SHA-256, whose output is the same on every build.

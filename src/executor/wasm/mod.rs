@@ -34,7 +34,7 @@ use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
 use super::lines::NoAnswer;
 use super::slot::{End, PoolSize, Slot, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
-use crate::config::{ChildRole, Codegen, Config, EngineSettings};
+use crate::config::{ChildRole, Config, EngineSettings};
 use crate::outbound::AllowList;
 
 /// The engine for `settings`' compiler, made on first use. One per compiler: a tiered
@@ -42,11 +42,9 @@ use crate::outbound::AllowList;
 /// next `/init` tries again.
 pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
     static ENGINES: [Mutex<Option<Arc<WasmEngine>>>; 2] = [Mutex::new(None), Mutex::new(None)];
-    let cell = &ENGINES[match settings.codegen {
-        Codegen::Cranelift => 0,
-        Codegen::Winch => 1,
-    }];
-    made_once(cell, || WasmEngine::new(settings))
+    made_once(&ENGINES[settings.codegen.index()], || {
+        WasmEngine::new(settings)
+    })
 }
 
 /// What `cell` holds, or what `make` makes, kept only if it worked.
@@ -304,17 +302,14 @@ pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, Str
 pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
     static IDS: [std::sync::OnceLock<Result<String, String>>; 2] =
         [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
-    let cell = &IDS[match settings.codegen {
-        Codegen::Cranelift => 0,
-        Codegen::Winch => 1,
-    }];
-    cell.get_or_init(|| {
-        // Compile children use this configuration (no pool: it does not change the code).
-        wasmtime::Engine::new(&engine::config(settings, false))
-            .map(|engine| cache::engine_id(&engine))
-            .map_err(|e| format!("{e:#}"))
-    })
-    .clone()
+    IDS[settings.codegen.index()]
+        .get_or_init(|| {
+            // Compile children use this configuration (no pool: it does not change the code).
+            wasmtime::Engine::new(&engine::config(settings, false))
+                .map(|engine| cache::engine_id(&engine))
+                .map_err(|e| format!("{e:#}"))
+        })
+        .clone()
 }
 
 /// The code of a signed artifact beside `wasm` (`exec.cwasm`, `exec.sig`), if a trusted key
@@ -337,9 +332,8 @@ async fn signed_code(
         let signature = std::fs::read(&signature_path).map_err(|e| e.to_string())?;
         let code = std::fs::read(&code_path)
             .map_err(|e| format!("the artifact has no readable {CODE_ENTRY}: {e}"))?;
-        let trusted = crate::signing::read_trusted(&keys).map_err(|e| format!("{e:#}"))?;
         let engine_id = artifact_engine_id(engine.settings)?;
-        crate::signing::verify(&signature, &digest.0, &code, &engine_id, &trusted)?;
+        crate::signing::verify(&signature, &digest.0, &code, &engine_id, &keys)?;
         // The very bytes verified, not the file again.
         // SAFETY: signed by a key the operator trusts, for this engine.
         unsafe { Code::deserialize(&engine.engine, &code) }
@@ -436,15 +430,11 @@ impl Instance {
         let limits = MemoryCap(engine.settings.memory_cap);
         let guest: Guest = match &wasm.pre {
             Pre::Module(pre) => {
-                let mut store = Store::new(
-                    &engine.engine,
-                    Host {
-                        wasi: wasi.build_p1(),
-                        limits,
-                    },
-                );
-                store.limiter(|host| &mut host.limits);
-                yield_every_tick(&mut store);
+                let host = Host {
+                    wasi: wasi.build_p1(),
+                    limits,
+                };
+                let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
                 Box::pin(async move {
                     let instance = pre.instantiate_async(&mut store).await?;
@@ -458,18 +448,14 @@ impl Instance {
                     logs: stderr.clone(),
                 };
                 outbound.gate_sockets(&mut wasi);
-                let mut store = Store::new(
-                    &engine.engine,
-                    ComponentHost {
-                        wasi: wasi.build(),
-                        table: wasmtime::component::ResourceTable::new(),
-                        http: wasmtime_wasi_http::WasiHttpCtx::new(),
-                        outbound,
-                        limits,
-                    },
-                );
-                store.limiter(|host| &mut host.limits);
-                yield_every_tick(&mut store);
+                let host = ComponentHost {
+                    wasi: wasi.build(),
+                    table: wasmtime::component::ResourceTable::new(),
+                    http: wasmtime_wasi_http::WasiHttpCtx::new(),
+                    outbound,
+                    limits,
+                };
+                let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
                 Box::pin(async move {
                     let command = pre.instantiate_async(&mut store).await?;
@@ -596,10 +582,18 @@ impl Drop for Instance {
     }
 }
 
-/// Every tick a running guest yields, so one busy guest cannot hold a worker thread.
-fn yield_every_tick<T>(store: &mut Store<T>) {
+/// A store for one instance, module or component: its memory capped by `cap`, and yielding
+/// every epoch tick, so one busy guest cannot hold a worker thread.
+fn guest_store<T: Send + 'static>(
+    engine: &WasmEngine,
+    host: T,
+    cap: fn(&mut T) -> &mut MemoryCap,
+) -> Store<T> {
+    let mut store = Store::new(&engine.engine, host);
+    store.limiter(move |host| cap(host));
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+    store
 }
 
 /// How `_start` ended, in words for the `command exited: ...` error.
