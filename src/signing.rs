@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
@@ -39,32 +39,49 @@ pub fn keygen(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
                 sign.display()
             )
         })?;
-    writeln!(file, "{}", crate::hex(&seed))?;
+    writeln!(file, "{SIGN_KEY} {}", crate::hex(&seed))?;
     std::fs::write(
         &verify,
-        format!("{}\n", crate::hex(key.verifying_key().as_bytes())),
+        format!(
+            "{VERIFY_KEY} {}\n",
+            crate::hex(key.verifying_key().as_bytes())
+        ),
     )
     .with_context(|| format!("cannot write {}", verify.display()))?;
     Ok((sign, verify))
 }
 
+/// What each key file starts with, so that one given where the other belongs is told apart.
+const SIGN_KEY: &str = "wasmloop-sign-key";
+const VERIFY_KEY: &str = "wasmloop-verify-key";
+
 pub fn read_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
-    Ok(SigningKey::from_bytes(&read_key(path)?))
+    Ok(SigningKey::from_bytes(&read_key(path, SIGN_KEY)?))
 }
 
 pub fn read_verify_key(path: &Path) -> anyhow::Result<VerifyingKey> {
-    VerifyingKey::from_bytes(&read_key(path)?)
+    VerifyingKey::from_bytes(&read_key(path, VERIFY_KEY)?)
         .with_context(|| format!("{} is not an Ed25519 verify key", path.display()))
 }
 
-fn read_key(path: &Path) -> anyhow::Result<[u8; 32]> {
+fn read_key(path: &Path, kind: &str) -> anyhow::Result<[u8; 32]> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the key {}", path.display()))?;
-    let bytes = unhex(text.trim())
-        .filter(|b| b.len() == 32)
+    let (found, key) = text.trim().split_once(' ').unwrap_or(("", text.trim()));
+    if found != kind && [SIGN_KEY, VERIFY_KEY].contains(&found) {
+        bail!(
+            "{} is a {}, where a {} belongs: --sign-key takes sign.key, --trust-key \
+             verify.key (both made by `wasmloop keygen`)",
+            path.display(),
+            found.trim_start_matches("wasmloop-").replace('-', " "),
+            kind.trim_start_matches("wasmloop-").replace('-', " ")
+        );
+    }
+    let bytes = unhex(key)
+        .filter(|b| found == kind && b.len() == 32)
         .with_context(|| {
             format!(
-                "{} is not a key made by `wasmloop keygen` (64 hex digits)",
+                "{} is not a key made by `wasmloop keygen` (`{kind}` and 64 hex digits)",
                 path.display()
             )
         })?;
@@ -196,6 +213,17 @@ mod tests {
         let stranger = vec![other.verifying_key()];
         let untrusted = verify(file.as_bytes(), &module_sha, b"code", "engine-a", &stranger);
         assert!(untrusted.unwrap_err().contains("does not trust"));
+        // One key where the other belongs is told apart.
+        let swapped = read_signing_key(&verify_path).unwrap_err().to_string();
+        assert!(
+            swapped.contains("is a verify key, where a sign key belongs"),
+            "{swapped}"
+        );
+        let swapped = read_verify_key(&sign_path).unwrap_err().to_string();
+        assert!(
+            swapped.contains("is a sign key, where a verify key belongs"),
+            "{swapped}"
+        );
         // A key is never overwritten.
         assert!(keygen(dir.path()).is_err());
         let mode = std::fs::metadata(&sign_path).unwrap().permissions();
