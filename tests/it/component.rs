@@ -401,3 +401,12 @@ fn a_url_with_user_info_is_refused_even_to_an_allowed_host() {
         json!({"status": 200, "length": 2})
     );
 }
+
+#[test]
+fn a_component_may_not_listen_for_connections_whatever_the_list() {
+    let server = component_server("connects", &["--allow-outbound", "*"]);
+    let got = result(&server, json!({"listen": "127.0.0.1:0"}));
+    assert!(got["error"].is_string(), "{got}");
+    server.wait_stderr("wasmloop: denied listening for connections on");
+    server.wait_stderr("components may only reach out (--allow-outbound), not accept connections");
+}

@@ -1,8 +1,9 @@
 //! Opens a TCP connection: `{"tcp":"host:port","send":"PING\r\n"}` returns the first line
 //! the peer answers, or the error the connect or the exchange met. `{"udp":...}` sends one
-//! datagram instead and returns the first one that comes back.
+//! datagram instead and returns the first one that comes back; `{"listen":"addr"}` tries
+//! to listen for connections.
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, UdpSocket};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 
 use wasmloop_test_guest::json;
 
@@ -25,9 +26,12 @@ fn datagram(to: &str, send: &str) -> std::io::Result<String> {
 fn main() {
     wasmloop_test_guest::serve(|value| {
         let send = value["send"].as_str().unwrap_or_default();
-        let answer = match value["udp"].as_str() {
-            Some(to) => datagram(to, send),
-            None => exchange(value["tcp"].as_str().unwrap_or_default(), send),
+        let answer = if let Some(addr) = value["listen"].as_str() {
+            TcpListener::bind(addr).map(|l| format!("listening on {:?}", l.local_addr()))
+        } else if let Some(to) = value["udp"].as_str() {
+            datagram(to, send)
+        } else {
+            exchange(value["tcp"].as_str().unwrap_or_default(), send)
         };
         match answer {
             Ok(reply) => json!({ "reply": reply }),
