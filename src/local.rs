@@ -174,8 +174,12 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Vec<u8>> {
             let path = entry.path();
             let name = path.strip_prefix(dir)?.to_string_lossy().into_owned();
             let meta = std::fs::symlink_metadata(&path)?;
-            let options = zip::write::SimpleFileOptions::default()
+            let mut options = zip::write::SimpleFileOptions::default()
                 .unix_permissions(meta.permissions().mode() & 0o777);
+            if name == crate::signing::CODE_ENTRY {
+                // Compressed already, and read in place by the runtime.
+                options = options.compression_method(zip::CompressionMethod::Stored);
+            }
             if meta.file_type().is_symlink() {
                 let target = std::fs::read_link(&path)?;
                 zip.add_symlink(name, target.to_string_lossy(), options)?;

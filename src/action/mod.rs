@@ -40,6 +40,8 @@ pub enum Entry {
     /// A WebAssembly module precompiled by `wasmloop compile` (an ELF file, but not one to
     /// execute).
     Precompiled(PathBuf),
+    /// A signed artifact's code, verified against a key the runtime trusts.
+    Signed(crate::signing::SignedCode),
 }
 
 /// An unpacked action: its folder lives (and is removed) with this value.
@@ -84,15 +86,26 @@ pub async fn prepare_as_configured(
         max_entries: config.max_archive_entries,
         max_bytes: config.max_unpacked_bytes,
     };
-    prepare(upload, &config.action_dir, limits, compiler.as_ref()).await
+    let trust = (!config.trust_keys.is_empty()).then(|| crate::signing::Trust {
+        keys: &config.trust_keys,
+        // The engine the final code is made for, as `wasmloop compile` made it.
+        engine: crate::executor::wasm::artifact_engine_id(
+            config.engine_settings(config.wasm_compiler.final_tier()),
+        )
+        .unwrap_or_else(|e| format!("(no engine: {e})")),
+    });
+    let base = &config.action_dir;
+    prepare(upload, base, limits, compiler.as_ref(), trust.as_ref()).await
 }
 
-/// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`.
+/// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`; a
+/// signed artifact's code is loaded instead when `trust` vouches for it.
 pub async fn prepare(
     upload: Upload<'_>,
     base: &Path,
     limits: Limits,
     compiler: Option<&Compiler<'_>>,
+    trust: Option<&crate::signing::Trust<'_>>,
 ) -> Result<Prepared, PrepareError> {
     fs::create_dir_all(base).map_err(folder_error(base))?;
     let folder = tempfile::Builder::new()
@@ -105,10 +118,36 @@ pub async fn prepare(
     let Upload { bytes, main } = upload;
     let kind = detect::detect(&bytes);
     let archive = matches!(kind, Kind::Zip | Kind::TarGz);
-    let wasm_sha256 =
-        tokio::task::spawn_blocking(move || unpack_upload(&bytes, kind, &unpack_into, limits))
-            .await
-            .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
+    // Checked on the blocking thread too (reading the code is most of it): a reference to
+    // the keys cannot go there, the engine's id and a copy of the keys can.
+    let trust = trust.map(|t| (t.keys.to_vec(), t.engine.clone()));
+    let unpacked = tokio::task::spawn_blocking(move || {
+        let trust = trust.as_ref().map(|(keys, engine)| crate::signing::Trust {
+            keys,
+            engine: engine.clone(),
+        });
+        unpack_upload(&bytes, kind, &unpack_into, limits, trust.as_ref())
+    })
+    .await
+    .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
+    let wasm_sha256 = unpacked.wasm_sha256;
+    let refused = match unpacked.signed {
+        Some(Ok(code)) => {
+            fs::rename(&src, &bin).map_err(folder_error(&bin))?;
+            return Ok(Prepared {
+                folder,
+                bin_dir: bin,
+                entry: Entry::Signed(code),
+                archive,
+                wasm_sha256,
+            });
+        }
+        Some(Err(reason)) => {
+            tracing::warn!(%reason, "signed code not used: compiling the module instead");
+            Some(reason)
+        }
+        None => None,
+    };
 
     let entry = match find_entry(&src, main) {
         Some(wasm @ Entry::Wasm(_)) => Some(wasm),
@@ -116,6 +155,13 @@ pub async fn prepare(
         Some(Entry::Native(exec)) if is_executable_format(&exec) => Some(Entry::Native(exec)),
         _ => None,
     };
+    if let (Some(reason), None) = (refused, &entry) {
+        return Err(PrepareError::Unpack(format!(
+            "the artifact's signed code is not loaded ({reason}), and it carries no module \
+             (exec.wasm) to compile instead: make artifacts with `wasmloop compile --sign-key`, \
+             which puts both in"
+        )));
+    }
     let entry = match (entry, compiler) {
         (None, Some(compiler)) => {
             fs::create_dir_all(&bin).map_err(folder_error(&bin))?;
@@ -128,6 +174,7 @@ pub async fn prepare(
             match entry.or_else(|| find_entry(&bin, main)) {
                 Some(Entry::Wasm(p)) => Entry::Wasm(rebase(p)),
                 Some(Entry::Native(p) | Entry::Precompiled(p)) => Entry::Native(rebase(p)),
+                Some(signed @ Entry::Signed(_)) => signed,
                 None => Entry::Native(bin.join("exec")),
             }
         }
@@ -155,6 +202,15 @@ pub async fn prepare(
     })
 }
 
+/// What unpacking learnt besides the files.
+#[derive(Default)]
+struct Unpacked {
+    /// A raw WebAssembly upload's SHA-256, in hex.
+    wasm_sha256: Option<String>,
+    /// A signed artifact's code, or why it may not be loaded.
+    signed: Option<Result<crate::signing::SignedCode, String>>,
+}
+
 /// Writes the upload out; for raw WebAssembly, also gives its SHA-256 (hashed on a second
 /// thread meanwhile: for the Python hello component, ~8 ms of a cached /init).
 fn unpack_upload(
@@ -162,23 +218,27 @@ fn unpack_upload(
     kind: Kind,
     src: &Path,
     limits: Limits,
-) -> Result<Option<String>, PrepareError> {
+    trust: Option<&crate::signing::Trust>,
+) -> Result<Unpacked, PrepareError> {
     fs::create_dir_all(src).map_err(folder_error(src))?;
     let exec = src.join("exec");
     // Its mode is set once its role is known (`prepare`).
     let write = || fs::write(&exec, bytes).map_err(folder_error(&exec));
     match kind {
-        Kind::Zip => unpack::unzip(bytes, src, limits).map(|()| None),
-        Kind::TarGz => unpack::untar_gz(bytes, src, limits).map(|()| None),
+        Kind::Zip => unpack::unzip(bytes, src, limits, trust),
+        Kind::TarGz => unpack::untar_gz(bytes, src, limits).map(|()| Unpacked::default()),
         Kind::Wasm => std::thread::scope(|scope| {
             let hashing = scope.spawn(|| {
                 use sha2::Digest;
                 crate::hex(&sha2::Sha256::digest(bytes))
             });
             write()?;
-            Ok(hashing.join().ok())
+            Ok(Unpacked {
+                wasm_sha256: hashing.join().ok(),
+                signed: None,
+            })
         }),
-        _ => write().map(|()| None),
+        _ => write().map(|()| Unpacked::default()),
     }
 }
 

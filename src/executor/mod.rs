@@ -215,6 +215,7 @@ pub async fn start(
                 slot::Slot::start(spec, size, slot::End::of(config)).await?;
             return Ok(Arc::new(slot));
         }
+        Entry::Signed(code) => wasm::Source::Signed(code),
         Entry::Wasm(path) => wasm::Source::Wasm {
             path,
             // Only the file the upload was written to has it.

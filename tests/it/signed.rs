@@ -60,6 +60,18 @@ fn entries(zip: &[u8]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+const CODE: &str = "exec.cwasm.zst";
+
+/// The artifact with its code (inflated) changed by `change`, and packed again.
+fn with_code(zip: &[u8], change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut altered = entries(zip);
+    let packed = altered.iter_mut().find(|(n, _)| n == CODE).unwrap();
+    let mut code = zstd::decode_all(&packed.1[..]).unwrap();
+    change(&mut code);
+    packed.1 = zstd::bulk::compress(&code, 3).unwrap();
+    rezip(&altered)
+}
+
 fn rezip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
     let listed: Vec<(&str, &[u8], u32)> = entries
         .iter()
@@ -109,13 +121,22 @@ fn altered_code_another_key_or_another_engine_is_compiled_from_the_module_instea
     let guest = Backend::Wasm.guest("echo");
     let upload = artifact(&guest, &sign, &[]);
 
-    let mut altered = entries(&upload);
-    let code = altered.iter_mut().find(|(n, _)| n == "exec.cwasm").unwrap();
-    let middle = code.1.len() / 2;
-    code.1[middle] ^= 0xff;
-    let server = serve_artifact(&rezip(&altered), &[&verify]);
+    // One byte of the code changed (and packed again, as another tool would: one frame).
+    let altered = with_code(&upload, |code| {
+        let middle = code.len() / 2;
+        code[middle] ^= 0xff;
+    });
+    let server = serve_artifact(&altered, &[&verify]);
     server.wait_stderr(NOT_USED);
     server.wait_stderr("does not match the code");
+
+    // The packed code damaged: it does not even inflate.
+    let mut damaged = entries(&upload);
+    let packed = damaged.iter_mut().find(|(n, _)| n == CODE).unwrap();
+    let middle = packed.1.len() / 2;
+    packed.1[middle..middle + 64].fill(0xAA);
+    let server = serve_artifact(&rezip(&damaged), &[&verify]);
+    server.wait_stderr(NOT_USED);
 
     let other = tempfile::tempdir().unwrap();
     let (_, stranger) = keygen(other.path());
@@ -139,21 +160,56 @@ fn without_a_trusted_key_an_artifact_is_a_zip_like_any_other() {
 }
 
 #[test]
-fn signed_code_without_its_module_is_never_run() {
+fn altered_code_without_its_module_says_what_to_do_and_intact_code_needs_none() {
     let keys = tempfile::tempdir().unwrap();
     let (sign, verify) = keygen(keys.path());
     let upload = artifact(&Backend::Wasm.guest("echo"), &sign, &[]);
-    let without_module: Vec<_> = entries(&upload)
-        .into_iter()
-        .filter(|(name, _)| name != "exec.wasm")
-        .collect();
+    let without_module = |zip: &[u8]| {
+        let kept: Vec<_> = entries(zip)
+            .into_iter()
+            .filter(|(name, _)| name != "exec.wasm")
+            .collect();
+        rezip(&kept)
+    };
+    let altered = with_code(&upload, |code| code.push(0));
     let server = Server::builder()
         .arg("--trust-key")
         .arg(verify.to_str().unwrap())
         .start();
     server
-        .init(&init_binary(&rezip(&without_module)))
-        .assert_error(502, "the upload has no entry point");
+        .init(&init_binary(&without_module(&altered)))
+        .assert_error(
+            502,
+            "the artifact's signed code is not loaded (the signature does not match the code \
+         (altered, or signed for other code)), and it carries no module (exec.wasm) to \
+         compile instead: make artifacts with `wasmloop compile --sign-key`, which puts both in",
+        );
+    // The module is only there for runtimes that cannot use the code.
+    let server = serve_artifact(&without_module(&upload), &[&verify]);
+    server.wait_stderr(LOADED);
+}
+
+#[test]
+fn the_code_counts_against_the_unpacked_bytes_cap() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    let guest = Backend::Wasm.guest("echo");
+    let upload = artifact(&guest, &sign, &[]);
+    let module = std::fs::metadata(&guest).unwrap().len();
+    // Room for the module, not for its code (several times its size).
+    let server = Server::builder()
+        .arg("-v")
+        .arg("--no-cache")
+        .arg("--trust-key")
+        .arg(verify.to_str().unwrap())
+        .arg("--max-unpacked-bytes")
+        .arg(&(module + 1024).to_string())
+        .start();
+    server
+        .init(&init_binary(&upload))
+        .assert(200, "{\"ok\":true}\n");
+    server.wait_stderr("unpacks to more bytes than allowed (see --max-unpacked-bytes)");
+    server.wait_stderr("module compiled");
 }
 
 #[test]

@@ -88,4 +88,15 @@ impl WasmEngine {
         unsafe { Code::deserialize_file(&self.engine, path) }
             .map_err(|e| format!("cannot load the precompiled {kind}: {e:#}"))
     }
+
+    /// Loads a signed artifact's code, mapped from the sealed memory file it was checked in.
+    pub fn load_signed(&self, path: &Path) -> Result<Code, String> {
+        // SAFETY: signed by a key the operator trusts, for this engine, and sealed since.
+        unsafe { Code::deserialize_file(&self.engine, path) }.map_err(|e| {
+            format!(
+                "the signed code verified but does not load ({e:#}): make the artifact again \
+                 with this runtime's `wasmloop compile --sign-key`"
+            )
+        })
+    }
 }

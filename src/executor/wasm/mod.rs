@@ -71,6 +71,8 @@ pub enum Source<'a> {
     },
     /// A module precompiled by `wasmloop compile`.
     Precompiled(&'a Path),
+    /// A signed artifact's code, verified as it was unpacked.
+    Signed(&'a crate::signing::SignedCode),
 }
 
 /// Everything an instance is made from; restarts take microseconds from the `InstancePre`.
@@ -125,6 +127,15 @@ pub async fn start(
             .await?;
             return serve(final_engine, module, linking).await;
         }
+        Source::Signed(code) => {
+            let code = blocking({
+                let (engine, path) = (final_engine.clone(), code.path());
+                move || engine.load_signed(&path)
+            })
+            .await?;
+            tracing::debug!("signed precompiled code loaded: nothing to compile");
+            return serve(final_engine, code, linking).await;
+        }
         Source::Wasm { path, sha256 } => (path, sha256),
     };
     // The child compiles from the file: here its bytes are only needed for their digest.
@@ -141,12 +152,6 @@ pub async fn start(
             .await?
         }
     };
-    // A signed artifact's code, from a key the operator trusts, serves without a compile.
-    if !config.trust_keys.is_empty()
-        && let Some(code) = signed_code(wasm, &digest, config, &final_engine).await
-    {
-        return serve(final_engine, code, linking).await;
-    }
     let cache_dir = config
         .cache_dir
         .clone()
@@ -310,46 +315,6 @@ pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
                 .map_err(|e| format!("{e:#}"))
         })
         .clone()
-}
-
-/// The code of a signed artifact beside `wasm` (`exec.cwasm`, `exec.sig`), if a trusted key
-/// signed it for this engine; otherwise the module is compiled as usual, and the logs say why.
-async fn signed_code(
-    wasm: &Path,
-    digest: &WasmDigest,
-    config: &Config,
-    engine: &Arc<WasmEngine>,
-) -> Option<Code> {
-    use crate::signing::{CODE_ENTRY, SIGNATURE_ENTRY};
-    let dir = wasm.parent()?;
-    let (code_path, signature_path) = (dir.join(CODE_ENTRY), dir.join(SIGNATURE_ENTRY));
-    if !signature_path.is_file() {
-        return None;
-    }
-    let (engine, digest) = (engine.clone(), digest.clone());
-    let keys = config.trust_keys.clone();
-    let loaded = blocking(move || {
-        let signature = std::fs::read(&signature_path).map_err(|e| e.to_string())?;
-        let code = std::fs::read(&code_path)
-            .map_err(|e| format!("the artifact has no readable {CODE_ENTRY}: {e}"))?;
-        let engine_id = artifact_engine_id(engine.settings)?;
-        crate::signing::verify(&signature, &digest.0, &code, &engine_id, &keys)?;
-        // The very bytes verified, not the file again.
-        // SAFETY: signed by a key the operator trusts, for this engine.
-        unsafe { Code::deserialize(&engine.engine, &code) }
-            .map_err(|e| format!("cannot load the signed code: {e:#}"))
-    })
-    .await;
-    match loaded {
-        Ok(code) => {
-            tracing::debug!("signed precompiled code loaded: nothing to compile");
-            Some(code)
-        }
-        Err(reason) => {
-            tracing::debug!(%reason, "signed code not used: compiling the module instead");
-            None
-        }
-    }
 }
 
 impl Worker for Instance {
