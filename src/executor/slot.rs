@@ -33,6 +33,10 @@ pub trait Worker: Sized + Send + 'static {
     /// Sends one request line and waits for the result line (at most as long as the
     /// worker's spec allows).
     fn activate(&mut self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+
+    /// Told before each activation whether others queue behind it: a worker may then keep
+    /// the CPU it would otherwise offer its child.
+    fn others_queued(&mut self, _queued: bool) {}
 }
 
 /// How many workers, and how many activations may wait for one.
@@ -339,6 +343,7 @@ impl<W: Worker> Slot<W> {
         if let Some(stray) = worker.discard_stray_output() {
             lines::report_stray(&stray);
         }
+        worker.others_queued(self.waiting.load(Ordering::Relaxed) > 0);
         let result = within(deadline, async {
             lines::check_result(worker.activate(line).await?)
         })
@@ -449,5 +454,70 @@ mod tests {
         let idle = lock(&slot.idle);
         assert_eq!(idle.len(), 1, "the old worker was swapped, not added to");
         assert!(idle.iter().all(|e| e.generation == 1 && e.worker.0 == 2));
+    }
+
+    /// A worker whose activations wait for a go-ahead, and which records what it was told
+    /// about the queue before each.
+    struct Gated {
+        gate: Arc<tokio::sync::Semaphore>,
+        told: Arc<Mutex<Vec<bool>>>,
+    }
+
+    impl Worker for Gated {
+        type Spec = (Arc<tokio::sync::Semaphore>, Arc<Mutex<Vec<bool>>>);
+
+        async fn start(spec: &Self::Spec) -> Result<Self, StartError> {
+            Ok(Gated {
+                gate: spec.0.clone(),
+                told: spec.1.clone(),
+            })
+        }
+
+        fn is_alive(&mut self) -> bool {
+            true
+        }
+
+        fn discard_stray_output(&mut self) -> Option<Bytes> {
+            None
+        }
+
+        fn others_queued(&mut self, queued: bool) {
+            lock(&self.told).push(queued);
+        }
+
+        async fn activate(&mut self, _line: Vec<u8>) -> Result<Bytes, RunError> {
+            self.gate.acquire().await.unwrap().forget();
+            Ok(Bytes::from_static(b"{}\n"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_is_told_whether_activations_queue_behind_the_one_it_serves() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let told = Arc::new(Mutex::new(Vec::<bool>::new()));
+        let one = PoolSize {
+            workers: 1,
+            max_waiting: 10,
+        };
+        let slot = Arc::new(
+            Slot::<Gated>::start((gate.clone(), told.clone()), one, End::Logs)
+                .await
+                .unwrap(),
+        );
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                let slot = slot.clone();
+                tokio::spawn(async move { slot.run(b"{}\n".to_vec(), None).await })
+            })
+            .collect();
+        // The first is served alone; two queue behind it.
+        while slot.waiting.load(Ordering::Relaxed) < 2 {
+            tokio::task::yield_now().await;
+        }
+        gate.add_permits(3);
+        for run in runs {
+            run.await.unwrap().unwrap();
+        }
+        assert_eq!(*lock(&told), [false, true, false]);
     }
 }
