@@ -102,7 +102,7 @@ fn read_key(path: &Path, kind: &str) -> anyhow::Result<[u8; 32]> {
 }
 
 /// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
-/// `settings` make (`exec.cwasm`) and the signature (`exec.sig`), written beside it.
+/// `settings` make (`exec.cwasm.zst`) and the signature (`exec.sig`), written beside it.
 pub fn sign_beside(
     module: &Path,
     settings: crate::config::EngineSettings,
