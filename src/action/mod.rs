@@ -87,7 +87,7 @@ pub async fn prepare_as_configured(
         max_bytes: config.max_unpacked_bytes,
     };
     let trust = (!config.trust_keys.is_empty()).then(|| crate::signing::Trust {
-        keys: &config.trust_keys,
+        keys: config.trust_keys.clone(),
         // The engine the final code is made for, as `wasmloop compile` made it.
         engine: crate::executor::wasm::artifact_engine_id(
             config.engine_settings(config.wasm_compiler.final_tier()),
@@ -95,7 +95,7 @@ pub async fn prepare_as_configured(
         .unwrap_or_else(|e| format!("(no engine: {e})")),
     });
     let base = &config.action_dir;
-    prepare(upload, base, limits, compiler.as_ref(), trust.as_ref()).await
+    prepare(upload, base, limits, compiler.as_ref(), trust).await
 }
 
 /// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`; a
@@ -105,7 +105,7 @@ pub async fn prepare(
     base: &Path,
     limits: Limits,
     compiler: Option<&Compiler<'_>>,
-    trust: Option<&crate::signing::Trust<'_>>,
+    trust: Option<crate::signing::Trust>,
 ) -> Result<Prepared, PrepareError> {
     fs::create_dir_all(base).map_err(folder_error(base))?;
     let folder = tempfile::Builder::new()
@@ -118,43 +118,29 @@ pub async fn prepare(
     let Upload { bytes, main } = upload;
     let kind = detect::detect(&bytes);
     let archive = matches!(kind, Kind::Zip | Kind::TarGz);
-    // Checked on the blocking thread too (reading the code is most of it): a reference to
-    // the keys cannot go there, the engine's id and a copy of the keys can.
-    let trust = trust.map(|t| (t.keys.to_vec(), t.engine.clone()));
+    // A signed artifact's code is checked on the blocking thread too: reading it is most
+    // of the work.
     let unpacked = tokio::task::spawn_blocking(move || {
-        let trust = trust.as_ref().map(|(keys, engine)| crate::signing::Trust {
-            keys,
-            engine: engine.clone(),
-        });
         unpack_upload(&bytes, kind, &unpack_into, limits, trust.as_ref())
     })
     .await
     .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
     let wasm_sha256 = unpacked.wasm_sha256;
-    let refused = match unpacked.signed {
-        Some(Ok(code)) => {
-            fs::rename(&src, &bin).map_err(folder_error(&bin))?;
-            return Ok(Prepared {
-                folder,
-                bin_dir: bin,
-                entry: Entry::Signed(code),
-                archive,
-                wasm_sha256,
-            });
-        }
+    let (signed, refused) = match unpacked.signed {
+        Some(Ok(code)) => (Some(Entry::Signed(code)), None),
         Some(Err(reason)) => {
             tracing::warn!(%reason, "signed code not used: compiling the module instead");
-            Some(reason)
+            (None, Some(reason))
         }
-        None => None,
+        None => (None, None),
     };
 
-    let entry = match find_entry(&src, main) {
+    let entry = signed.or_else(|| match find_entry(&src, main) {
         Some(wasm @ Entry::Wasm(_)) => Some(wasm),
         // Executables and scripts run as they are; anything else is source for the compiler.
         Some(Entry::Native(exec)) if is_executable_format(&exec) => Some(Entry::Native(exec)),
         _ => None,
-    };
+    });
     if let (Some(reason), None) = (refused, &entry) {
         return Err(PrepareError::Unpack(format!(
             "the artifact's signed code is not loaded ({reason}), and it carries no module \
