@@ -39,13 +39,7 @@ fn it_runs_as_an_unprivileged_user_and_reports_its_size_and_idle_memory() {
 fn a_guest_growing_past_what_the_container_holds_traps_with_the_cap_and_the_container_lives() {
     for (limit, cap_mib) in [("128m", 80), ("256m", 192)] {
         let server = container(&["--memory", limit, "--memory-swap", limit]);
-        server
-            .init(&Backend::Wasm.init_guest("grows_memory"))
-            .assert(200, OK);
-        server
-            .run(json!({"mib": 16}))
-            .assert(200, "{\"allocated_mib\":16}\n");
-        let reply = server.run(json!({"mib": cap_mib + 40}));
+        let reply = server.grow_wasm_guest_by(cap_mib + 40);
         assert_eq!(reply.status, 400, "{limit}: {}", reply.text());
         let cap = format!("past its cap of {} bytes ({cap_mib} MiB)", cap_mib << 20);
         assert!(reply.error().contains(&cap), "{limit}: {}", reply.text());

@@ -216,10 +216,7 @@ fn growing_past_the_memory_cap_names_the_cap_and_the_flag() {
     let server = Server::builder()
         .args(&["--max-memory-bytes", "67108864"])
         .start();
-    server
-        .init(&Backend::Wasm.init_guest("grows_memory"))
-        .assert(200, OK);
-    server.run(json!({"mib": 100})).assert_error(
+    server.grow_wasm_guest_by(100).assert_error(
         400,
         "past its cap of 67108864 bytes (64 MiB): raise --max-memory-bytes",
     );

@@ -83,9 +83,17 @@ fn rezip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
 /// Initializes `upload` on a server trusting `keys` (verbose, to tell a load from a
 /// compile) and checks that the action serves.
 fn serve_artifact(upload: &[u8], keys: &[&Path]) -> Server {
+    serve_artifact_with(upload, keys, &[])
+}
+
+/// As `serve_artifact`, on a server given `args` as well.
+fn serve_artifact_with(upload: &[u8], keys: &[&Path], args: &[&str]) -> Server {
     let mut builder = Server::builder().arg("-v").arg("--no-cache");
     for key in keys {
         builder = builder.arg("--trust-key").arg(key.to_str().unwrap());
+    }
+    for arg in args {
+        builder = builder.arg(arg);
     }
     let server = builder.start();
     server
@@ -197,17 +205,8 @@ fn the_code_counts_against_the_unpacked_bytes_cap() {
     let upload = artifact(&guest, &sign, &[]);
     let module = std::fs::metadata(&guest).unwrap().len();
     // Room for the module, not for its code (several times its size).
-    let server = Server::builder()
-        .arg("-v")
-        .arg("--no-cache")
-        .arg("--trust-key")
-        .arg(verify.to_str().unwrap())
-        .arg("--max-unpacked-bytes")
-        .arg(&(module + 1024).to_string())
-        .start();
-    server
-        .init(&init_binary(&upload))
-        .assert(200, "{\"ok\":true}\n");
+    let cap = (module + 1024).to_string();
+    let server = serve_artifact_with(&upload, &[&verify], &["--max-unpacked-bytes", &cap]);
     server.wait_stderr("unpacks to more bytes than allowed (see --max-unpacked-bytes)");
     server.wait_stderr("module compiled");
 }

@@ -538,6 +538,16 @@ impl Server {
         self.post("/run", json!({ "value": value }).to_string().as_bytes())
     }
 
+    /// Initializes the wasm `grows_memory` guest, checks that it can take 16 MiB, then asks
+    /// it for `mib` more: the answer.
+    pub fn grow_wasm_guest_by(&self, mib: u64) -> Reply {
+        self.init(&Backend::Wasm.init_guest("grows_memory"))
+            .assert(200, "{\"ok\":true}\n");
+        self.run(json!({"mib": 16}))
+            .assert(200, "{\"allocated_mib\":16}\n");
+        self.run(json!({ "mib": mib }))
+    }
+
     pub fn stdout(&self) -> String {
         self.out.text()
     }

@@ -58,13 +58,7 @@ fn growing_past_the_memory_cap_fails_the_activation_not_the_server() {
         .arg("--max-memory-bytes")
         .arg("67108864")
         .start();
-    server
-        .init(&Backend::Wasm.init_guest("grows_memory"))
-        .assert(200, OK);
-    server
-        .run(json!({"mib": 16}))
-        .assert(200, "{\"allocated_mib\":16}\n");
-    let reply = server.run(json!({"mib": 100}));
+    let reply = server.grow_wasm_guest_by(100);
     assert_eq!(reply.status, 400, "{}", reply.text());
     let error = reply.error();
     assert!(
