@@ -266,3 +266,45 @@ fn the_reference_compile_flag_signs_with_the_key_in_its_environment() {
     let server = serve_artifact(&output.stdout, &[&verify]);
     server.wait_stderr(LOADED);
 }
+
+#[test]
+fn the_guest_sees_the_artifacts_files_but_not_its_code_signature_or_unused_module() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    let upload = artifact(&Backend::Wasm.guest("reads_action_file"), &sign, &[]);
+    let mut with_data = entries(&upload);
+    with_data.push(("data.txt".to_owned(), b"bundled".to_vec()));
+    let upload = rezip(&with_data);
+    let sees = |server: &Server, file: &str| {
+        let reply = server.run(json!({ "file": file }));
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        // A binary file is there too, just not text (InvalidData).
+        reply.json()["error_kind"] != "NotFound"
+    };
+    let start = |keys: &[&Path]| {
+        let server = Server::builder()
+            .arg("-v")
+            .args(
+                &keys
+                    .iter()
+                    .flat_map(|k| ["--trust-key", k.to_str().unwrap()])
+                    .collect::<Vec<_>>(),
+            )
+            .start();
+        server
+            .init(&init_binary(&upload))
+            .assert(200, "{\"ok\":true}\n");
+        server
+    };
+    // The code loaded: the module was never unpacked.
+    let loaded = start(&[&verify]);
+    loaded.wait_stderr(LOADED);
+    assert!(sees(&loaded, "data.txt"));
+    for hidden in ["exec.wasm", CODE, "exec.sig"] {
+        assert!(!sees(&loaded, hidden), "{hidden} is in /action");
+    }
+    // Compiled from the module: it is there, the code and signature still are not.
+    let compiled = start(&[]);
+    assert!(sees(&compiled, "data.txt") && sees(&compiled, "exec.wasm"));
+    assert!(!sees(&compiled, CODE) && !sees(&compiled, "exec.sig"));
+}
