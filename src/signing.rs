@@ -332,13 +332,20 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
     })?;
     let file = sealable_memory_file()?;
     let in_memory = |e: std::io::Error| format!("cannot hold {CODE_ENTRY} in memory: {e}");
-    // The slices' digests of some frames, in their order.
-    let inflate = |frames: &[(&[u8], u64, usize)]| -> Result<Vec<u8>, String> {
+    // Frames are handed out one at a time, not half each: they inflate at different speeds,
+    // and a second thread here sometimes starts milliseconds late.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    // Each frame this thread took, with its slices' digests.
+    let inflate = || -> Result<Vec<(usize, Vec<u8>)>, String> {
         use std::os::unix::fs::FileExt;
         let mut decompressor = zstd::bulk::Decompressor::new().map_err(in_memory)?;
         let mut buffer = Vec::new();
-        let mut digests = Vec::new();
-        for &(frame, at, inflated) in frames {
+        let mut taken = Vec::new();
+        loop {
+            let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&(frame, at, inflated)) = frames.get(index) else {
+                break;
+            };
             buffer.resize(inflated, 0);
             let written = decompressor
                 .decompress_to_buffer(frame, &mut buffer[..])
@@ -346,21 +353,25 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
             if written != inflated {
                 return Err(not_packed("a frame smaller than its size"));
             }
+            let mut digests = Vec::new();
             slice_digests(&buffer, &mut digests);
             file.write_all_at(&buffer, at).map_err(in_memory)?;
+            taken.push((index, digests));
         }
-        Ok(digests)
+        Ok(taken)
     };
-    let (first, second) = frames.split_at(frames.len() / 2);
-    let digests = std::thread::scope(|scope| {
-        let first = scope.spawn(|| inflate(first));
-        let second = inflate(second);
-        let mut digests = first
-            .join()
-            .map_err(|_| "the inflating thread stopped".to_owned())??;
-        digests.extend(second?);
-        Ok::<_, String>(digests)
+    let mut taken = std::thread::scope(|scope| {
+        let other = scope.spawn(inflate);
+        let mut taken = inflate()?;
+        taken.extend(
+            other
+                .join()
+                .map_err(|_| "the inflating thread stopped".to_owned())??,
+        );
+        Ok::<_, String>(taken)
     })?;
+    taken.sort_unstable_by_key(|(index, _)| *index);
+    let digests: Vec<u8> = taken.into_iter().flat_map(|(_, digests)| digests).collect();
     Ok((file, digest_of_slices(&digests)))
 }
 
