@@ -36,6 +36,7 @@ impl Init {
         let value = request.value.unwrap_or_default();
         let code = value
             .code
+            .map(|code| code.0)
             .filter(|c| !c.is_empty())
             .ok_or(Error::MissingCode)?;
         let env = value
