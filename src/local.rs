@@ -49,7 +49,11 @@ async fn init_and_run(
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let main = main.to_owned();
     runtime
-        .install(Init { bytes, main, env })
+        .install(Init {
+            bytes: bytes.into(),
+            main,
+            env,
+        })
         .await
         .map_err(|e| anyhow::anyhow!("cannot initialize {}: {e}", file.display()))?;
     let action = runtime
@@ -150,7 +154,10 @@ pub async fn compile_to_zip(
         None => Map::new(),
     };
     let env = crate::executor::action_env(config, main, crate::protocol::env_pairs(&env));
-    let upload = crate::action::Upload { bytes, main };
+    let upload = crate::action::Upload {
+        bytes: bytes.into(),
+        main,
+    };
     let prepared = crate::action::prepare_as_configured(upload, &env, config).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).

@@ -22,7 +22,7 @@ use crate::error::MSG_BUILT_IN;
 /// What an `/init` asks for: the action's code (decoded), its entry point name and the
 /// environment it adds.
 pub struct Init {
-    pub bytes: Vec<u8>,
+    pub bytes: bytes::Bytes,
     pub main: String,
     pub env: Vec<(String, String)>,
 }
@@ -30,9 +30,9 @@ pub struct Init {
 impl Init {
     /// docs/protocol.md 1.2 steps 2, 3, 5 and 6: the body's shape, its code, `main` and
     /// the base64.
-    pub fn parse(body: &[u8]) -> Result<Init, Error> {
+    pub fn parse(mut body: bytes::BytesMut) -> Result<Init, Error> {
         let request: InitRequest =
-            serde_json::from_slice(body).map_err(|e| Error::BadRequest(e.to_string()))?;
+            serde_json::from_slice(&body).map_err(|e| Error::BadRequest(e.to_string()))?;
         let value = request.value.unwrap_or_default();
         let code = value
             .code
@@ -48,8 +48,21 @@ impl Init {
             .main
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| "main".to_owned());
-        let bytes = action::decode::decode_code(&code, value.binary.unwrap_or(false))
-            .map_err(Error::BadBase64)?;
+        let binary = value.binary.unwrap_or(false);
+        // The code's text alone, where it lies in the body unless it had escapes: it is
+        // decoded over itself.
+        let mut code = match code {
+            std::borrow::Cow::Borrowed(text) => {
+                let start = text.as_ptr() as usize - body.as_ptr() as usize;
+                let end = start + text.len();
+                body.truncate(end);
+                body.split_off(start)
+            }
+            std::borrow::Cow::Owned(text) => bytes::Bytes::from(text.into_bytes()).into(),
+        };
+        let length = action::decode::decode_code(&mut code, binary).map_err(Error::BadBase64)?;
+        code.truncate(length);
+        let bytes = code.freeze();
         Ok(Init { bytes, main, env })
     }
 }
@@ -182,7 +195,7 @@ impl Runtime {
     }
 
     /// docs/protocol.md 1.2 steps 2-8.
-    pub async fn init(&self, body: &[u8]) -> Result<(), Error> {
+    pub async fn init(&self, body: bytes::BytesMut) -> Result<(), Error> {
         if self.built_in() {
             return match Init::parse(body) {
                 Err(Error::MissingCode) => Ok(()),

@@ -52,7 +52,7 @@ pub async fn run(
             )
         })?;
         let init = crate::runtime::Init {
-            bytes,
+            bytes: bytes.into(),
             main,
             env: Vec::new(),
         };

@@ -5,20 +5,33 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::detect::{self, Kind};
 
+/// Decodes the `code` of an /init where it lies, in `text`: the bytes end up at its start,
+/// and their length is returned. Decoding a signed artifact's megabytes of base64 into new
+/// memory would cost its fresh pages (the Go hello's 4 MB: ~1.4 ms on this VM), and the
+/// text is not needed afterwards.
+///
 /// `binary: true` code is standard base64 with padding; line breaks inside it are ignored.
 /// Text code that is base64 of a WebAssembly module or an archive is decoded too: the
 /// OpenWhisk CLI sends every file but a `.zip`, `.jar` or `.balx` as text, so base64 text
 /// is how a module reaches a blackbox action without a zip.
-pub fn decode_code(code: &str, binary: bool) -> Result<Vec<u8>, base64::DecodeError> {
-    if !binary {
-        let encodes_binary = encoded_kind(code.trim_start().as_bytes())
-            .is_some_and(|kind| matches!(kind, Kind::Wasm | Kind::Zip | Kind::TarGz));
-        if encodes_binary && let Ok(bytes) = decode_base64(code.trim()) {
-            return Ok(bytes);
-        }
-        return Ok(code.as_bytes().to_vec());
+pub fn decode_code(text: &mut [u8], binary: bool) -> Result<usize, base64::DecodeError> {
+    if binary {
+        return decode_in_place(text);
     }
-    decode_base64(code)
+    let Ok(code) = std::str::from_utf8(text) else {
+        return Ok(text.len());
+    };
+    let encodes_binary = encoded_kind(code.trim_start().as_bytes())
+        .is_some_and(|kind| matches!(kind, Kind::Wasm | Kind::Zip | Kind::TarGz));
+    if encodes_binary {
+        // Decoded from a copy: text that only starts like base64 must stay as it is.
+        let mut copy = code.trim().as_bytes().to_vec();
+        if let Ok(length) = decode_in_place(&mut copy) {
+            text[..length].copy_from_slice(&copy[..length]);
+            return Ok(length);
+        }
+    }
+    Ok(text.len())
 }
 
 /// What the base64 text at the start of `head` encodes, judged by its first 6 bytes.
@@ -27,106 +40,160 @@ pub fn encoded_kind(head: &[u8]) -> Option<Kind> {
     Some(detect::detect(&decoded))
 }
 
-fn decode_base64(code: &str) -> Result<Vec<u8>, base64::DecodeError> {
-    // A char-set `contains` walks the text char by char: too slow for megabytes of base64.
-    if memchr::memchr2(b'\r', b'\n', code.as_bytes()).is_some() {
-        let joined: String = code.chars().filter(|c| *c != '\r' && *c != '\n').collect();
-        decode_in_halves(joined.as_bytes())
-    } else {
-        decode_in_halves(code.as_bytes())
-    }
-}
-
-/// Past this, the first half of the text is decoded on a second thread: a signed artifact
+/// Past this, the second half of the text is decoded on a second thread: a signed artifact
 /// is megabytes of base64 on a cold /init's path (the Go hello's: 5.4 MB, ~5 ms alone).
 const DECODE_IN_HALVES_FROM: usize = 1 << 20;
 
-fn decode_in_halves(text: &[u8]) -> Result<Vec<u8>, base64::DecodeError> {
-    use base64::DecodeError::{InvalidByte, InvalidLastSymbol};
+/// Decodes base64 text in place (see `decode_code`). Errors give offsets in the text
+/// without its line breaks.
+fn decode_in_place(text: &mut [u8]) -> Result<usize, base64::DecodeError> {
+    let length = drop_line_breaks(text);
+    let text = &mut text[..length];
     if text.len() < DECODE_IN_HALVES_FROM {
-        return STANDARD.decode(text);
+        return decode_run(text, 0, true);
     }
-    // Whole groups of 4 characters before the cut: the first half then has no padding and
-    // decodes to exactly 3 bytes per group.
+    // Whole groups of 4 characters before the cut: the first half then decodes to exactly
+    // 3 bytes per group, and the second half's bytes are moved down to follow them.
     let cut = text.len() / 2 / 4 * 4;
-    let (first, second) = text.split_at(cut);
-    let mut bytes = vec![0; cut / 4 * 3 + base64::decoded_len_estimate(second.len())];
-    let (head, tail) = bytes.split_at_mut(cut / 4 * 3);
+    let (first, second) = text.split_at_mut(cut);
     let (head, tail) = std::thread::scope(|scope| {
-        let head = scope.spawn(|| STANDARD.decode_slice(first, head));
-        let tail = STANDARD.decode_slice(second, tail);
-        (
-            head.join()
-                .unwrap_or(Err(base64::DecodeSliceError::OutputSliceTooSmall)),
-            tail,
-        )
+        let tail = scope.spawn(|| decode_run(second, cut, true));
+        let head = decode_run(first, 0, false);
+        // Decoding does not panic: were it to, the length error says something went wrong.
+        let tail = tail
+            .join()
+            .unwrap_or(Err(base64::DecodeError::InvalidLength(0)));
+        (head, tail)
     });
-    let shifted = |e: base64::DecodeError| match e {
-        InvalidByte(at, byte) => InvalidByte(at + cut, byte),
-        InvalidLastSymbol(at, byte) => InvalidLastSymbol(at + cut, byte),
-        other => other,
-    };
-    let as_decode_error = |e: base64::DecodeSliceError| match e {
-        base64::DecodeSliceError::DecodeError(e) => e,
-        // The halves are sized for what they decode to: this cannot happen.
-        base64::DecodeSliceError::OutputSliceTooSmall => base64::DecodeError::InvalidLength(0),
-    };
-    head.map_err(as_decode_error)?;
-    let written = tail.map_err(|e| shifted(as_decode_error(e)))?;
-    bytes.truncate(cut / 4 * 3 + written);
-    Ok(bytes)
+    let (head, tail) = (head?, tail?);
+    text.copy_within(cut..cut + tail, head);
+    Ok(head + tail)
+}
+
+/// Moves the text's characters over its line breaks; gives how many characters are left.
+fn drop_line_breaks(text: &mut [u8]) -> usize {
+    let mut kept = 0;
+    let mut from = 0;
+    for at in memchr::memchr2_iter(b'\r', b'\n', text).collect::<Vec<_>>() {
+        text.copy_within(from..at, kept);
+        kept += at - from;
+        from = at + 1;
+    }
+    text.copy_within(from.., kept);
+    kept + (text.len() - from)
+}
+
+/// Decodes `text` over itself, a cache-sized piece at a time: each piece is copied out,
+/// then decoded over text already read (3 bytes take the place of 4 characters). Only the
+/// `last` run may end in padding. `offset` is where `text` starts in the whole, for errors.
+fn decode_run(text: &mut [u8], offset: usize, last: bool) -> Result<usize, base64::DecodeError> {
+    use base64::DecodeError::{InvalidByte, InvalidLastSymbol, InvalidLength};
+    const PIECE: usize = 64 * 1024;
+    let mut piece = Vec::with_capacity(PIECE.min(text.len()));
+    let (mut read, mut written) = (0, 0);
+    while read < text.len() {
+        let end = (read + PIECE).min(text.len());
+        piece.clear();
+        piece.extend_from_slice(&text[read..end]);
+        let at = |e| match e {
+            InvalidByte(i, byte) => InvalidByte(offset + read + i, byte),
+            InvalidLastSymbol(i, byte) => InvalidLastSymbol(offset + read + i, byte),
+            InvalidLength(n) => InvalidLength(offset + read + n),
+            other => other,
+        };
+        // Decoded alone, a piece may end in padding; in the whole text only the end may.
+        if end < text.len() || !last {
+            let quad = piece.len() - 4;
+            if let Some(i) = piece[quad..].iter().position(|&c| c == b'=') {
+                return Err(at(InvalidByte(quad + i, b'=')));
+            }
+        }
+        written += STANDARD
+            .decode_slice(&piece, &mut text[written..end])
+            .map_err(|e| match e {
+                base64::DecodeSliceError::DecodeError(e) => at(e),
+                // A piece decodes to fewer bytes than it has: this cannot happen.
+                base64::DecodeSliceError::OutputSliceTooSmall => InvalidLength(0),
+            })?;
+        read = end;
+    }
+    Ok(written)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The bytes `decode_code` leaves at the start of `text`.
+    fn decoded(text: &str, binary: bool) -> Result<Vec<u8>, base64::DecodeError> {
+        let mut text = text.as_bytes().to_vec();
+        let length = decode_code(&mut text, binary)?;
+        text.truncate(length);
+        Ok(text)
+    }
+
     #[test]
-    fn long_base64_decoded_in_halves_is_the_same_bytes_and_errors() {
+    fn long_base64_decoded_in_place_is_the_same_bytes_and_errors_as_decoded_whole() {
         let bytes: Vec<u8> = (0..3 * DECODE_IN_HALVES_FROM / 4 + 2)
             .map(|i| (i * 7 % 251) as u8)
             .collect();
         let text = STANDARD.encode(&bytes);
         assert!(text.len() >= DECODE_IN_HALVES_FROM && text.ends_with('='));
-        assert_eq!(decode_in_halves(text.as_bytes()).unwrap(), bytes);
-        // A bad byte in the second half is reported where it is in the whole text.
-        let mut bad = text.clone().into_bytes();
-        let at = bad.len() - 100;
-        bad[at] = b'*';
-        assert_eq!(
-            decode_in_halves(&bad),
-            Err(base64::DecodeError::InvalidByte(at, b'*'))
-        );
-        let mut bad = text.into_bytes();
-        bad[10] = b'*';
-        assert_eq!(
-            decode_in_halves(&bad),
-            Err(base64::DecodeError::InvalidByte(10, b'*'))
-        );
+        assert_eq!(decoded(&text, true).unwrap(), bytes);
+        let wrapped: String = (text.as_bytes().chunks(76))
+            .map(|line| format!("{}\r\n", std::str::from_utf8(line).unwrap()))
+            .collect();
+        assert_eq!(decoded(&wrapped, true).unwrap(), bytes);
+        // Each fault, in the first piece, inside and at the end of a piece of the first half,
+        // at the cut, and in the second half, is reported as the whole text reports it.
+        let cut = text.len() / 2 / 4 * 4;
+        let faults = [
+            (10, b'*'),
+            (64 * 1024 - 1, b'='),
+            (64 * 1024 - 2, b'='),
+            (64 * 1024 + 5, b'*'),
+            (cut - 1, b'='),
+            (cut, b'*'),
+            (text.len() - 100, b'*'),
+            (text.len() - 3, b'='),
+        ];
+        for (at, byte) in faults {
+            let mut bad = text.clone().into_bytes();
+            bad[at] = byte;
+            let bad = String::from_utf8(bad).unwrap();
+            let whole = STANDARD.decode(&bad);
+            assert!(whole.is_err(), "{byte} at {at} is a fault");
+            assert_eq!(decoded(&bad, true), whole, "{byte} at {at}");
+        }
+        // Cut short by one, two or three characters.
+        for short in 1..4 {
+            let bad = &text[..text.len() - short];
+            assert_eq!(decoded(bad, true), STANDARD.decode(bad), "{short} short");
+        }
     }
 
     #[test]
     fn base64_with_line_breaks_decodes() {
-        assert_eq!(decode_code("aGVs\r\nbG8=\n", true).unwrap(), b"hello");
-        assert_eq!(decode_code("aGVsbG8=", true).unwrap(), b"hello");
+        assert_eq!(decoded("aGVs\r\nbG8=\n", true).unwrap(), b"hello");
+        assert_eq!(decoded("aGVsbG8=", true).unwrap(), b"hello");
     }
 
     #[test]
     fn bad_base64_is_an_error() {
-        assert!(decode_code("not base64!", true).is_err());
-        assert!(decode_code("aGVsbG8", true).is_err(), "padding is required");
+        assert!(decoded("not base64!", true).is_err());
+        assert!(decoded("aGVsbG8", true).is_err(), "padding is required");
     }
 
     #[test]
     fn base64_text_of_a_module_or_archive_is_decoded_as_the_cli_sends_it() {
         assert_eq!(
-            decode_code("AGFzbQEAAAA=\n", false).unwrap(),
+            decoded("AGFzbQEAAAA=\n", false).unwrap(),
             b"\0asm\x01\0\0\0"
         );
-        assert_eq!(decode_code("UEsDBAo=", false).unwrap(), b"PK\x03\x04\n");
+        assert_eq!(decoded("UEsDBAo=", false).unwrap(), b"PK\x03\x04\n");
         // Text that only starts like it stays text.
         assert_eq!(
-            decode_code("AGFzbQ not base64", false).unwrap(),
+            decoded("AGFzbQ not base64", false).unwrap(),
             b"AGFzbQ not base64"
         );
     }
@@ -134,7 +201,7 @@ mod tests {
     #[test]
     fn plain_code_is_its_utf8_bytes() {
         assert_eq!(
-            decode_code("#!/bin/sh ❄", false).unwrap(),
+            decoded("#!/bin/sh ❄", false).unwrap(),
             "#!/bin/sh ❄".as_bytes()
         );
     }

@@ -58,7 +58,7 @@ pub struct Prepared {
 }
 
 pub struct Upload<'a> {
-    pub bytes: Vec<u8>,
+    pub bytes: bytes::Bytes,
     pub main: &'a str,
 }
 
