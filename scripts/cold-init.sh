@@ -11,7 +11,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$wasmloop" keygen "$work/keys" >/dev/null
 
-# /init time of FILE on a fresh server started with ARGS, in ms.
+# The /init body of FILE, written once: not while a fresh server waits for it.
+make_body() {
+  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$1")" >"$2"
+}
+
+# /init time of the body in FILE on a fresh server started with ARGS, in ms.
 init_ms() {
   local file=$1; shift
   local port
@@ -19,9 +24,8 @@ init_ms() {
   "$wasmloop" serve --listen "127.0.0.1:$port" --no-cache "$@" >/dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 200); do curl -s -o /dev/null "127.0.0.1:$port/" && break; sleep 0.02; done
-  printf '{"value":{"code":"%s","binary":true}}' "$(base64 -w0 "$file")" >"$work/body"
   local seconds
-  seconds=$(curl -s -o "$work/answer" -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$work/body")
+  seconds=$(curl -s -o "$work/answer" -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$file")
   grep -q '"ok":true' "$work/answer" || { echo "/init of $file failed: $(cat "$work/answer")" >&2; exit 1; }
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
   awk -v s="$seconds" 'BEGIN { printf "%.1f", s * 1000 }'
@@ -36,9 +40,11 @@ for file in wasm-examples/out/hello-rust.wasm wasm-examples/out/hello-c.wasm \
             component-examples/out/hello-python.wasm; do
   [ -f "$file" ] || { echo "$file is missing: run its build.sh" >&2; exit 1; }
   "$wasmloop" compile "$file" --output "$work/artifact.zip" --sign-key "$work/keys/sign.key"
-  compiled=$(for _ in $(seq "$rounds"); do echo -n "$(init_ms "$file") "; done | median)
+  make_body "$file" "$work/module.json"
+  make_body "$work/artifact.zip" "$work/artifact.json"
+  compiled=$(for _ in $(seq "$rounds"); do echo -n "$(init_ms "$work/module.json") "; done | median)
   signed=$(for _ in $(seq "$rounds"); do
-    echo -n "$(init_ms "$work/artifact.zip" --trust-key "$work/keys/verify.key") "
+    echo -n "$(init_ms "$work/artifact.json" --trust-key "$work/keys/verify.key") "
   done | median)
   printf '%-34s %10s %11s ms %13s ms\n' "$file" "$(stat -c %s "$file")" "$compiled" "$signed"
 done
