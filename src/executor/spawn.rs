@@ -18,10 +18,82 @@ use tokio::io::unix::AsyncFd;
 /// A running (or exited, not yet dropped) child, in a process group of its own.
 pub struct Child {
     pid: Pid,
-    /// Becomes readable when the child exits: how we wait without a signal handler.
-    /// Taken only by `drop`, to reap the child once it has died.
-    pidfd: Option<AsyncFd<OwnedFd>>,
+    /// How we learn that it exited, without a signal handler. Taken only by `drop`, to reap
+    /// the child once it has died.
+    exit: Option<ExitWatch>,
     status: Option<ExitStatus>,
+}
+
+/// What tells that a child exited.
+enum ExitWatch {
+    /// Readable once the child exits.
+    Pidfd(AsyncFd<OwnedFd>),
+    /// Where `pidfd_open` is missing (Linux before 5.3, some sandboxes and seccomp policies,
+    /// valgrind): a thread blocked in `waitid` for the child, which flips this when it
+    /// returns. The thread never reaps, so the status stays the child's to collect.
+    Thread(tokio::sync::watch::Receiver<bool>),
+}
+
+impl ExitWatch {
+    fn open(pid: Pid) -> io::Result<ExitWatch> {
+        match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+            Ok(pidfd) => {
+                // SAFETY: the AsyncFd owns the descriptor, which stays open until dropped.
+                let pidfd = unsafe {
+                    AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+                }
+                .map_err(|e| e.into_parts().1)?;
+                Ok(ExitWatch::Pidfd(pidfd))
+            }
+            Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {
+                ExitWatch::thread(pid)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn thread(pid: Pid) -> io::Result<ExitWatch> {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::debug!("no pidfd_open here: a thread waits for each native child");
+        });
+        let (exited, watch) = tokio::sync::watch::channel(false);
+        std::thread::Builder::new()
+            .name("wasmloop-child-exit".to_owned())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                // NOWAIT: seen, not reaped (`try_wait` reaps). An error (the child already
+                // reaped) ends the watch too.
+                let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+                let _ = rustix::process::waitid(rustix::process::WaitId::Pid(pid), options);
+                let _ = exited.send(true);
+            })?;
+        Ok(ExitWatch::Thread(watch))
+    }
+
+    /// Whether it has told that the child exited, without a system call.
+    fn has_fired(&self) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match self {
+            ExitWatch::Pidfd(pidfd) => pidfd.poll_read_ready(&mut cx).is_ready(),
+            ExitWatch::Thread(watch) => *watch.borrow(),
+        }
+    }
+
+    /// Returns once it has told that the child exited. Cancel-safe.
+    async fn fired(&mut self) -> io::Result<()> {
+        match self {
+            ExitWatch::Pidfd(pidfd) => {
+                // Cleared in case it was not the exit; once it was, `try_wait` sees it next.
+                pidfd.readable().await?.clear_ready();
+            }
+            ExitWatch::Thread(watch) => {
+                // The sender goes only after saying so, or with its thread.
+                let _ = watch.wait_for(|exited| *exited).await;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Starts `program` with exactly `env`, `stdin`, `stdout` and `fd3` as its fds 0, 1 and 3,
@@ -72,20 +144,11 @@ pub fn spawn(
         return Err(io::Error::from_raw_os_error(code));
     }
     let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("posix_spawn gave no pid"))?;
-    // The child is ours until we reap it, so its pid cannot be reused under the pidfd.
-    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| {
-        kill_and_reap(pid);
-        io::Error::from(e)
-    })?;
-    // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
-    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-        .map_err(|e| {
-            kill_and_reap(pid);
-            e.into_parts().1
-        })?;
+    // The child is ours until we reap it, so its pid cannot be reused under the watch.
+    let exit = ExitWatch::open(pid).inspect_err(|_| kill_and_reap(pid))?;
     Ok(Child {
         pid,
-        pidfd: Some(pidfd),
+        exit: Some(exit),
         status: None,
     })
 }
@@ -96,20 +159,17 @@ impl Child {
     }
 
     /// Whether the child is still running, as far as the reactor has seen: no system call
-    /// unless its pidfd has turned readable (the child exited), which the reactor notices
-    /// in the same wait that brings the next request. Asked before every activation, so
-    /// a system call saved here is one per activation.
+    /// unless its exit watch has fired (the reactor notices a pidfd turn readable in the
+    /// same wait that brings the next request). Asked before every activation, so a system
+    /// call saved here is one per activation.
     pub fn seems_alive(&mut self) -> bool {
         if self.status.is_some() {
             return false;
         }
-        let Some(pidfd) = self.pidfd.as_ref() else {
-            return false;
-        };
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match pidfd.poll_read_ready(&mut cx) {
-            std::task::Poll::Pending => true,
-            std::task::Poll::Ready(_) => matches!(self.try_wait(), Ok(None)),
+        match &self.exit {
+            None => false,
+            Some(exit) if !exit.has_fired() => true,
+            Some(_) => matches!(self.try_wait(), Ok(None)),
         }
     }
 
@@ -138,10 +198,8 @@ impl Child {
             if let Some(status) = self.try_wait()? {
                 return Ok(status);
             }
-            let pidfd = self.pidfd.as_ref().expect("taken only when dropped");
-            let mut ready = pidfd.readable().await?;
-            // A pidfd stays readable once the child has exited: the next try_wait sees it.
-            ready.clear_ready();
+            let exit = self.exit.as_mut().expect("taken only when dropped");
+            exit.fired().await?;
         }
     }
 }
@@ -153,12 +211,12 @@ impl Drop for Child {
         }
         let pid = self.pid;
         kill(pid);
-        match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
-            // Dying takes a moment: its pidfd tells when, and reaping it then leaves no
+        match (self.exit.take(), tokio::runtime::Handle::try_current()) {
+            // Dying takes a moment: its exit watch tells when, and reaping it then leaves no
             // zombie behind, without a thread of its own.
-            (Some(pidfd), Ok(runtime)) => {
+            (Some(mut exit), Ok(runtime)) => {
                 runtime.spawn(async move {
-                    let _ = pidfd.readable().await;
+                    let _ = exit.fired().await;
                     reap(pid);
                 });
             }
@@ -274,5 +332,75 @@ fn check(code: libc::c_int) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::from_raw_os_error(code))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that exits with status 3 once its stdin gives a line (or ends), its exit
+    /// watched by a pidfd or, as where `pidfd_open` is missing, by a thread.
+    fn child(dir: &Path, thread: bool) -> (Child, OwnedFd) {
+        use std::os::unix::fs::PermissionsExt;
+        let script = dir.join("exits-3");
+        std::fs::write(&script, "#!/bin/sh\nread line\nexit 3\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (stdin, to_child) = rustix::pipe::pipe().unwrap();
+        let (_, fd3) = rustix::pipe::pipe().unwrap();
+        let (_, stdout) = rustix::pipe::pipe().unwrap();
+        let mut child = spawn(&script, &[], &stdin, &fd3, &stdout).unwrap();
+        if thread {
+            child.exit = Some(ExitWatch::thread(child.pid).unwrap());
+        }
+        (child, to_child)
+    }
+
+    /// Whether `pid` is gone (reaped, not a zombie) within 5 s; the runtime runs meanwhile.
+    async fn reaped(pid: libc::pid_t) -> bool {
+        for _ in 0..500 {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn an_exit_is_seen_and_a_dropped_child_reaped_with_a_pidfd_or_a_thread() {
+        for thread in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut child, to_child) = child(dir.path(), thread);
+            assert!(child.seems_alive(), "thread: {thread}");
+            rustix::io::write(&to_child, b"go\n").unwrap();
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait())
+                .await
+                .expect("the exit is seen")
+                .unwrap();
+            assert_eq!(status.code(), Some(3), "thread: {thread}");
+            assert!(!child.seems_alive(), "thread: {thread}");
+
+            // Seen between activations, with no wait pending: the check a native action
+            // makes before each one.
+            let (mut child, to_child) = self::child(dir.path(), thread);
+            rustix::io::write(&to_child, b"go\n").unwrap();
+            let mut alive = true;
+            for _ in 0..500 {
+                alive = child.seems_alive();
+                if !alive {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(!alive, "thread: {thread}: the exit was not seen");
+            assert_eq!(child.try_wait().unwrap().and_then(|s| s.code()), Some(3));
+
+            // Dropped while it runs: killed, and reaped once it has died (no zombie).
+            let (child, _to_child) = self::child(dir.path(), thread);
+            let pid = child.pid();
+            drop(child);
+            assert!(reaped(pid).await, "thread: {thread}: {pid} was not reaped");
+        }
     }
 }
