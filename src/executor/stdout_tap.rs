@@ -66,7 +66,7 @@ impl StdoutTap {
         let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16 * 1024];
         loop {
             match rustix::io::read(self.pipe.get_ref(), &mut buf) {
-                Ok((read, _)) if read.is_empty() => return false,
+                Ok(([], _)) => return false,
                 Ok((read, _)) => {
                     // Nothing sensible to do when our own stdout is gone.
                     let _ = std::io::stdout().lock().write_all(read);
