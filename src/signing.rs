@@ -294,8 +294,8 @@ pub fn open_artifact(
     Ok(SignedCode(Arc::new(file)))
 }
 
-/// Inflates packed code into a memory file and gives its digest. Two threads take half the
-/// frames each, and inflate, hash and write each one while it is in the cache: fresh pages
+/// Inflates packed code into a memory file and gives its digest. Two threads take frames in
+/// turn, and inflate, hash and write each one while it is in the cache: fresh pages
 /// are dear here (touching 10 MB of new memory costs 4-6 ms on this VM), so a frame is
 /// inflated into a buffer used again and again, and the kernel fills the file's pages.
 fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), String> {
@@ -338,6 +338,11 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
     // Each frame this thread took, with its slices' digests.
     let inflate = || -> Result<Vec<(usize, Vec<u8>)>, String> {
         use std::os::unix::fs::FileExt;
+        let taking = StopOnError {
+            next: &next,
+            frames: frames.len(),
+            finished: false,
+        };
         let mut decompressor = zstd::bulk::Decompressor::new().map_err(in_memory)?;
         let mut buffer = Vec::new();
         let mut taken = Vec::new();
@@ -358,21 +363,50 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
             file.write_all_at(&buffer, at).map_err(in_memory)?;
             taken.push((index, digests));
         }
+        taking.finish();
         Ok(taken)
     };
     let mut taken = std::thread::scope(|scope| {
-        let other = scope.spawn(inflate);
-        let mut taken = inflate()?;
-        taken.extend(
+        // Without a second thread (the system refused one), this one takes every frame.
+        let other = std::thread::Builder::new()
+            .spawn_scoped(scope, inflate)
+            .ok();
+        let mine = inflate();
+        let theirs = other.map(|other| {
             other
                 .join()
-                .map_err(|_| "the inflating thread stopped".to_owned())??,
-        );
+                .unwrap_or_else(|_| Err("the inflating thread stopped".to_owned()))
+        });
+        let mut taken = mine?;
+        taken.extend(theirs.transpose()?.unwrap_or_default());
         Ok::<_, String>(taken)
     })?;
     taken.sort_unstable_by_key(|(index, _)| *index);
     let digests: Vec<u8> = taken.into_iter().flat_map(|(_, digests)| digests).collect();
     Ok((file, digest_of_slices(&digests)))
+}
+
+/// An inflating thread that stops short (an error) hands out the frames left, so that the
+/// other stops too: once one frame is refused, the code is.
+struct StopOnError<'a> {
+    next: &'a std::sync::atomic::AtomicUsize,
+    frames: usize,
+    finished: bool,
+}
+
+impl StopOnError<'_> {
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for StopOnError<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.next
+                .fetch_max(self.frames, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 fn sealable_memory_file() -> Result<std::fs::File, String> {
