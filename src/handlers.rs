@@ -15,7 +15,8 @@ pub async fn init(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Res
     let _admitted = runtime.admit()?;
     runtime.refuse_second_init()?;
     let body = read_body(body, runtime.config().max_init_bytes, "init").await?;
-    // Its own buffer again (no copy): the code is decoded over its base64.
+    // Its own buffer again (no copy when the body came with a Content-Length, as uploads
+    // do): the code is decoded over its base64.
     runtime.init(bytes::BytesMut::from(body)).await?;
     Ok(json_response(StatusCode::OK, protocol::OK_BODY))
 }

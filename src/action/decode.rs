@@ -45,7 +45,8 @@ pub fn encoded_kind(head: &[u8]) -> Option<Kind> {
 const DECODE_IN_HALVES_FROM: usize = 1 << 20;
 
 /// Decodes base64 text in place (see `decode_code`). Errors give offsets in the text
-/// without its line breaks.
+/// without its line breaks; for a text with one fault they are a whole-text decode's (with
+/// several, the first piece's may be reported where the whole text's would be another).
 fn decode_in_place(text: &mut [u8]) -> Result<usize, base64::DecodeError> {
     let length = drop_line_breaks(text);
     let text = &mut text[..length];
@@ -56,13 +57,24 @@ fn decode_in_place(text: &mut [u8]) -> Result<usize, base64::DecodeError> {
     // 3 bytes per group, and the second half's bytes are moved down to follow them.
     let cut = text.len() / 2 / 4 * 4;
     let (first, second) = text.split_at_mut(cut);
+    // Taken by the second thread, or by this one if the system refuses a thread.
+    let second = std::sync::Mutex::new(Some(second));
+    let decode_second = || match second.lock().map(|mut half| half.take()) {
+        Ok(Some(half)) => decode_run(half, cut, true),
+        _ => Err(base64::DecodeError::InvalidLength(0)),
+    };
     let (head, tail) = std::thread::scope(|scope| {
-        let tail = scope.spawn(|| decode_run(second, cut, true));
+        let tail = std::thread::Builder::new()
+            .spawn_scoped(scope, decode_second)
+            .ok();
         let head = decode_run(first, 0, false);
-        // Decoding does not panic: were it to, the length error says something went wrong.
-        let tail = tail
-            .join()
-            .unwrap_or(Err(base64::DecodeError::InvalidLength(0)));
+        let tail = match tail {
+            // Decoding does not panic: were it to, the length error says something went wrong.
+            Some(tail) => tail
+                .join()
+                .unwrap_or(Err(base64::DecodeError::InvalidLength(0))),
+            None => decode_second(),
+        };
         (head, tail)
     });
     let (head, tail) = (head?, tail?);
@@ -72,12 +84,11 @@ fn decode_in_place(text: &mut [u8]) -> Result<usize, base64::DecodeError> {
 
 /// Moves the text's characters over its line breaks; gives how many characters are left.
 fn drop_line_breaks(text: &mut [u8]) -> usize {
-    let mut kept = 0;
-    let mut from = 0;
-    for at in memchr::memchr2_iter(b'\r', b'\n', text).collect::<Vec<_>>() {
-        text.copy_within(from..at, kept);
-        kept += at - from;
-        from = at + 1;
+    let (mut kept, mut from) = (0, 0);
+    while let Some(found) = memchr::memchr2(b'\r', b'\n', &text[from..]) {
+        text.copy_within(from..from + found, kept);
+        kept += found;
+        from += found + 1;
     }
     text.copy_within(from.., kept);
     kept + (text.len() - from)
@@ -101,20 +112,26 @@ fn decode_run(text: &mut [u8], offset: usize, last: bool) -> Result<usize, base6
             InvalidLength(n) => InvalidLength(offset + read + n),
             other => other,
         };
-        // Decoded alone, a piece may end in padding; in the whole text only the end may.
-        if end < text.len() || !last {
+        let more = end < text.len() || !last;
+        let mut decode = |piece: &[u8]| {
+            STANDARD
+                .decode_slice(piece, &mut text[written..end])
+                .map_err(|e| match e {
+                    base64::DecodeSliceError::DecodeError(e) => at(e),
+                    // A piece decodes to fewer bytes than it has: this cannot happen.
+                    base64::DecodeSliceError::OutputSliceTooSmall => InvalidLength(0),
+                })
+        };
+        // Decoded alone, a piece may end in padding; in the whole text only the end may
+        // (a fault before it is reported first, as the whole text would).
+        if more {
             let quad = piece.len() - 4;
             if let Some(i) = piece[quad..].iter().position(|&c| c == b'=') {
+                decode(&piece[..quad])?;
                 return Err(at(InvalidByte(quad + i, b'=')));
             }
         }
-        written += STANDARD
-            .decode_slice(&piece, &mut text[written..end])
-            .map_err(|e| match e {
-                base64::DecodeSliceError::DecodeError(e) => at(e),
-                // A piece decodes to fewer bytes than it has: this cannot happen.
-                base64::DecodeSliceError::OutputSliceTooSmall => InvalidLength(0),
-            })?;
+        written += decode(&piece)?;
         read = end;
     }
     Ok(written)
@@ -157,13 +174,20 @@ mod tests {
             (text.len() - 100, b'*'),
             (text.len() - 3, b'='),
         ];
-        for (at, byte) in faults {
+        // And a fault before padding inside a piece: the first is reported, as whole.
+        let faults = faults
+            .map(|fault| vec![fault])
+            .into_iter()
+            .chain([vec![(64 * 1024 - 100, b'*'), (64 * 1024 - 1, b'=')]]);
+        for faults in faults {
             let mut bad = text.clone().into_bytes();
-            bad[at] = byte;
+            for &(at, byte) in &faults {
+                bad[at] = byte;
+            }
             let bad = String::from_utf8(bad).unwrap();
             let whole = STANDARD.decode(&bad);
-            assert!(whole.is_err(), "{byte} at {at} is a fault");
-            assert_eq!(decoded(&bad, true), whole, "{byte} at {at}");
+            assert!(whole.is_err(), "{faults:?} is a fault");
+            assert_eq!(decoded(&bad, true), whole, "{faults:?}");
         }
         // Cut short by one, two or three characters.
         for short in 1..4 {
