@@ -177,6 +177,11 @@ impl Child {
     /// its process group killed before it is reaped: whatever it started goes with it (a
     /// reaped leader's group id could be taken by another process later).
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        // A waiting thread must see the exit before the child is reaped: waiting for a pid
+        // already reaped, it could wait on another child that took the pid.
+        if matches!(&self.exit, Some(exit @ ExitWatch::Thread(_)) if !exit.has_fired()) {
+            return Ok(self.status);
+        }
         if self.status.is_none() {
             // NOWAIT: seen, not reaped, so that its pid still names its group.
             let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
@@ -213,15 +218,23 @@ impl Drop for Child {
         kill(pid);
         match (self.exit.take(), tokio::runtime::Handle::try_current()) {
             // Dying takes a moment: its exit watch tells when, and reaping it then leaves no
-            // zombie behind, without a thread of its own.
+            // zombie behind (with a pidfd, without a thread of its own).
             (Some(mut exit), Ok(runtime)) => {
                 runtime.spawn(async move {
                     let _ = exit.fired().await;
                     reap(pid);
                 });
             }
-            _ => {
-                std::thread::spawn(move || reap(pid));
+            (exit, _) => {
+                std::thread::spawn(move || {
+                    // As in try_wait: a waiting thread sees the exit before it is reaped.
+                    if let Some(ExitWatch::Thread(watch)) = exit {
+                        while !*watch.borrow() && watch.has_changed().is_ok() {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    }
+                    reap(pid);
+                });
             }
         }
     }
