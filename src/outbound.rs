@@ -190,9 +190,74 @@ pub fn denied_message(what: &str, host: &str, port: u16) -> String {
     )
 }
 
+/// How many refusals an instance logs: a burst, then one a second. A guest retrying a
+/// refused call in a loop would otherwise write a line per try into the platform's logs.
+#[derive(Debug)]
+pub struct DenialLog {
+    /// Lines that may be written now (refilled by one a second, up to the burst).
+    allowance: f64,
+    at: std::time::Instant,
+    left_out: u64,
+}
+
+const DENIAL_BURST: f64 = 10.0;
+
+impl DenialLog {
+    pub fn new(now: std::time::Instant) -> Self {
+        DenialLog {
+            allowance: DENIAL_BURST,
+            at: now,
+            left_out: 0,
+        }
+    }
+
+    /// `line` as it is to be logged at `now`, or none if it is left out; the next line
+    /// logged says how many were.
+    pub fn admit(&mut self, line: &str, now: std::time::Instant) -> Option<String> {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64();
+        self.allowance = (self.allowance + refill).min(DENIAL_BURST);
+        self.at = now;
+        if self.allowance < 1.0 {
+            self.left_out += 1;
+            return None;
+        }
+        self.allowance -= 1.0;
+        Some(match std::mem::take(&mut self.left_out) {
+            0 => line.to_owned(),
+            n => format!(
+                "{line} ({n} more refusals were not logged: at most {DENIAL_BURST} at once, \
+                 then one a second)"
+            ),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_logged_in_a_burst_then_one_a_second_saying_how_many_were_left_out() {
+        let start = std::time::Instant::now();
+        let at = |ms: u64| start + std::time::Duration::from_millis(ms);
+        let mut log = DenialLog::new(start);
+        for i in 0..10 {
+            assert_eq!(log.admit("denied", at(i)).as_deref(), Some("denied"), "{i}");
+        }
+        assert_eq!(log.admit("denied", at(10)), None);
+        assert_eq!(log.admit("denied", at(500)), None);
+        let next = log.admit("denied", at(1_100)).expect("a second later");
+        assert!(
+            next.starts_with("denied (2 more refusals were not logged"),
+            "{next}"
+        );
+        assert_eq!(log.admit("denied", at(1_200)), None);
+        // Quiet for a minute: a burst again, not sixty lines.
+        for i in 0..10 {
+            assert!(log.admit("denied", at(61_000 + i)).is_some(), "{i}");
+        }
+        assert_eq!(log.admit("denied", at(61_010)), None);
+    }
 
     fn list(text: &str) -> AllowList {
         text.parse().unwrap()

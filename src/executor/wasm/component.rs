@@ -15,7 +15,7 @@ use wasmtime_wasi_http::{
 
 use super::host::MemoryCap;
 use super::streams::GuestStderr;
-use crate::outbound::{AllowList, denied_message};
+use crate::outbound::{AllowList, DenialLog, denied_message};
 
 /// What each component's store holds.
 pub struct ComponentHost {
@@ -59,9 +59,27 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<ComponentHos
 pub struct Outbound {
     pub allowed: Arc<AllowList>,
     pub logs: GuestStderr,
+    denials: Arc<std::sync::Mutex<DenialLog>>,
 }
 
 impl Outbound {
+    pub fn new(allowed: Arc<AllowList>, logs: GuestStderr) -> Self {
+        let denials = DenialLog::new(std::time::Instant::now());
+        Outbound {
+            allowed,
+            logs,
+            denials: Arc::new(std::sync::Mutex::new(denials)),
+        }
+    }
+
+    /// Logs a refusal among the instance's logs, unless too many came at once.
+    fn refused(&self, line: &str) {
+        let admitted = crate::lock(&self.denials).admit(line, std::time::Instant::now());
+        if let Some(line) = admitted {
+            self.logs.note(&line);
+        }
+    }
+
     /// Sockets: connects and datagrams checked by address; binds (a connect makes one)
     /// allowed; listening refused, since the list is about reaching out.
     pub fn gate_sockets(&self, wasi: &mut WasiCtxBuilder) {
@@ -82,7 +100,7 @@ impl Outbound {
             // could flood the logs.
             SocketAddrUse::UdpReceive => return self.allowed.allows_socket(addr).await,
             SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
-                self.logs.note(&format!(
+                self.refused(&format!(
                     "wasmloop: denied listening for connections on {addr}: components may \
                      only reach out (--allow-outbound), not accept connections"
                 ));
@@ -93,8 +111,7 @@ impl Outbound {
         };
         let allowed = self.allowed.allows_socket(addr).await;
         if !allowed {
-            self.logs
-                .note(&denied_message(what, &addr.ip().to_string(), addr.port()));
+            self.refused(&denied_message(what, &addr.ip().to_string(), addr.port()));
         }
         allowed
     }
@@ -124,7 +141,7 @@ impl WasiHttpHooks for Outbound {
         // The sender connects to the authority as written: with user info in it, what it
         // reaches and what `host()` says could differ. Nobody needs it for an API call.
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
-            self.logs.note(
+            self.refused(
                 "wasmloop: denied an HTTP request whose URL holds user info (user@host): \
                  send credentials in a header instead",
             );
@@ -136,8 +153,7 @@ impl WasiHttpHooks for Outbound {
             _ => 80,
         });
         if !self.allowed.allows_http(&host, port) {
-            self.logs
-                .note(&denied_message("an HTTP request", &host, port));
+            self.refused(&denied_message("an HTTP request", &host, port));
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         Box::new(async move {

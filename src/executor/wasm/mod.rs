@@ -408,10 +408,7 @@ impl Instance {
                 })
             }
             Pre::Component(pre) => {
-                let outbound = Outbound {
-                    allowed: wasm.outbound.clone(),
-                    logs: stderr.clone(),
-                };
+                let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone());
                 outbound.gate_sockets(&mut wasi);
                 let host = ComponentHost {
                     wasi: wasi.build(),
