@@ -107,6 +107,24 @@ impl AllowList {
             .any(|e| matches!(e.host, Host::Any | Host::Name(_)))
     }
 
+    /// A name lookup (by a guest, through wasi:sockets): a name an entry has, or any name
+    /// with a `*` entry; addresses written as names are not looked up at all.
+    pub fn allows_name(&self, name: &str) -> bool {
+        let bare = name
+            .strip_prefix('[')
+            .and_then(|n| n.strip_suffix(']'))
+            .unwrap_or(name);
+        if bare.parse::<IpAddr>().is_ok() {
+            return true;
+        }
+        let name = name.trim_end_matches('.');
+        self.0.iter().any(|e| match &e.host {
+            Host::Any => true,
+            Host::Ip(_) => false,
+            Host::Name(allowed) => allowed.eq_ignore_ascii_case(name),
+        })
+    }
+
     /// An HTTP request to `host:port` (its authority, as the guest wrote it).
     pub fn allows_http(&self, host: &str, port: u16) -> bool {
         let host = host
@@ -310,6 +328,19 @@ mod tests {
         assert!(!allowed.allows_socket(at("10.1.2.3:5432")).await);
         assert!(!AllowList::default().allows_socket(at("127.0.0.1:1")).await);
         assert!(list("*:53").allows_socket(at("10.1.2.3:53")).await);
+    }
+
+    #[test]
+    fn a_guest_looks_up_only_the_names_listed_or_any_with_a_star() {
+        let named = list("db.internal:5432,10.0.0.1:80");
+        assert!(named.allows_name("db.internal"));
+        assert!(named.allows_name("DB.Internal."));
+        assert!(!named.allows_name("data.attacker.example"));
+        assert!(!named.allows_name("internal"));
+        // Addresses written as names need no lookup.
+        assert!(named.allows_name("10.9.9.9") && named.allows_name("[::1]"));
+        assert!(list("*:443").allows_name("anything.example"));
+        assert!(!list("10.0.0.1:80").allows_name("db.internal"));
     }
 
     #[test]

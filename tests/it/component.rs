@@ -185,18 +185,33 @@ fn a_tcp_connection_to_a_real_service_follows_the_allow_list() {
 }
 
 #[test]
-fn names_are_looked_up_only_when_the_list_names_a_host() {
+fn only_the_names_the_list_has_are_looked_up() {
     let redis = Redis::start();
-    let by_name = json!({"tcp": format!("localhost:{}", redis.addr.port()), "send": "PING\r\n"});
+    let port = redis.addr.port();
+    let by_name = json!({"tcp": format!("localhost:{port}"), "send": "PING\r\n"});
     let by_address = component_server("connects", &["--allow-outbound", &redis.addr.to_string()]);
     let got = result(&by_address, by_name.clone());
     assert!(
         got["error"].as_str().unwrap().contains("lookup"),
         "no lookup without a named entry: {got}"
     );
-    let named = format!("localhost:{}", redis.addr.port());
+    by_address.wait_stderr(
+        "wasmloop: denied a name lookup of localhost: components look up only the names \
+         --allow-outbound (WASMLOOP_ALLOW_OUTBOUND) lists; add `localhost:PORT` to it to allow \
+         this\n",
+    );
+    let named = format!("localhost:{port}");
     let by_host = component_server("connects", &["--allow-outbound", &named]);
-    assert_eq!(result(&by_host, by_name), json!({"reply": "+PONG"}));
+    assert_eq!(result(&by_host, by_name.clone()), json!({"reply": "+PONG"}));
+    // Another name is not looked up, not even to be refused by address afterwards: a
+    // lookup alone carries data to whoever answers for the domain.
+    let other = json!({"tcp": format!("data.exfil.invalid:{port}"), "send": "PING\r\n"});
+    let got = result(&by_host, other);
+    assert!(got["error"].is_string(), "{got}");
+    by_host.wait_stderr("wasmloop: denied a name lookup of data.exfil.invalid: ");
+    // A `*` entry lets every name be looked up.
+    let any = component_server("connects", &["--allow-outbound", "*"]);
+    assert_eq!(result(&any, by_name), json!({"reply": "+PONG"}));
 }
 
 #[test]

@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::http;
-use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime_wasi::p2::SocketError;
+use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup;
+use wasmtime_wasi::p2::bindings::sockets::network::{self, ErrorCode, IpAddress, Network};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{
@@ -51,7 +54,95 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<ComponentHos
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    // Name lookups go through the allow-list too (see `NameLookups`).
+    linker.allow_shadowing(true);
+    ip_name_lookup::add_to_linker::<ComponentHost, GatedNames>(&mut linker, |host| NameLookups {
+        sockets: wasmtime_wasi::sockets::WasiSocketsCtxView {
+            ctx: host.wasi.sockets(),
+            table: &mut host.table,
+        },
+        outbound: &host.outbound,
+    })?;
+    linker.allow_shadowing(false);
     Ok(linker)
+}
+
+/// `wasi:sockets/ip-name-lookup`, only for the names the allow-list has. WASI allows name
+/// lookups all or nothing, but a lookup is a message to whoever answers for the domain:
+/// with any name allowed, a guest let reach only `db.internal` could still send data out
+/// in lookups of `<data>.attacker.example`. A `*` entry allows every name.
+struct NameLookups<'a> {
+    sockets: wasmtime_wasi::sockets::WasiSocketsCtxView<'a>,
+    outbound: &'a Outbound,
+}
+
+/// What `NameLookups` is reached through in the linker.
+struct GatedNames;
+
+impl wasmtime::component::HasData for GatedNames {
+    type Data<'a> = NameLookups<'a>;
+}
+
+// The lookup functions' errors are converted through the interface they come from:
+// as WASI converts them.
+impl network::Host for NameLookups<'_> {
+    fn convert_error_code(&mut self, error: SocketError) -> wasmtime::Result<ErrorCode> {
+        self.sockets.convert_error_code(error)
+    }
+
+    fn network_error_code(
+        &mut self,
+        error: Resource<wasmtime::Error>,
+    ) -> wasmtime::Result<Option<ErrorCode>> {
+        self.sockets.network_error_code(error)
+    }
+}
+
+impl network::HostNetwork for NameLookups<'_> {
+    fn drop(&mut self, network: Resource<Network>) -> wasmtime::Result<()> {
+        network::HostNetwork::drop(&mut self.sockets, network)
+    }
+}
+
+impl ip_name_lookup::Host for NameLookups<'_> {
+    fn resolve_addresses(
+        &mut self,
+        network: Resource<Network>,
+        name: String,
+    ) -> Result<Resource<ip_name_lookup::ResolveAddressStream>, SocketError> {
+        if !self.outbound.allowed.allows_name(&name) {
+            self.outbound.refused(&format!(
+                "wasmloop: denied a name lookup of {name}: components look up only the names \
+                 --allow-outbound (WASMLOOP_ALLOW_OUTBOUND) lists; add `{name}:PORT` to it \
+                 to allow this"
+            ));
+            return Err(ErrorCode::PermanentResolverFailure.into());
+        }
+        ip_name_lookup::Host::resolve_addresses(&mut self.sockets, network, name)
+    }
+}
+
+impl ip_name_lookup::HostResolveAddressStream for NameLookups<'_> {
+    fn resolve_next_address(
+        &mut self,
+        stream: Resource<ip_name_lookup::ResolveAddressStream>,
+    ) -> Result<Option<IpAddress>, SocketError> {
+        self.sockets.resolve_next_address(stream)
+    }
+
+    fn subscribe(
+        &mut self,
+        stream: Resource<ip_name_lookup::ResolveAddressStream>,
+    ) -> wasmtime::Result<Resource<wasmtime_wasi::p2::DynPollable>> {
+        self.sockets.subscribe(stream)
+    }
+
+    fn drop(
+        &mut self,
+        stream: Resource<ip_name_lookup::ResolveAddressStream>,
+    ) -> wasmtime::Result<()> {
+        ip_name_lookup::HostResolveAddressStream::drop(&mut self.sockets, stream)
+    }
 }
 
 /// The allow-list as one instance sees it: a refusal is logged among its own logs.
