@@ -100,28 +100,17 @@ impl AllowList {
         self.0.is_empty()
     }
 
-    /// Name lookups are only useful, so only allowed, when an entry names a host.
-    pub fn allows_name_lookup(&self) -> bool {
-        self.0
-            .iter()
-            .any(|e| matches!(e.host, Host::Any | Host::Name(_)))
-    }
-
-    /// A name lookup (by a guest, through wasi:sockets): a name an entry has, or any name
-    /// with a `*` entry; addresses written as names are not looked up at all.
-    pub fn allows_name(&self, name: &str) -> bool {
-        let bare = name
-            .strip_prefix('[')
-            .and_then(|n| n.strip_suffix(']'))
-            .unwrap_or(name);
-        if bare.parse::<IpAddr>().is_ok() {
-            return true;
-        }
-        let name = name.trim_end_matches('.');
+    /// Whether a guest may look up `domain` (as `looked_up_as` gives it): a name an entry
+    /// has, or any name with a `*` entry.
+    pub fn allows_domain(&self, domain: &str) -> bool {
+        let domain = domain.strip_suffix('.').unwrap_or(domain);
         self.0.iter().any(|e| match &e.host {
             Host::Any => true,
             Host::Ip(_) => false,
-            Host::Name(allowed) => allowed.eq_ignore_ascii_case(name),
+            Host::Name(allowed) => {
+                let allowed = allowed.strip_suffix('.').unwrap_or(allowed);
+                allowed.eq_ignore_ascii_case(domain)
+            }
         })
     }
 
@@ -194,6 +183,16 @@ impl fmt::Display for AllowList {
     }
 }
 
+/// The domain a guest's lookup of `name` asks the resolver for, read as WASI reads it
+/// (unicode as punycode, percent escapes decoded); none for an address written as a name or
+/// text that is no name, which WASI answers without a lookup.
+pub fn looked_up_as(name: &str) -> Option<String> {
+    match url::Host::parse(name) {
+        Ok(url::Host::Domain(domain)) => Some(domain),
+        _ => None,
+    }
+}
+
 /// The one line logged when a component is refused a connection or request: what was
 /// refused, and the entry that would allow it.
 pub fn denied_message(what: &str, host: &str, port: u16) -> String {
@@ -210,6 +209,7 @@ pub fn denied_message(what: &str, host: &str, port: u16) -> String {
 
 /// How many refusals an instance logs: a burst, then one a second. A guest retrying a
 /// refused call in a loop would otherwise write a line per try into the platform's logs.
+/// How many were left out is logged at the end of the activation.
 #[derive(Debug)]
 pub struct DenialLog {
     /// Lines that may be written now (refilled by one a second, up to the burst).
@@ -229,24 +229,28 @@ impl DenialLog {
         }
     }
 
-    /// `line` as it is to be logged at `now`, or none if it is left out; the next line
-    /// logged says how many were.
-    pub fn admit(&mut self, line: &str, now: std::time::Instant) -> Option<String> {
+    /// Whether a refusal at `now` is logged; if not, it is counted.
+    pub fn admit(&mut self, now: std::time::Instant) -> bool {
         let refill = now.saturating_duration_since(self.at).as_secs_f64();
         self.allowance = (self.allowance + refill).min(DENIAL_BURST);
         self.at = now;
         if self.allowance < 1.0 {
             self.left_out += 1;
-            return None;
+            return false;
         }
         self.allowance -= 1.0;
-        Some(match std::mem::take(&mut self.left_out) {
-            0 => line.to_owned(),
-            n => format!(
-                "{line} ({n} more refusals were not logged: at most {DENIAL_BURST} at once, \
+        true
+    }
+
+    /// The line that says how many refusals were left out since it was last asked, if any.
+    pub fn left_out(&mut self) -> Option<String> {
+        match std::mem::take(&mut self.left_out) {
+            0 => None,
+            n => Some(format!(
+                "wasmloop: {n} more refusals were not logged (at most {DENIAL_BURST} at once, \
                  then one a second)"
-            ),
-        })
+            )),
+        }
     }
 }
 
@@ -254,31 +258,34 @@ impl DenialLog {
 mod tests {
     use super::*;
 
+    fn list(text: &str) -> AllowList {
+        text.parse().unwrap()
+    }
+
     #[test]
-    fn refusals_are_logged_in_a_burst_then_one_a_second_saying_how_many_were_left_out() {
+    fn refusals_are_logged_in_a_burst_then_one_a_second_and_the_rest_counted() {
         let start = std::time::Instant::now();
         let at = |ms: u64| start + std::time::Duration::from_millis(ms);
         let mut log = DenialLog::new(start);
+        assert_eq!(log.left_out(), None);
         for i in 0..10 {
-            assert_eq!(log.admit("denied", at(i)).as_deref(), Some("denied"), "{i}");
+            assert!(log.admit(at(i)), "{i}");
         }
-        assert_eq!(log.admit("denied", at(10)), None);
-        assert_eq!(log.admit("denied", at(500)), None);
-        let next = log.admit("denied", at(1_100)).expect("a second later");
+        assert!(!log.admit(at(10)));
+        assert!(!log.admit(at(500)));
+        assert!(log.admit(at(1_100)), "a second later");
+        assert!(!log.admit(at(1_200)));
+        let counted = log.left_out().expect("three were left out");
         assert!(
-            next.starts_with("denied (2 more refusals were not logged"),
-            "{next}"
+            counted.starts_with("wasmloop: 3 more refusals were not logged"),
+            "{counted}"
         );
-        assert_eq!(log.admit("denied", at(1_200)), None);
+        assert_eq!(log.left_out(), None, "told once");
         // Quiet for a minute: a burst again, not sixty lines.
         for i in 0..10 {
-            assert!(log.admit("denied", at(61_000 + i)).is_some(), "{i}");
+            assert!(log.admit(at(61_000 + i)), "{i}");
         }
-        assert_eq!(log.admit("denied", at(61_010)), None);
-    }
-
-    fn list(text: &str) -> AllowList {
-        text.parse().unwrap()
+        assert!(!log.admit(at(61_010)));
     }
 
     #[test]
@@ -332,25 +339,21 @@ mod tests {
 
     #[test]
     fn a_guest_looks_up_only_the_names_listed_or_any_with_a_star() {
-        let named = list("db.internal:5432,10.0.0.1:80");
-        assert!(named.allows_name("db.internal"));
-        assert!(named.allows_name("DB.Internal."));
-        assert!(!named.allows_name("data.attacker.example"));
-        assert!(!named.allows_name("internal"));
-        // Addresses written as names need no lookup.
-        assert!(named.allows_name("10.9.9.9") && named.allows_name("[::1]"));
-        assert!(list("*:443").allows_name("anything.example"));
-        assert!(!list("10.0.0.1:80").allows_name("db.internal"));
-    }
-
-    #[test]
-    fn name_lookups_are_allowed_only_for_named_hosts() {
-        assert!(!list("127.0.0.1:80,[::1]:81").allows_name_lookup());
-        assert!(
-            list("*:443").allows_name_lookup(),
-            "any host on 443 is reached by name"
+        let named = list("db.internal:5432,10.0.0.1:80,xn--bcher-kva.example:443");
+        let allows = |name: &str| looked_up_as(name).is_none_or(|d| named.allows_domain(&d));
+        assert!(allows("db.internal") && allows("DB.Internal."));
+        assert!(!allows("data.attacker.example") && !allows("internal"));
+        assert!(!allows("db.internal.."), "one trailing dot, not any number");
+        // As WASI reads names: unicode as punycode, addresses (old forms too) not looked up.
+        assert!(allows("bücher.example"));
+        assert_eq!(
+            looked_up_as("Bücher.Example").as_deref(),
+            Some("xn--bcher-kva.example")
         );
-        assert!(list("127.0.0.1:80,db.internal:5432").allows_name_lookup());
-        assert!(list("*").allows_name_lookup());
+        for address in ["10.9.9.9", "[::1]", "::1", "127.1", "1.2.3.4."] {
+            assert_eq!(looked_up_as(address), None, "{address}");
+        }
+        assert!(list("*:443").allows_domain("anything.example"));
+        assert!(!list("10.0.0.1:80").allows_domain("db.internal"));
     }
 }

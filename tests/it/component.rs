@@ -185,6 +185,41 @@ fn a_tcp_connection_to_a_real_service_follows_the_allow_list() {
 }
 
 #[test]
+fn a_guest_retrying_refused_calls_logs_a_burst_and_then_how_many_were_left_out() {
+    let server = component_server("connects", &["--allow-outbound", "127.0.0.1:1"]);
+    let refused = json!({"tcp": "127.0.0.1:9", "send": "PING\r\n"});
+    let started = std::time::Instant::now();
+    for _ in 0..30 {
+        let got = result(&server, refused.clone());
+        assert!(got["error"].is_string(), "{got}");
+    }
+    // Ten at once, then one a second: however slow this machine, 30 tries in fewer than
+    // 20 s leave some out, and an activation's logs end by saying how many.
+    let seconds = started.elapsed().as_secs() as usize;
+    assert!(seconds < 20, "30 activations took {seconds} s");
+    server.wait_sentinels(30);
+    let logs = server.stderr();
+    let logged = logs
+        .matches("wasmloop: denied a TCP connection to 127.0.0.1:9")
+        .count();
+    assert!(
+        (10..=11 + seconds).contains(&logged),
+        "{logged} lines in {seconds} s:\n{logs}"
+    );
+    let told: usize = logs
+        .lines()
+        .filter_map(|line| line.strip_prefix("wasmloop: "))
+        .filter_map(|line| line.split_once(" more refusals were not logged"))
+        .map(|(count, _)| count.parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(
+        logged + told,
+        30,
+        "every refusal logged or counted:\n{logs}"
+    );
+}
+
+#[test]
 fn only_the_names_the_list_has_are_looked_up() {
     let redis = Redis::start();
     let port = redis.addr.port();

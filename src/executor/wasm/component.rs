@@ -18,7 +18,7 @@ use wasmtime_wasi_http::{
 
 use super::host::MemoryCap;
 use super::streams::GuestStderr;
-use crate::outbound::{AllowList, DenialLog, denied_message};
+use crate::outbound::{AllowList, DenialLog, denied_message, looked_up_as};
 
 /// What each component's store holds.
 pub struct ComponentHost {
@@ -110,11 +110,15 @@ impl ip_name_lookup::Host for NameLookups<'_> {
         network: Resource<Network>,
         name: String,
     ) -> Result<Resource<ip_name_lookup::ResolveAddressStream>, SocketError> {
-        if !self.outbound.allowed.allows_name(&name) {
+        if let Some(domain) = looked_up_as(&name)
+            && !self.outbound.allowed.allows_domain(&domain)
+        {
+            // A domain name is at most 253 characters; the guest's text may be longer.
+            let domain = domain.get(..253).unwrap_or(&domain);
             self.outbound.refused(&format!(
-                "wasmloop: denied a name lookup of {name}: components look up only the names \
-                 --allow-outbound (WASMLOOP_ALLOW_OUTBOUND) lists; add `{name}:PORT` to it \
-                 to allow this"
+                "wasmloop: denied a name lookup of {domain}: components look up only the \
+                 names --allow-outbound (WASMLOOP_ALLOW_OUTBOUND) lists; add `{domain}:PORT` \
+                 to it to allow this"
             ));
             return Err(ErrorCode::PermanentResolverFailure.into());
         }
@@ -165,18 +169,24 @@ impl Outbound {
 
     /// Logs a refusal among the instance's logs, unless too many came at once.
     fn refused(&self, line: &str) {
-        let admitted = crate::lock(&self.denials).admit(line, std::time::Instant::now());
-        if let Some(line) = admitted {
-            self.logs.note(&line);
+        if crate::lock(&self.denials).admit(std::time::Instant::now()) {
+            self.logs.note(line);
         }
+    }
+
+    /// What the instance keeps to say, at the end of each activation, how many refusals
+    /// were left out of its logs.
+    pub fn denials(&self) -> Arc<std::sync::Mutex<DenialLog>> {
+        self.denials.clone()
     }
 
     /// Sockets: connects and datagrams checked by address; binds (a connect makes one)
     /// allowed; listening refused, since the list is about reaching out.
     pub fn gate_sockets(&self, wasi: &mut WasiCtxBuilder) {
+        // Lookups are allowed here and gated by name in `NameLookups`.
         wasi.allow_tcp(true)
             .allow_udp(true)
-            .allow_ip_name_lookup(self.allowed.allows_name_lookup());
+            .allow_ip_name_lookup(true);
         let outbound = self.clone();
         wasi.socket_addr_check(move |addr, usage| {
             let outbound = outbound.clone();

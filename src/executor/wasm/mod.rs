@@ -350,6 +350,11 @@ impl Worker for Instance {
 
     fn end_activation(&mut self, end: End) {
         end.write_stdout();
+        if let Some(denials) = &self.denials
+            && let Some(line) = crate::lock(denials).left_out()
+        {
+            self.stderr.note(&line);
+        }
         self.stderr.flush_with(end.stderr_tail());
     }
 }
@@ -369,6 +374,8 @@ pub struct Instance {
     guest: Guest,
     /// How `_start` ended, once it has (it must not be polled again).
     ended: Option<String>,
+    /// A component's refusals left out of its logs, told at the end of each activation.
+    denials: Option<Arc<Mutex<crate::outbound::DenialLog>>>,
 }
 
 impl Instance {
@@ -393,6 +400,7 @@ impl Instance {
                 })?;
         }
         let limits = MemoryCap(engine.settings.memory_cap);
+        let mut denials = None;
         let guest: Guest = match &wasm.pre {
             Pre::Module(pre) => {
                 let host = Host {
@@ -410,6 +418,7 @@ impl Instance {
             Pre::Component(pre) => {
                 let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone());
                 outbound.gate_sockets(&mut wasi);
+                denials = Some(outbound.denials());
                 let host = ComponentHost {
                     wasi: wasi.build(),
                     table: wasmtime::component::ResourceTable::new(),
@@ -435,6 +444,7 @@ impl Instance {
             stderr,
             guest,
             ended: None,
+            denials,
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
         let ticking = ticker::running();
