@@ -88,23 +88,86 @@ impl fmt::Display for Entry {
 }
 
 /// Where components may go. Empty (the default) denies every connection and request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AllowList(Vec<Entry>);
+#[derive(Debug, Clone, Default)]
+pub struct AllowList {
+    entries: Vec<Entry>,
+    /// The addresses of the names the entries have, shared by every instance.
+    names: std::sync::Arc<NameCache>,
+}
+
+/// Two lists are the same if their entries are: what was looked up is no part of it.
+impl PartialEq for AllowList {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl Eq for AllowList {}
+
+/// The addresses of names, kept a few seconds: a connect checked against a named entry
+/// would otherwise wait for a lookup of its own (a DNS round trip, for every connection).
+#[derive(Debug, Default)]
+struct NameCache {
+    found: std::sync::Mutex<std::collections::HashMap<String, Found>>,
+    /// Lookups made, for the tests.
+    #[cfg(test)]
+    lookups: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Debug)]
+struct Found {
+    at: std::time::Instant,
+    addresses: std::sync::Arc<[IpAddr]>,
+}
+
+/// How long a name's addresses are used before it is looked up again: short enough that a
+/// service moving to new addresses is followed within seconds.
+const NAME_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl NameCache {
+    /// `name`'s addresses, looked up unless known from the last few seconds. A failed
+    /// lookup is not kept: the next check tries again.
+    async fn addresses(&self, name: &str) -> Option<std::sync::Arc<[IpAddr]>> {
+        let now = std::time::Instant::now();
+        if let Some(found) = crate::lock(&self.found).get(name)
+            && now.saturating_duration_since(found.at) < NAME_TTL
+        {
+            return Some(found.addresses.clone());
+        }
+        #[cfg(test)]
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let addresses: std::sync::Arc<[IpAddr]> = tokio::net::lookup_host((name, 0))
+            .await
+            .ok()?
+            .map(|a| a.ip())
+            .collect();
+        let found = Found {
+            at: now,
+            addresses: addresses.clone(),
+        };
+        crate::lock(&self.found).insert(name.to_owned(), found);
+        Some(addresses)
+    }
+}
 
 impl AllowList {
     pub fn new(entries: Vec<Entry>) -> Self {
-        AllowList(entries)
+        AllowList {
+            entries,
+            names: Default::default(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.entries.is_empty()
     }
 
     /// Whether a guest may look up `domain` (as `looked_up_as` gives it): a name an entry
     /// has, or any name with a `*` entry.
     pub fn allows_domain(&self, domain: &str) -> bool {
         let domain = domain.strip_suffix('.').unwrap_or(domain);
-        self.0.iter().any(|e| match &e.host {
+        self.entries.iter().any(|e| match &e.host {
             Host::Any => true,
             Host::Ip(_) => false,
             Host::Name(allowed) => {
@@ -122,7 +185,7 @@ impl AllowList {
             .unwrap_or(host);
         let ip = host.parse::<IpAddr>().ok();
         let name = host.trim_end_matches('.');
-        self.0.iter().any(|e| {
+        self.entries.iter().any(|e| {
             e.port.is_none_or(|p| p == port)
                 && match &e.host {
                     Host::Any => true,
@@ -135,16 +198,18 @@ impl AllowList {
     /// A socket to `addr`: an address entry matches it as written; a named one, by the
     /// addresses its name has now (looked up by the host, whatever the guest was told).
     pub async fn allows_socket(&self, addr: SocketAddr) -> bool {
-        for entry in &self.0 {
+        for entry in &self.entries {
             if entry.port.is_some_and(|p| p != addr.port()) {
                 continue;
             }
             let matched = match &entry.host {
                 Host::Any => true,
                 Host::Ip(ip) => same_ip(*ip, addr.ip()),
-                Host::Name(name) => tokio::net::lookup_host((name.as_str(), addr.port()))
+                Host::Name(name) => self
+                    .names
+                    .addresses(name)
                     .await
-                    .is_ok_and(|mut found| found.any(|a| same_ip(a.ip(), addr.ip()))),
+                    .is_some_and(|found| found.iter().any(|ip| same_ip(*ip, addr.ip()))),
             };
             if matched {
                 return true;
@@ -167,13 +232,13 @@ impl FromStr for AllowList {
             .filter(|e| !e.trim().is_empty())
             .map(Entry::from_str)
             .collect::<Result<Vec<_>, _>>()
-            .map(AllowList)
+            .map(AllowList::new)
     }
 }
 
 impl fmt::Display for AllowList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, entry) in self.0.iter().enumerate() {
+        for (i, entry) in self.entries.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
@@ -335,6 +400,34 @@ mod tests {
         assert!(!allowed.allows_socket(at("10.1.2.3:5432")).await);
         assert!(!AllowList::default().allows_socket(at("127.0.0.1:1")).await);
         assert!(list("*:53").allows_socket(at("10.1.2.3:53")).await);
+    }
+
+    #[tokio::test]
+    async fn a_named_entry_is_looked_up_once_for_checks_a_few_seconds_apart() {
+        let at = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let allowed = list("localhost:5432");
+        let lookups = || {
+            allowed
+                .names
+                .lookups
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        for _ in 0..3 {
+            assert!(allowed.allows_socket(at("127.0.0.1:5432")).await);
+            assert!(!allowed.allows_socket(at("10.1.2.3:5432")).await);
+        }
+        assert_eq!(lookups(), 1);
+        // Instances share what their list looked up.
+        let shared = std::sync::Arc::new(allowed.clone());
+        assert!(shared.allows_socket(at("127.0.0.1:5432")).await);
+        assert_eq!(lookups(), 1);
+        // Once stale, the name is looked up again.
+        crate::lock(&allowed.names.found)
+            .get_mut("localhost")
+            .unwrap()
+            .at -= NAME_TTL;
+        assert!(allowed.allows_socket(at("127.0.0.1:5432")).await);
+        assert_eq!(lookups(), 2);
     }
 
     #[test]
