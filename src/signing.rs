@@ -336,13 +336,8 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
     // and a second thread here sometimes starts milliseconds late.
     let next = std::sync::atomic::AtomicUsize::new(0);
     // Each frame this thread took, with its slices' digests.
-    let inflate = || -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let inflate_frames = || -> Result<Vec<(usize, Vec<u8>)>, String> {
         use std::os::unix::fs::FileExt;
-        let taking = StopOnError {
-            next: &next,
-            frames: frames.len(),
-            finished: false,
-        };
         let mut decompressor = zstd::bulk::Decompressor::new().map_err(in_memory)?;
         let mut buffer = Vec::new();
         let mut taken = Vec::new();
@@ -363,8 +358,16 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
             file.write_all_at(&buffer, at).map_err(in_memory)?;
             taken.push((index, digests));
         }
-        taking.finish();
         Ok(taken)
+    };
+    // A thread that stops short hands out the frames left, so that the other stops too:
+    // once one frame is refused, the code is.
+    let inflate = || {
+        let taken = inflate_frames();
+        if taken.is_err() {
+            next.fetch_max(frames.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        taken
     };
     let mut taken = std::thread::scope(|scope| {
         // Without a second thread (the system refused one), this one takes every frame.
@@ -384,29 +387,6 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
     taken.sort_unstable_by_key(|(index, _)| *index);
     let digests: Vec<u8> = taken.into_iter().flat_map(|(_, digests)| digests).collect();
     Ok((file, digest_of_slices(&digests)))
-}
-
-/// An inflating thread that stops short (an error) hands out the frames left, so that the
-/// other stops too: once one frame is refused, the code is.
-struct StopOnError<'a> {
-    next: &'a std::sync::atomic::AtomicUsize,
-    frames: usize,
-    finished: bool,
-}
-
-impl StopOnError<'_> {
-    fn finish(mut self) {
-        self.finished = true;
-    }
-}
-
-impl Drop for StopOnError<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.next
-                .fetch_max(self.frames, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
 }
 
 fn sealable_memory_file() -> Result<std::fs::File, String> {
