@@ -170,10 +170,8 @@ impl AllowList {
         self.entries.iter().any(|e| match &e.host {
             Host::Any => true,
             Host::Ip(_) => false,
-            Host::Name(allowed) => {
-                let allowed = allowed.strip_suffix('.').unwrap_or(allowed);
-                allowed.eq_ignore_ascii_case(domain)
-            }
+            // Kept without a trailing dot (see `Entry::from_str`).
+            Host::Name(allowed) => allowed.eq_ignore_ascii_case(domain),
         })
     }
 
