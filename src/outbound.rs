@@ -64,6 +64,12 @@ impl FromStr for Entry {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
         {
             Host::Name(host.trim_end_matches('.').to_ascii_lowercase())
+        } else if let Some(ascii) = looked_up_as(host).filter(|_| !host.is_ascii()) {
+            // An international name: the list holds names as they are looked up.
+            return Err(format!(
+                "`{text}`: write the name as it is looked up, `{ascii}:{}`",
+                port.map_or("*".to_owned(), |p| p.to_string())
+            ));
         } else {
             return Err(format!("`{text}`: `{host}` is not a host name or address"));
         };
@@ -371,6 +377,7 @@ mod tests {
         assert!(error("::1:80").contains("e.g. [::1]:80"));
         assert!(error("[nope]:80").contains("not an IPv6 address"));
         assert!(error("a/b:80").contains("not a host name"));
+        assert!(error("bücher.example:443").contains("`xn--bcher-kva.example:443`"));
     }
 
     #[test]
