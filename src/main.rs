@@ -262,6 +262,9 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     };
     let rows = async_runtime(None)?.block_on(wasmloop::bench::run(options))?;
     print!("{}", wasmloop::bench::table(&rows));
+    if let Some(note) = wasmloop::bench::idle_cpu_note() {
+        eprint!("{note}");
+    }
     let errors: usize = rows.iter().map(|r| r.errors).sum();
     if errors > 0 {
         anyhow::bail!("{errors} answers were wrong or not 200");
