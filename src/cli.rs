@@ -367,7 +367,7 @@ pub struct RuntimeArgs {
     /// parallel; each keeps its own state.
     #[arg(long, env = "WASMLOOP_CONCURRENCY", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// How many activations may wait when every instance is busy; beyond that, 503.
+    /// How many activations may wait when every instance is busy; beyond that, 429 with `Retry-After: 1`.
     #[arg(long, env = "WASMLOOP_MAX_QUEUE", default_value_t = config::DEFAULT_MAX_QUEUE)]
     pub max_queue: usize,
     /// Stop any activation that runs longer than this (e.g. 30s), even without a deadline.

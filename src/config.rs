@@ -98,7 +98,7 @@ pub struct Config {
     pub allow_outbound: crate::outbound::AllowList,
     /// How many instances (wasm) or children (native) of the action may run at once.
     pub concurrency: usize,
-    /// How many activations may wait for one when all are busy; more get 503.
+    /// How many activations may wait for one when all are busy; more get 429.
     pub max_queue: usize,
     /// Runtime-wide cap on one activation (the request's own deadline may be earlier).
     pub timeout: Option<Duration>,

@@ -78,7 +78,7 @@ pub enum StartError {
         humantime::format_duration(*.0)
     )]
     StillStarting(Duration),
-    #[error("the action did not acknowledge its start within {} (see --ack-timeout)", humantime::format_duration(*.0))]
+    #[error("the action did not acknowledge its start within {} (the limit is --ack-timeout, or --timeout under `wasmloop run`)", humantime::format_duration(*.0))]
     AckTimeout(Duration),
     #[error("{}", protocol::MSG_EXEC_ENV_MISMATCH)]
     ExecEnvMismatch,
