@@ -49,6 +49,10 @@ impl Drop for AbortOnDrop {
 }
 
 /// Why an action could not be started (at `/init`, or when restarting it).
+/// Where the start-up errors name `--ack-timeout`: `wasmloop run` has no such flag, and
+/// bounds start-up by its `--timeout`.
+const RUN_START_LIMIT: &str = "; under `wasmloop run`, --timeout";
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The process could not be spawned (missing file, not executable, bad format); the
@@ -74,11 +78,17 @@ pub enum StartError {
     /// A WebAssembly guest was still in its start-up code when the bound ran out.
     #[error(
         "the guest was still running its start-up code after {} and had not read its input: \
-         a guest must reach its first read of stdin within --ack-timeout (is it stuck in a loop before it?)",
-        humantime::format_duration(*.0)
+         a guest must reach its first read of stdin within --ack-timeout{} (is it stuck in a loop \
+         before it?)",
+        humantime::format_duration(*.0),
+        RUN_START_LIMIT
     )]
     StillStarting(Duration),
-    #[error("the action did not acknowledge its start within {} (the limit is --ack-timeout, or --timeout under `wasmloop run`)", humantime::format_duration(*.0))]
+    #[error(
+        "the action did not acknowledge its start within {} (see --ack-timeout{})",
+        humantime::format_duration(*.0),
+        RUN_START_LIMIT
+    )]
     AckTimeout(Duration),
     #[error("{}", protocol::MSG_EXEC_ENV_MISMATCH)]
     ExecEnvMismatch,

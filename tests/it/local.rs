@@ -137,6 +137,31 @@ fn run_stops_an_activation_at_its_timeout() {
 }
 
 #[test]
+fn a_guest_stuck_in_its_start_up_is_told_the_flag_run_has() {
+    let guest = Backend::Wasm.guest("loops_at_start");
+    let output = wasmloop_run(
+        &[
+            guest.to_str().unwrap(),
+            "--timeout",
+            "500ms",
+            "--input",
+            "{}",
+        ],
+        "",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "still running its start-up code after 500ms and had not read its input: a guest \
+             must reach its first read of stdin within --ack-timeout; under `wasmloop run`, \
+             --timeout"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn run_help_lists_what_applies_to_run() {
     let output = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
         .args(["run", "--help"])
