@@ -77,9 +77,24 @@ pub fn read_verify_key(path: &Path) -> anyhow::Result<VerifyingKey> {
         .with_context(|| format!("{} is not an Ed25519 verify key", path.display()))
 }
 
+/// Why a key file could not be read, and for a refusal, what to change.
+fn unreadable_key(path: &Path, error: &std::io::Error) -> String {
+    let mut message = format!("cannot read the key {}: {error}", path.display());
+    if error.kind() == std::io::ErrorKind::PermissionDenied {
+        // `keygen` makes sign.key readable by its owner only, and the image runs as uid
+        // 10001: a key mounted from the host belongs to someone else there.
+        message.push_str(&format!(
+            ". It must be readable by the user wasmloop runs as (uid {}); from the image, \
+             run it as the key's owner: `docker run --user \"$(id -u)\" ...`",
+            rustix::process::getuid().as_raw()
+        ));
+    }
+    message
+}
+
 fn read_key(path: &Path, kind: &str) -> anyhow::Result<[u8; 32]> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the key {}", path.display()))?;
+        .map_err(|error| anyhow::Error::msg(unreadable_key(path, &error)))?;
     let (found, key) = text.trim().split_once(' ').unwrap_or(("", text.trim()));
     if found != kind && [SIGN_KEY, VERIFY_KEY].contains(&found) {
         bail!(
@@ -471,6 +486,20 @@ mod tests {
         assert!(refused.contains("--max-unpacked-bytes"), "{refused}");
         let refused = unpack(&packed[..packed.len() - 10], &mut u64::MAX.clone()).unwrap_err();
         assert!(refused.contains("truncated"), "{refused}");
+    }
+
+    #[test]
+    fn a_key_the_user_may_not_read_is_told_how_to_run_as_its_owner() {
+        let path = Path::new("/keys/sign.key");
+        let refused = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let message = unreadable_key(path, &refused);
+        assert!(
+            message.starts_with("cannot read the key /keys/sign.key: permission denied")
+                && message.contains("--user \"$(id -u)\""),
+            "{message}"
+        );
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert!(!unreadable_key(path, &missing).contains("--user"));
     }
 
     #[test]
