@@ -264,9 +264,21 @@ pub fn is_artifact<R: Read + Seek>(archive: &zip::ZipArchive<R>) -> bool {
     archive.index_for_name(SIGNATURE_ENTRY).is_some()
 }
 
-/// The code of a signed artifact, checked against `trust` while it is unpacked (at most
-/// `left` bytes of it, and `left` is what remains). The error says why it may not be
+/// Precompiled code is at most this many times its module, plus `CODE_SLACK` (code has
+/// a fixed part, large beside a tiny module): measured, 0.9x (Python component) to 4x (Go).
+const CODE_PER_MODULE: u64 = 16;
+const CODE_SLACK: u64 = 4 << 20;
+/// Code inflates from its packed bytes at most this many times (real code: ~3.5x).
+const CODE_PER_PACKED: u64 = 64;
+
+/// The code of a signed artifact, checked against `trust` before any of it is kept (at
+/// most `left` bytes of it, and `left` is what remains). The error says why it may not be
 /// loaded, for the logs.
+///
+/// Nothing in the artifact is trusted until the signature checks, and its sizes are only
+/// claims: the memory it can make this use is two slices and its own bytes, whatever it
+/// claims. The code is inflated twice: once to hash it (and let it go), and, once the
+/// signature matches, again into the memory file it is loaded from.
 pub fn open_artifact(
     zip_bytes: &[u8],
     archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
@@ -283,6 +295,8 @@ pub fn open_artifact(
     let signature = SignatureFile::parse(&signature)?;
     // Refused for its engine or key before a byte of the code is unpacked.
     let key = signature.key(trust)?;
+    // Only what the zip says: the module itself is never unpacked when its code loads.
+    let module_size = archive.by_name("exec.wasm").ok().map(|m| m.size());
     let mut entry = archive
         .by_name(CODE_ENTRY)
         .map_err(|e| format!("the artifact has no readable {CODE_ENTRY}: {e}"))?;
@@ -294,84 +308,141 @@ pub fn open_artifact(
             std::borrow::Cow::Borrowed(stored)
         }
         _ => {
+            // zstd's output does not deflate: packed code larger than the whole upload is
+            // a deflate bomb, not code.
+            let most = zip_bytes.len() as u64;
             let mut packed = Vec::new();
             (&mut entry)
-                .take(*left)
+                .take(most + 1)
                 .read_to_end(&mut packed)
                 .map_err(|e| format!("cannot read {CODE_ENTRY}: {e}"))?;
+            if packed.len() as u64 > most {
+                return Err(format!(
+                    "{CODE_ENTRY} inflates to more than the whole artifact: it is not code packed \
+                     by `wasmloop compile`, which stores it uncompressed"
+                ));
+            }
             std::borrow::Cow::Owned(packed)
         }
     };
     drop(entry);
-    let (file, digest) = unpack(&packed, left)?;
+    let frames = frames(&packed, module_size, left)?;
+    let digest = code_digest_of(&frames)?;
     signature.check(key, &digest, &trust.engine)?;
+    let file = unpack_verified(&frames)?;
     seal(&file)?;
     Ok(SignedCode(Arc::new(file)))
 }
 
-/// Inflates packed code into a memory file and gives its digest. Two threads take frames in
-/// turn, and inflate, hash and write each one while it is in the cache: fresh pages
-/// are dear here (touching 10 MB of new memory costs 4-6 ms on this VM), so a frame is
-/// inflated into a buffer used again and again, and the kernel fills the file's pages.
-fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), String> {
+/// One zstd frame of packed code: its bytes, and the size of the slice it inflates to.
+#[derive(Clone, Copy)]
+struct Frame<'a> {
+    bytes: &'a [u8],
+    size: usize,
+}
+
+fn not_packed(why: &str) -> String {
+    format!("{CODE_ENTRY} is not code packed by `wasmloop compile`: {why}")
+}
+
+/// Splits packed code into its frames: one per slice of 1 MiB, each whole slice but the
+/// last. What the headers say is checked against the bytes there are and the limits
+/// before a byte is inflated; it never sizes an allocation.
+fn frames<'a>(
+    packed: &'a [u8],
+    module_size: Option<u64>,
+    left: &mut u64,
+) -> Result<Vec<Frame<'a>>, String> {
     use zstd::zstd_safe;
-    let not_packed =
-        |why: &str| format!("{CODE_ENTRY} is not code packed by `wasmloop compile`: {why}");
-    // Each frame's bytes, where its code goes, and its size (which its header says).
-    let mut frames = Vec::new();
+    let mut frames: Vec<Frame> = Vec::new();
     let mut rest = packed;
     let mut size = 0u64;
     while !rest.is_empty() {
-        let inflated = zstd_safe::get_frame_content_size(rest)
+        let declared = zstd_safe::get_frame_content_size(rest)
             .ok()
             .flatten()
             .ok_or_else(|| not_packed("a frame without its size"))?;
         let length = zstd_safe::find_frame_compressed_size(rest)
             .map_err(|_| not_packed("a truncated frame"))?;
+        if declared == 0 || declared > SLICE as u64 {
+            return Err(not_packed(&format!(
+                "a frame says it inflates to {declared} bytes; each holds one slice of code, \
+                 1 to {SLICE} bytes"
+            )));
+        }
         // Slices are hashed where they lie: only the last frame may end inside one.
-        if !size.is_multiple_of(SLICE as u64) {
+        if frames.last().is_some_and(|last| last.size != SLICE) {
             return Err(not_packed("a frame that is not whole slices of 1 MiB"));
         }
-        let (frame, after) = rest.split_at(length);
-        frames.push((frame, size, inflated as usize));
-        size = size
-            .checked_add(inflated)
-            .ok_or_else(|| not_packed("frames too large"))?;
+        let (bytes, after) = rest.split_at(length);
+        frames.push(Frame {
+            bytes,
+            size: declared as usize,
+        });
+        size += declared;
+        if size > *left {
+            return Err(format!(
+                "{CODE_ENTRY} says it unpacks to more bytes than allowed (see --max-unpacked-bytes)"
+            ));
+        }
         rest = after;
     }
     if size == 0 {
         return Err(not_packed("no code"));
     }
-    *left = left.checked_sub(size).ok_or_else(|| {
-        format!("{CODE_ENTRY} unpacks to more bytes than allowed (see --max-unpacked-bytes)")
-    })?;
-    let file = sealable_memory_file()?;
-    let in_memory = |e: std::io::Error| format!("cannot hold {CODE_ENTRY} in memory: {e}");
+    if let Some(module) = module_size
+        && size
+            > module
+                .saturating_mul(CODE_PER_MODULE)
+                .saturating_add(CODE_SLACK)
+    {
+        return Err(format!(
+            "{CODE_ENTRY} says its code is {size} bytes, far more than its {module}-byte module \
+             could compile to (at most {CODE_PER_MODULE} times it, and 4 MiB): not code made by \
+             `wasmloop compile`"
+        ));
+    }
+    if size > (packed.len() as u64).saturating_mul(CODE_PER_PACKED) {
+        return Err(format!(
+            "{CODE_ENTRY} says its {} packed bytes inflate to {size}, more than code packs \
+             (at most {CODE_PER_PACKED} times): not code made by `wasmloop compile`",
+            packed.len()
+        ));
+    }
+    *left -= size;
+    Ok(frames)
+}
+
+/// Inflates every frame in turn on two threads, each into a buffer of one slice that it
+/// reuses (fresh pages are dear here: touching 10 MB of new memory costs 4-6 ms on this
+/// VM), and hands each slice to `take` with its index while it is in the cache.
+fn inflate_each<T: Send>(
+    frames: &[Frame],
+    take: impl Fn(usize, &[u8]) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
+    let in_memory = |e: std::io::Error| format!("cannot inflate {CODE_ENTRY}: {e}");
     // Frames are handed out one at a time, not half each: they inflate at different speeds,
     // and a second thread here sometimes starts milliseconds late.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    // Each frame this thread took, with its slices' digests.
-    let inflate_frames = || -> Result<Vec<(usize, Vec<u8>)>, String> {
-        use std::os::unix::fs::FileExt;
+    let inflate_frames = || -> Result<Vec<(usize, T)>, String> {
         let mut decompressor = zstd::bulk::Decompressor::new().map_err(in_memory)?;
-        let mut buffer = Vec::new();
+        let mut buffer = vec![0u8; SLICE];
         let mut taken = Vec::new();
         loop {
             let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(&(frame, at, inflated)) = frames.get(index) else {
+            let Some(frame) = frames.get(index) else {
                 break;
             };
-            buffer.resize(inflated, 0);
+            // A frame that holds more than it says fails here, in a buffer of its size.
             let written = decompressor
-                .decompress_to_buffer(frame, &mut buffer[..])
-                .map_err(|e| not_packed(&e.to_string()))?;
-            if written != inflated {
+                .decompress_to_buffer(frame.bytes, &mut buffer[..frame.size])
+                .map_err(|e| {
+                    not_packed(&format!("a frame that does not inflate to its size: {e}"))
+                })?;
+            if written != frame.size {
                 return Err(not_packed("a frame smaller than its size"));
             }
-            let mut digests = Vec::new();
-            slice_digests(&buffer, &mut digests);
-            file.write_all_at(&buffer, at).map_err(in_memory)?;
-            taken.push((index, digests));
+            taken.push((index, take(index, &buffer[..written])?));
         }
         Ok(taken)
     };
@@ -400,8 +471,25 @@ fn unpack(packed: &[u8], left: &mut u64) -> Result<(std::fs::File, [u8; 32]), St
         Ok::<_, String>(taken)
     })?;
     taken.sort_unstable_by_key(|(index, _)| *index);
-    let digests: Vec<u8> = taken.into_iter().flat_map(|(_, digests)| digests).collect();
-    Ok((file, digest_of_slices(&digests)))
+    Ok(taken.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The code's digest, inflated and let go slice by slice.
+fn code_digest_of(frames: &[Frame]) -> Result<[u8; 32], String> {
+    let digests = inflate_each(frames, |_, slice| Ok(*blake3::hash(slice).as_bytes()))?;
+    Ok(digest_of_slices(&digests.concat()))
+}
+
+/// Verified code, inflated into a memory file (frames are whole slices but the last).
+fn unpack_verified(frames: &[Frame]) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::FileExt;
+    let file = sealable_memory_file()?;
+    let in_memory = |e: std::io::Error| format!("cannot hold {CODE_ENTRY} in memory: {e}");
+    inflate_each(frames, |index, slice| {
+        file.write_all_at(slice, (index * SLICE) as u64)
+            .map_err(in_memory)
+    })?;
+    Ok(file)
 }
 
 fn sealable_memory_file() -> Result<std::fs::File, String> {
@@ -460,32 +548,96 @@ mod tests {
         file.check(key, &code_digest(code), &trust.engine)
     }
 
+    /// Bytes that pack about as little as machine code does, unlike a repeating pattern.
+    fn noise(length: usize) -> Vec<u8> {
+        let mut x = 88172645463325252u64;
+        (0..length)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// What `open_artifact` does with packed code once its zip is read.
+    fn unpack(
+        packed: &[u8],
+        module_size: Option<u64>,
+        left: &mut u64,
+    ) -> Result<(std::fs::File, [u8; 32]), String> {
+        let frames = frames(packed, module_size, left)?;
+        let digest = code_digest_of(&frames)?;
+        Ok((unpack_verified(&frames)?, digest))
+    }
+
     #[test]
-    fn packed_code_unpacks_to_itself_and_its_digest_whatever_its_frames() {
-        let code: Vec<u8> = (0..5 * SLICE / 2).map(|i| (i % 253) as u8).collect();
+    fn packed_code_unpacks_to_itself_and_its_digest() {
+        let code = noise(5 * SLICE / 2);
         let packed = pack(&code).unwrap();
         let mut left = u64::MAX;
-        let (file, digest) = unpack(&packed, &mut left).unwrap();
+        let (file, digest) = unpack(&packed, None, &mut left).unwrap();
         assert_eq!(digest, code_digest(&code));
         assert_eq!(
             std::fs::read(SignedCode(Arc::new(file)).path()).unwrap(),
             code
         );
         assert_eq!(left, u64::MAX - code.len() as u64);
-        // One frame for all the code (another zstd tool's) gives the same digest.
-        let whole = zstd::bulk::compress(&code, 3).unwrap();
-        assert_eq!(unpack(&whole, &mut u64::MAX.clone()).unwrap().1, digest);
-        // Frames that cut a slice are refused rather than hashed another way.
-        let mut cut = zstd::bulk::compress(&code[..1000], 3).unwrap();
-        cut.extend(zstd::bulk::compress(&code[1000..], 3).unwrap());
-        let refused = unpack(&cut, &mut u64::MAX.clone()).unwrap_err();
-        assert!(refused.contains("not whole slices"), "{refused}");
         // The cap counts the code once inflated.
         let mut small = code.len() as u64 - 1;
-        let refused = unpack(&packed, &mut small).unwrap_err();
+        let refused = unpack(&packed, None, &mut small).unwrap_err();
         assert!(refused.contains("--max-unpacked-bytes"), "{refused}");
-        let refused = unpack(&packed[..packed.len() - 10], &mut u64::MAX.clone()).unwrap_err();
+        let refused =
+            unpack(&packed[..packed.len() - 10], None, &mut u64::MAX.clone()).unwrap_err();
         assert!(refused.contains("truncated"), "{refused}");
+    }
+
+    #[test]
+    fn frames_are_held_to_their_slices_whatever_their_headers_say() {
+        let code = noise(3 * SLICE);
+        let refuse = |packed: &[u8], module: Option<u64>| {
+            unpack(packed, module, &mut u64::MAX.clone()).unwrap_err()
+        };
+        // One frame for all the code (another zstd tool's) is larger than a slice.
+        let whole = zstd::bulk::compress(&code, 3).unwrap();
+        let refused = refuse(&whole, None);
+        assert!(refused.contains("1 to 1048576 bytes"), "{refused}");
+        // Frames that cut a slice are refused rather than hashed another way.
+        let mut cut = zstd::bulk::compress(&code[..1000], 3).unwrap();
+        cut.extend(zstd::bulk::compress(&code[1000..SLICE], 3).unwrap());
+        let refused = refuse(&cut, None);
+        assert!(refused.contains("not whole slices"), "{refused}");
+        // A header that says less than the frame holds: it fails in a buffer of that size.
+        let mut lying = zstd::bulk::compress(&code[..SLICE], 3).unwrap();
+        let honest = lying.clone();
+        let declared = zstd::zstd_safe::get_frame_content_size(&lying)
+            .unwrap()
+            .unwrap();
+        assert_eq!(declared, SLICE as u64);
+        // The frame header's last 4 bytes hold the size (single segment, 4-byte field).
+        let at = lying
+            .windows(4)
+            .position(|w| w == (SLICE as u32).to_le_bytes())
+            .unwrap();
+        lying[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
+        let refused = refuse(&lying, None);
+        assert!(
+            refused.contains("does not inflate to its size"),
+            "{refused}"
+        );
+        // Zeros pack small: claims far beyond the bytes, or beyond the module, are refused
+        // before anything is inflated.
+        let zeros = pack(&vec![0u8; 200 * SLICE]).unwrap();
+        let refused = refuse(&zeros, None);
+        assert!(refused.contains("more than code packs"), "{refused}");
+        // Code is checked against its module's size too, with room for code's fixed part.
+        assert!(unpack(&honest, Some(1000), &mut u64::MAX.clone()).is_ok());
+        let refused = refuse(&pack(&noise(5 * SLICE)).unwrap(), Some(1000));
+        assert!(
+            refused.contains("far more than its 1000-byte module"),
+            "{refused}"
+        );
     }
 
     #[test]
