@@ -292,6 +292,8 @@ impl CompileArgs {
         config::EngineSettings {
             memory_cap: config::DEFAULT_MAX_MEMORY_BYTES,
             codegen: self.wasm_compiler.final_tier(),
+            // Compiling makes no instances.
+            instances: 1,
         }
     }
 }
@@ -393,6 +395,18 @@ pub struct RuntimeArgs {
     /// only for uploads you trust.
     #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_precompiled: bool,
+    /// Which backends may run an upload, comma-separated: an image for sandboxed actions
+    /// sets `wasm,component`, and a native executable is then refused at /init instead of
+    /// running with the container's privileges.
+    #[arg(
+        long,
+        env = "WASMLOOP_BACKENDS",
+        value_name = "LIST",
+        value_enum,
+        value_delimiter = ',',
+        default_value = config::DEFAULT_BACKENDS
+    )]
+    pub backends: Vec<config::Backend>,
 }
 
 /// Rewrites the reference proxy's single-dash flags (`-version`, `-debug`, `-compile MAIN`,
@@ -464,6 +478,7 @@ impl RuntimeArgs {
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,
             sentinels: defaults.sentinels,
+            backends: self.backends.clone(),
         }
     }
 }

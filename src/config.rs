@@ -32,6 +32,8 @@ pub const DEFAULT_RUN_TIMEOUT: &str = "30s";
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Each WebAssembly instance's linear memory is capped at this.
 pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
+/// Which backends run actions unless the operator narrows it (`--backends`).
+pub const DEFAULT_BACKENDS: &str = "wasm,component,native";
 /// What `__OW_PROXY_VERSION` tells an action.
 pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -106,6 +108,35 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
     pub sentinels: bool,
+    /// The backends an upload may run on (`--backends`); others are refused at `/init`.
+    pub backends: Vec<Backend>,
+}
+
+/// The three ways an action runs. An image meant for sandboxed actions leaves `native` out,
+/// so that no upload runs with the container's own privileges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// A WebAssembly module (WASI preview 1).
+    Wasm,
+    /// A WebAssembly component (WASI 0.2).
+    Component,
+    /// A native executable or script, run as a child process.
+    Native,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Wasm => "wasm",
+            Backend::Component => "component",
+            Backend::Native => "native",
+        }
+    }
+
+    /// Every backend: what the default allows.
+    pub fn all() -> Vec<Backend> {
+        vec![Backend::Wasm, Backend::Component, Backend::Native]
+    }
 }
 
 /// How WebAssembly becomes machine code. A cold `/init` is almost all compiling, and
@@ -189,16 +220,29 @@ impl Config {
         EngineSettings {
             memory_cap: self.max_memory_bytes,
             codegen,
+            instances: self.most_instances(),
         }
+    }
+
+    /// The most instances of one engine alive at once: each of `--concurrency` workers
+    /// (a restart comes after the worker it replaces is gone), plus the one a tier-up
+    /// makes before it swaps out an idle worker; with re-init allowed (`-debug`), twice
+    /// that, as an old action's instances live until its last activation ends.
+    pub fn most_instances(&self) -> u32 {
+        let per_action = self.concurrency.max(1).saturating_add(1);
+        let actions = if self.allow_reinit { 2 } else { 1 };
+        u32::try_from(per_action.saturating_mul(actions)).unwrap_or(u32::MAX)
     }
 }
 
-/// The settings of a wasm engine: its compiler (code made by another cannot be loaded)
-/// and the memory cap of its instances.
+/// The settings of a wasm engine: its compiler (code made by another cannot be loaded),
+/// the memory cap of its instances and how many of them its pool holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineSettings {
     pub memory_cap: usize,
     pub codegen: Codegen,
+    /// Instance slots the pooling allocator reserves (see `Config::most_instances`).
+    pub instances: u32,
 }
 
 impl Default for Config {
@@ -233,6 +277,7 @@ impl Default for Config {
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
+            backends: Backend::all(),
         }
     }
 }

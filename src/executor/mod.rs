@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::action::{Entry, Prepared};
-use crate::config::{Config, PROXY_VERSION};
+use crate::config::{Backend, Config, PROXY_VERSION};
 use crate::protocol;
 
 /// Runs activations of one initialized action: what a backend gives the runtime, which
@@ -108,6 +108,51 @@ pub enum StartError {
     GuestExited { detail: String },
     #[error("{0}")]
     Unsupported(String),
+    /// The upload needs a backend that `--backends` leaves out.
+    #[error(
+        "this upload is a {} (the {} backend), which this runtime does not run: --backends \
+         (WASMLOOP_BACKENDS) allows {}. {}",
+        found_what(*found),
+        found.name(),
+        names(allowed),
+        found_advice(*found)
+    )]
+    BackendNotAllowed {
+        found: Backend,
+        allowed: Vec<Backend>,
+    },
+}
+
+fn found_what(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Wasm => "WebAssembly module (WASI preview 1)",
+        Backend::Component => "WebAssembly component (WASI 0.2)",
+        Backend::Native => "native executable or script",
+    }
+}
+
+/// What to change when an upload's backend is refused.
+fn found_advice(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Native => {
+            "Build the action as WebAssembly (a wasm32-wasip1 module, or a wasm32-wasip2 \
+             component), or deploy it on an image that allows native"
+        }
+        Backend::Component => {
+            "Build it as a module (Rust: --target wasm32-wasip1), or add component to the setting"
+        }
+        Backend::Wasm => {
+            "Build it as a component (Rust: --target wasm32-wasip2), or add wasm to the setting"
+        }
+    }
+}
+
+fn names(backends: &[Backend]) -> String {
+    if backends.is_empty() {
+        return "none".to_owned();
+    }
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    names.join(",")
 }
 
 /// docs/protocol.md 1.5: the ack is JSON with `"ok":true`, spaced as the action likes.
@@ -200,6 +245,7 @@ pub async fn start(
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
     }
+    allowed_backend(&prepared.entry, config)?;
     let size = slot::PoolSize {
         workers: config.concurrency,
         max_waiting: config.max_queue,
@@ -235,6 +281,27 @@ pub async fn start(
     // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
     let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
     Ok(wasm::start(source, spec, preopen, config, size).await?)
+}
+
+/// `--backends`: an upload whose backend the operator left out is refused before anything
+/// of it runs or is compiled.
+fn allowed_backend(entry: &Entry, config: &Config) -> Result<(), StartError> {
+    let found = match entry {
+        Entry::Native(_) => Backend::Native,
+        Entry::Wasm(path) | Entry::Precompiled(path) if wasm::file_is_component(path) => {
+            Backend::Component
+        }
+        Entry::Wasm(_) | Entry::Precompiled(_) => Backend::Wasm,
+        Entry::Signed(code) if wasm::file_is_component(&code.path()) => Backend::Component,
+        Entry::Signed(_) => Backend::Wasm,
+    };
+    if config.backends.contains(&found) {
+        return Ok(());
+    }
+    Err(StartError::BackendNotAllowed {
+        found,
+        allowed: config.backends.clone(),
+    })
 }
 
 /// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.

@@ -11,6 +11,7 @@ mod examples;
 mod faults;
 mod image;
 mod lifecycle;
+mod limits;
 mod local;
 mod mistakes;
 mod pool;

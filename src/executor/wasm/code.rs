@@ -18,6 +18,20 @@ pub fn is_component(bytes: &[u8]) -> bool {
     bytes.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00])
 }
 
+/// Whether the file at `path`, WebAssembly or code precompiled from it, is a component.
+pub fn file_is_component(path: &Path) -> bool {
+    match Engine::detect_precompiled_file(path) {
+        Ok(Some(Precompiled::Component)) => true,
+        Ok(Some(Precompiled::Module)) => false,
+        _ => {
+            let mut head = [0u8; 8];
+            std::fs::File::open(path)
+                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
+                .is_ok_and(|()| is_component(&head))
+        }
+    }
+}
+
 /// The interface a component must export to be run like a p1 command's `_start`.
 pub const RUN_EXPORT: &str = "wasi:cli/run@0.2";
 

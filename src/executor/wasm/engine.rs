@@ -13,10 +13,11 @@ use super::host::Host;
 use super::ticker;
 use crate::config::{Codegen, EngineSettings};
 
-/// Instance slots the pooling allocator reserves up front (live instances plus restarts).
-const POOL_SLOTS: u32 = 128;
 /// Core instances one component may be made of.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+/// Linear memories one instance may have: a module has one; a component one per core
+/// module that defines its own (most have one or two).
+const MEMORIES_PER_INSTANCE: u32 = 4;
 
 pub struct WasmEngine {
     pub engine: Engine,
@@ -34,14 +35,20 @@ pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
     });
     if pooling {
         let mut pool = PoolingAllocationConfig::new();
+        // Sized from the settings: a pool too small hands activations its own error
+        // ("maximum concurrent limit ... reached"). Each slot is address space reserved
+        // (a memory's is 4 GiB and a guard), not memory used; a host that refuses that
+        // much gets instances allocated on demand instead (`WasmEngine::new`).
+        let slots = settings.instances.max(1);
         // A component is several core instances (CPython in componentize-py: a dozen),
         // most without a memory of their own; slots without memories cost little.
-        pool.total_component_instances(POOL_SLOTS)
-            .total_core_instances(POOL_SLOTS * CORE_INSTANCES_PER_COMPONENT)
+        pool.total_component_instances(slots)
+            .total_core_instances(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
             .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
-            .total_memories(POOL_SLOTS)
-            .total_tables(POOL_SLOTS * CORE_INSTANCES_PER_COMPONENT)
-            .total_stacks(POOL_SLOTS)
+            .total_memories(slots.saturating_mul(MEMORIES_PER_INSTANCE))
+            .max_memories_per_component(MEMORIES_PER_INSTANCE)
+            .total_tables(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+            .total_stacks(slots)
             .max_memory_size(settings.memory_cap);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
@@ -53,7 +60,12 @@ impl WasmEngine {
         // The pool reserves address space for every slot; hosts with strict overcommit
         // refuse that, and then instances are allocated one by one instead.
         let engine = Engine::new(&config(settings, true)).or_else(|e| {
-            tracing::debug!(error = %e, "no pooling allocator: falling back to on-demand");
+            tracing::info!(
+                error = %e,
+                instances = settings.instances,
+                "the host refused the address space of an instance pool this large: \
+                 instances are allocated on demand instead (slower to start)"
+            );
             Engine::new(&config(settings, false))
         })?;
         let mut linker = Linker::new(&engine);

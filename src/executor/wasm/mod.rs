@@ -23,7 +23,7 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use cache::WasmDigest;
 use code::Code;
-pub use code::is_component;
+pub use code::{file_is_component, is_component};
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here, is_precompiled};
 use component::{ComponentHost, Outbound};
@@ -37,27 +37,30 @@ use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Config, EngineSettings};
 use crate::outbound::AllowList;
 
-/// The engine for `settings`' compiler, made on first use. One per compiler: a tiered
-/// action uses both. A failure (the pool's address space refused, say) is not kept: the
+/// The engine made with `settings`, made on first use and kept. A tiered action uses two
+/// (one per compiler). A failure (the pool's address space refused, say) is not kept: the
 /// next `/init` tries again.
 pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
-    static ENGINES: [Mutex<Option<Arc<WasmEngine>>>; 2] = [Mutex::new(None), Mutex::new(None)];
-    made_once(&ENGINES[settings.codegen.index()], || {
-        WasmEngine::new(settings)
-    })
+    static ENGINES: Mutex<Vec<Arc<WasmEngine>>> = Mutex::new(Vec::new());
+    made_once(
+        &ENGINES,
+        |engine| engine.settings == settings,
+        || WasmEngine::new(settings),
+    )
 }
 
-/// What `cell` holds, or what `make` makes, kept only if it worked.
+/// What `made` holds that is `wanted`, or what `make` makes, kept only if it worked.
 fn made_once<T>(
-    cell: &Mutex<Option<Arc<T>>>,
+    made: &Mutex<Vec<Arc<T>>>,
+    wanted: impl Fn(&T) -> bool,
     make: impl FnOnce() -> wasmtime::Result<Arc<T>>,
 ) -> Result<Arc<T>, StartError> {
-    let mut made = crate::lock(cell);
-    if let Some(made) = made.as_ref() {
-        return Ok(made.clone());
+    let mut made = crate::lock(made);
+    if let Some(found) = made.iter().find(|m| wanted(m)) {
+        return Ok(found.clone());
     }
     let fresh = make().map_err(|e| StartError::Wasm(format!("{e:#}")))?;
-    *made = Some(fresh.clone());
+    made.push(fresh.clone());
     Ok(fresh)
 }
 
@@ -601,12 +604,17 @@ mod tests {
 
     #[test]
     fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {
-        let cell = Mutex::new(None);
-        let failed = made_once(&cell, || Err(wasmtime::format_err!("no address space")));
+        let made = Mutex::new(Vec::new());
+        let odd = |n: &i32| n % 2 == 1;
+        let failed = made_once(&made, odd, || {
+            Err(wasmtime::format_err!("no address space"))
+        });
         assert!(matches!(failed, Err(StartError::Wasm(e)) if e == "no address space"));
-        let made = made_once(&cell, || Ok(Arc::new(7))).unwrap();
-        assert_eq!(*made, 7);
-        let kept = made_once(&cell, || Ok(Arc::new(8))).unwrap();
+        assert_eq!(*made_once(&made, odd, || Ok(Arc::new(7))).unwrap(), 7);
+        let kept = made_once(&made, odd, || Ok(Arc::new(9))).unwrap();
         assert_eq!(*kept, 7, "made once");
+        // Other settings get an engine of their own.
+        let even = made_once(&made, |n| n % 2 == 0, || Ok(Arc::new(8))).unwrap();
+        assert_eq!(*even, 8);
     }
 }
