@@ -407,6 +407,14 @@ pub struct RuntimeArgs {
         default_value = config::DEFAULT_BACKENDS
     )]
     pub backends: Vec<config::Backend>,
+    /// Files (and folders) each WebAssembly instance may hold open; past it, opening one
+    /// fails in the guest ("too many open files") and the logs name this cap.
+    #[arg(long, env = "WASMLOOP_MAX_INSTANCE_FILES", default_value_t = config::DEFAULT_MAX_INSTANCE_FILES)]
+    pub max_instance_files: usize,
+    /// Sockets each WebAssembly component may hold open, HTTP requests' connections among
+    /// them; past it, connecting fails in the guest and the logs name this cap.
+    #[arg(long, env = "WASMLOOP_MAX_INSTANCE_SOCKETS", default_value_t = config::DEFAULT_MAX_INSTANCE_SOCKETS)]
+    pub max_instance_sockets: usize,
 }
 
 /// Rewrites the reference proxy's single-dash flags (`-version`, `-debug`, `-compile MAIN`,
@@ -479,6 +487,12 @@ impl RuntimeArgs {
             shutdown_timeout: self.shutdown_timeout,
             sentinels: defaults.sentinels,
             backends: self.backends.clone(),
+            max_instance_files: self.max_instance_files,
+            max_instance_sockets: self.max_instance_sockets,
+            guest_descriptors: config::guest_descriptors(
+                config::raise_open_file_limit(),
+                usize::from(self.concurrency),
+            ),
         }
     }
 }

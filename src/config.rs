@@ -32,6 +32,10 @@ pub const DEFAULT_RUN_TIMEOUT: &str = "30s";
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Each WebAssembly instance's linear memory is capped at this.
 pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
+/// Files one WebAssembly instance may hold open, and sockets (HTTP connections among
+/// them): four instances fit in the invoker's `nofile=1024` with room for the runtime.
+pub const DEFAULT_MAX_INSTANCE_FILES: usize = 64;
+pub const DEFAULT_MAX_INSTANCE_SOCKETS: usize = 128;
 /// Which backends run actions unless the operator narrows it (`--backends`).
 pub const DEFAULT_BACKENDS: &str = "wasm,component,native";
 /// What `__OW_PROXY_VERSION` tells an action.
@@ -110,6 +114,44 @@ pub struct Config {
     pub sentinels: bool,
     /// The backends an upload may run on (`--backends`); others are refused at `/init`.
     pub backends: Vec<Backend>,
+    /// Files each WebAssembly instance may hold open.
+    pub max_instance_files: usize,
+    /// Sockets (and HTTP connections) each WebAssembly instance may hold open.
+    pub max_instance_sockets: usize,
+    /// Descriptors all instances of the action may hold together: the open-file limit
+    /// less what the runtime keeps for itself (`guest_descriptors`).
+    pub guest_descriptors: usize,
+}
+
+/// What the runtime leaves its guests of an open-file limit of `nofile`: it keeps 128,
+/// and 4 per instance or child (pipes, connections), for accepting connections, logging
+/// and starting replacements, but never more than half.
+pub fn guest_descriptors(nofile: u64, concurrency: usize) -> usize {
+    let nofile = usize::try_from(nofile).unwrap_or(usize::MAX);
+    let reserve = concurrency
+        .saturating_mul(4)
+        .saturating_add(128)
+        .min(nofile / 2);
+    nofile - reserve
+}
+
+/// The process's open-file limit: its soft limit, raised to the hard one (Linux starts
+/// processes at 1024 whatever the hard limit allows). Done once, at start-up.
+pub fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if let Some(hard) = limit.maximum
+        && limit.current != Some(hard)
+    {
+        let raised = rustix::process::Rlimit {
+            current: Some(hard),
+            maximum: Some(hard),
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return hard;
+        }
+    }
+    limit.current.unwrap_or(u64::MAX)
 }
 
 /// The three ways an action runs. An image meant for sandboxed actions leaves `native` out,
@@ -278,6 +320,14 @@ impl Default for Config {
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
             backends: Backend::all(),
+            max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
+            max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,
+            guest_descriptors: guest_descriptors(
+                rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                    .current
+                    .unwrap_or(u64::MAX),
+                1,
+            ),
         }
     }
 }

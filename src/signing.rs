@@ -390,6 +390,13 @@ fn frames<'a>(
     if size == 0 {
         return Err(not_packed("no code"));
     }
+    if size > (packed.len() as u64).saturating_mul(CODE_PER_PACKED) {
+        return Err(format!(
+            "{CODE_ENTRY} says its {} packed bytes inflate to {size}, more than code packs \
+             (at most {CODE_PER_PACKED} times): not code made by `wasmloop compile`",
+            packed.len()
+        ));
+    }
     if let Some(module) = module_size
         && size
             > module
@@ -400,13 +407,6 @@ fn frames<'a>(
             "{CODE_ENTRY} says its code is {size} bytes, far more than its {module}-byte module \
              could compile to (at most {CODE_PER_MODULE} times it, and 4 MiB): not code made by \
              `wasmloop compile`"
-        ));
-    }
-    if size > (packed.len() as u64).saturating_mul(CODE_PER_PACKED) {
-        return Err(format!(
-            "{CODE_ENTRY} says its {} packed bytes inflate to {size}, more than code packs \
-             (at most {CODE_PER_PACKED} times): not code made by `wasmloop compile`",
-            packed.len()
         ));
     }
     *left -= size;

@@ -1,9 +1,14 @@
 //! Resource bounds: what the operator allows to run, how many instances a pool holds, and
 //! what a hostile upload or guest gets when it reaches a bound.
 
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
 use serde_json::json;
 
-use crate::support::{Backend, Server, init_text};
+use crate::support::{Backend, Server, init_binary, init_text, read, zip_of};
+
+const OK: &str = "{\"ok\":true}\n";
 
 #[test]
 fn an_image_for_sandboxed_actions_refuses_native_uploads_and_never_runs_them() {
@@ -74,4 +79,113 @@ fn an_unknown_backend_is_refused_at_start_with_the_ones_there_are() {
             && stderr.contains("[possible values: wasm, component, native]"),
         "{stderr}"
     );
+}
+
+each_backend! {
+    fn two_hundred_activations_at_once_get_two_hundred_instances_and_their_own_answers(
+        backend: Backend
+    ) {
+        // Past the 128 instances the engine's pool once reserved whatever the setting.
+        let server = Server::builder().args(&["--concurrency", "200"]).start();
+        server.init(&backend.init_guest("slow")).assert(200, OK);
+        let server = &server;
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..200)
+                .map(|n| scope.spawn(move || (n, server.run(json!({"n": n, "sleep_ms": 4000})))))
+                .collect();
+            // All of them are running at once: none could start while another held its instance.
+            server.wait_stderr_count("slow: started", 200);
+            for run in runs {
+                let (n, reply) = run.join().unwrap();
+                reply.assert(200, &format!("{{\"n\":{n},\"sleep_ms\":4000}}\n"));
+            }
+        });
+    }
+}
+
+/// How many descriptors the server process holds, once it has settled on `expected` (a
+/// connection of the test's own may take a moment to be closed).
+fn settles_at(server: &Server, expected: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+            .unwrap()
+            .count();
+        if open == expected || Instant::now() > deadline {
+            return open;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server running `holds_descriptors` for `backend` from a zip, so that it has files in
+/// its `/action` folder to open.
+fn holding_server(backend: Backend, args: &[&str]) -> Server {
+    let server = Server::builder().args(args).start();
+    let guest = read(&backend.guest("holds_descriptors"));
+    let zip = zip_of(&[("exec.wasm", &guest, 0o644), ("data.txt", b"data", 0o644)]);
+    server.init(&init_binary(&zip)).assert(200, OK);
+    server
+}
+
+#[test]
+fn files_past_an_instances_cap_fail_in_the_guest_and_the_logs_name_the_cap() {
+    for backend in [Backend::Wasm, Backend::Component] {
+        let server = holding_server(backend, &["--max-instance-files", "5"]);
+        let idle = settles_at(&server, usize::MAX);
+        let reply = server.run(json!({"files": 8}));
+        assert_eq!(reply.status, 200, "{backend:?}: {}", reply.text());
+        let held = reply.json();
+        assert_eq!(held["files"], 5, "{backend:?}: {held}");
+        let error = held["error"].as_str().unwrap_or_default().to_owned();
+        eprintln!("{backend:?}: the guest's error at the cap: {error}");
+        assert!(!error.is_empty(), "{backend:?}: {held}");
+        server.wait_stderr(
+            "wasmloop: refused to open a file: too many open files for this instance: 5 \
+             (--max-instance-files, WASMLOOP_MAX_INSTANCE_FILES)",
+        );
+        assert_eq!(settles_at(&server, idle + 5), idle + 5, "{backend:?}");
+        // What it closes makes room again.
+        let reply = server.run(json!({"release": true, "files": 5}));
+        reply.assert(200, "{\"connections\":0,\"error\":null,\"files\":5}\n");
+        // An instance that ends is dropped with all it held: its successor starts from none.
+        assert_eq!(server.run(json!({"exit": true})).status, 400, "{backend:?}");
+        let restarted = server.run(json!({"files": 0}));
+        restarted.assert(200, "{\"connections\":0,\"error\":null,\"files\":0}\n");
+        assert_eq!(
+            settles_at(&server, idle),
+            idle,
+            "{backend:?}: held files not closed"
+        );
+    }
+}
+
+#[test]
+fn sockets_past_a_components_cap_fail_in_the_guest_and_the_logs_name_the_cap() {
+    // Connections wait in its backlog: nobody needs to accept them.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let to = listener.local_addr().unwrap().to_string();
+    let server = holding_server(
+        Backend::Component,
+        &["--max-instance-sockets", "4", "--allow-outbound", &to],
+    );
+    let idle = settles_at(&server, usize::MAX);
+    let reply = server.run(json!({"tcp": to, "connections": 6}));
+    let held = reply.json();
+    assert_eq!(held["connections"], 4, "{held}");
+    let error = held["error"].as_str().unwrap_or_default().to_owned();
+    eprintln!("the guest's error at the cap: {error}");
+    assert!(!error.is_empty(), "{held}");
+    server.wait_stderr(
+        "wasmloop: refused to open a socket: too many open sockets for this instance: 4 \
+         (--max-instance-sockets, WASMLOOP_MAX_INSTANCE_SOCKETS",
+    );
+    assert_eq!(settles_at(&server, idle + 4), idle + 4);
+    let reply = server.run(json!({"release": true, "tcp": to, "connections": 4}));
+    reply.assert(200, "{\"connections\":4,\"error\":null,\"files\":0}\n");
+    assert_eq!(server.run(json!({"exit": true})).status, 400);
+    server
+        .run(json!({"files": 0}))
+        .assert(200, "{\"connections\":0,\"error\":null,\"files\":0}\n");
+    assert_eq!(settles_at(&server, idle), idle, "held sockets not closed");
 }

@@ -15,6 +15,6 @@ mod limits;
 mod local;
 mod mistakes;
 mod pool;
-mod signed;
+pub mod signed;
 mod uploads;
 mod wasm;

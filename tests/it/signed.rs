@@ -68,8 +68,126 @@ fn with_code(zip: &[u8], change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let packed = altered.iter_mut().find(|(n, _)| n == CODE).unwrap();
     let mut code = zstd::decode_all(&packed.1[..]).unwrap();
     change(&mut code);
-    packed.1 = zstd::bulk::compress(&code, 3).unwrap();
+    // As `wasmloop compile` packs it: a frame per slice of 1 MiB.
+    packed.1 = code
+        .chunks(SLICE)
+        .flat_map(|slice| zstd::bulk::compress(slice, 3).unwrap())
+        .collect();
     rezip(&altered)
+}
+
+/// The slices packed code is made of, one zstd frame each.
+const SLICE: usize = 1 << 20;
+
+/// Forged artifacts: the signature file of a real one (a trusted key, this engine) with
+/// code that claims, or inflates to, far more than the upload weighs; `module` keeps the
+/// module beside it or not. Each with what its refusal says.
+pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    use std::io::Write;
+    let claimed: usize = 480 << 20;
+    let zeros = vec![0u8; SLICE];
+    // One frame whose header says 480 MiB (written a slice at a time).
+    let mut encoder = zstd::stream::Encoder::new(Vec::new(), 1).unwrap();
+    encoder.include_contentsize(true).unwrap();
+    encoder.set_pledged_src_size(Some(claimed as u64)).unwrap();
+    for _ in 0..claimed / SLICE {
+        encoder.write_all(&zeros).unwrap();
+    }
+    let one_frame = encoder.finish().unwrap();
+    // 480 frames of a slice of zeros each, a few bytes apiece.
+    let many_frames = zstd::bulk::compress(&zeros, 1)
+        .unwrap()
+        .repeat(claimed / SLICE);
+    // The one frame again, its header saying it holds a single slice: it lies.
+    let mut lying = one_frame.clone();
+    let size_at = lying
+        .windows(4)
+        .position(|w| w == (claimed as u32).to_le_bytes())
+        .expect("the frame header holds its size");
+    lying[size_at..size_at + 4].copy_from_slice(&(SLICE as u32).to_le_bytes());
+    let variants = [
+        (
+            "one frame of 480 MiB",
+            one_frame,
+            "each holds one slice of code",
+        ),
+        ("480 frames of 1 MiB", many_frames, "more than code packs"),
+        (
+            "a frame whose header lies",
+            lying,
+            "does not inflate to its size",
+        ),
+    ];
+    let with = |code: Vec<u8>, deflated: bool| {
+        let kept: Vec<(String, Vec<u8>)> = entries(real)
+            .into_iter()
+            .filter(|(name, _)| module || name != "exec.wasm")
+            .map(|(name, bytes)| {
+                if name == CODE {
+                    (name, code.clone())
+                } else {
+                    (name, bytes)
+                }
+            })
+            .collect();
+        let mut out = std::io::Cursor::new(Vec::new());
+        let mut zip = zip::ZipWriter::new(&mut out);
+        for (name, bytes) in &kept {
+            let method = if deflated && name == CODE {
+                zip::CompressionMethod::Deflated
+            } else {
+                zip::CompressionMethod::Stored
+            };
+            let options = zip::write::SimpleFileOptions::default().compression_method(method);
+            zip.start_file(name.as_str(), options).unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+        zip.finish().unwrap();
+        out.into_inner()
+    };
+    let mut forged: Vec<(&str, Vec<u8>, &str)> = variants
+        .into_iter()
+        .map(|(what, code, says)| (what, with(code, false), says))
+        .collect();
+    // Packed code deflated in the zip from 100 MiB: a deflate bomb, not code.
+    forged.push((
+        "a deflated code entry of 100 MiB",
+        with(vec![0u8; 100 << 20], true),
+        "inflates to more than the whole artifact",
+    ));
+    forged
+}
+
+/// A real signed artifact of the echo guest, and the trusted key's folder.
+pub fn real_artifact() -> (Vec<u8>, tempfile::TempDir) {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, _) = keygen(keys.path());
+    (artifact(&Backend::Wasm.guest("echo"), &sign, &[]), keys)
+}
+
+#[test]
+fn forged_artifacts_are_refused_before_their_code_is_kept_and_the_module_serves() {
+    let (real, keys) = real_artifact();
+    let verify = keys.path().join("verify.key");
+    for module in [false, true] {
+        for (what, upload, says) in forged_artifacts(&real, module) {
+            let server = Server::builder()
+                .arg("-v")
+                .arg("--trust-key")
+                .arg(verify.to_str().unwrap())
+                .start();
+            let reply = server.init(&init_binary(&upload));
+            if module {
+                // The code is not used: the module inside is compiled instead.
+                assert_eq!(reply.status, 200, "{what}: {}", reply.text());
+                server.wait_stderr(says);
+                server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+            } else {
+                reply.assert_error(502, "the artifact's signed code is not loaded");
+                reply.assert_error(502, says);
+            }
+        }
+    }
 }
 
 fn rezip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {

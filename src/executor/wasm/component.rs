@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use axum::http;
 use wasmtime::component::{Linker, Resource, ResourceTable};
-use wasmtime_wasi::p2::SocketError;
-use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup;
-use wasmtime_wasi::p2::bindings::sockets::network::{self, ErrorCode, IpAddress, Network};
+use wasmtime_wasi::p2::bindings::sockets::network::{
+    self, ErrorCode, IpAddress, IpAddressFamily, Network,
+};
+use wasmtime_wasi::p2::bindings::sockets::{ip_name_lookup, tcp_create_socket, udp_create_socket};
+use wasmtime_wasi::p2::{SocketError, TcpSocket, UdpSocket};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{
@@ -16,6 +18,7 @@ use wasmtime_wasi_http::{
     WasiHttpView,
 };
 
+use super::descriptors::{self, Descriptors};
 use super::host::MemoryCap;
 use super::streams::GuestStderr;
 use crate::outbound::{AllowList, DenialLog, denied_message, looked_up_as};
@@ -27,6 +30,8 @@ pub struct ComponentHost {
     pub http: WasiHttpCtx,
     pub outbound: Outbound,
     pub limits: MemoryCap,
+    /// Folders preopened for it: descriptors it holds without opening them.
+    pub preopens: usize,
 }
 
 impl WasiView for ComponentHost {
@@ -54,17 +59,72 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<ComponentHos
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    // Name lookups go through the allow-list too (see `NameLookups`).
+    // Name lookups go through the allow-list too (see `NameLookups`), and new sockets
+    // and files through the instance's caps (`descriptors`).
     linker.allow_shadowing(true);
-    ip_name_lookup::add_to_linker::<ComponentHost, GatedNames>(&mut linker, |host| NameLookups {
-        sockets: wasmtime_wasi::sockets::WasiSocketsCtxView {
-            ctx: host.wasi.sockets(),
-            table: &mut host.table,
-        },
-        outbound: &host.outbound,
-    })?;
+    fn gated(host: &mut ComponentHost) -> NameLookups<'_> {
+        NameLookups {
+            sockets: wasmtime_wasi::sockets::WasiSocketsCtxView {
+                ctx: host.wasi.sockets(),
+                table: &mut host.table,
+            },
+            outbound: &host.outbound,
+        }
+    }
+    ip_name_lookup::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
+    tcp_create_socket::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
+    udp_create_socket::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
+    count_opened_files(&mut linker)?;
     linker.allow_shadowing(false);
     Ok(linker)
+}
+
+/// The WASI 0.2 filesystem interface as wasmtime-wasi registers it (imports of earlier
+/// 0.2 versions resolve to it): shadowing another version's would go unnoticed.
+const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
+/// `descriptor.open-at`, the only way a component opens a file, held to the instance's cap
+/// on open files. Past it the guest gets `quota`: WASI 0.2 has no code for "too many open
+/// files", and this one says a limit of the instance's was reached; the log line says which.
+fn count_opened_files(linker: &mut Linker<ComponentHost>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView};
+    use wasmtime_wasi::p2::bindings::filesystem::types as fs;
+    let mut types = linker.instance(FILESYSTEM_TYPES)?;
+    types.func_wrap_async(
+        "[method]descriptor.open-at",
+        |mut store: wasmtime::StoreContextMut<'_, ComponentHost>,
+         (dir, path_flags, path, open_flags, flags): (
+            Resource<Descriptor>,
+            fs::PathFlags,
+            String,
+            fs::OpenFlags,
+            fs::DescriptorFlags,
+        )| {
+            Box::new(async move {
+                let host = store.data_mut();
+                let files =
+                    descriptors::live::<Descriptor>(&mut host.table).saturating_sub(host.preopens);
+                if host.outbound.descriptors.admit_file(files).is_err() {
+                    return Ok((Err(fs::ErrorCode::Quota),));
+                }
+                let mut files = WasiFilesystemCtxView {
+                    ctx: host.wasi.filesystem(),
+                    table: &mut host.table,
+                };
+                let opened = fs::HostDescriptor::open_at(
+                    &mut files, dir, path_flags, path, open_flags, flags,
+                )
+                .await;
+                // As wasmtime-wasi's glue converts the error (a trap stays a trap).
+                let opened = match opened {
+                    Ok(file) => Ok(file),
+                    Err(e) => Err(e.downcast()?),
+                };
+                Ok((opened,))
+            })
+        },
+    )?;
+    Ok(())
 }
 
 /// `wasi:sockets/ip-name-lookup`, only for the names the allow-list has. WASI allows name
@@ -126,6 +186,38 @@ impl ip_name_lookup::Host for NameLookups<'_> {
     }
 }
 
+impl NameLookups<'_> {
+    /// Whether the instance may open one more TCP or UDP socket.
+    fn admit_socket(&mut self) -> Result<(), SocketError> {
+        let table = &mut *self.sockets.table;
+        let sockets = descriptors::live::<TcpSocket>(table) + descriptors::live::<UdpSocket>(table);
+        self.outbound
+            .descriptors
+            .admit_socket(sockets)
+            .map_err(|_| ErrorCode::NewSocketLimit.into())
+    }
+}
+
+impl tcp_create_socket::Host for NameLookups<'_> {
+    fn create_tcp_socket(
+        &mut self,
+        family: IpAddressFamily,
+    ) -> Result<Resource<TcpSocket>, SocketError> {
+        self.admit_socket()?;
+        tcp_create_socket::Host::create_tcp_socket(&mut self.sockets, family)
+    }
+}
+
+impl udp_create_socket::Host for NameLookups<'_> {
+    async fn create_udp_socket(
+        &mut self,
+        family: IpAddressFamily,
+    ) -> Result<Resource<UdpSocket>, SocketError> {
+        self.admit_socket()?;
+        udp_create_socket::Host::create_udp_socket(&mut self.sockets, family).await
+    }
+}
+
 impl ip_name_lookup::HostResolveAddressStream for NameLookups<'_> {
     fn resolve_next_address(
         &mut self,
@@ -155,15 +247,18 @@ pub struct Outbound {
     pub allowed: Arc<AllowList>,
     pub logs: GuestStderr,
     denials: Arc<std::sync::Mutex<DenialLog>>,
+    /// The instance's files and sockets, against its caps.
+    pub descriptors: Descriptors,
 }
 
 impl Outbound {
-    pub fn new(allowed: Arc<AllowList>, logs: GuestStderr) -> Self {
+    pub fn new(allowed: Arc<AllowList>, logs: GuestStderr, descriptors: Descriptors) -> Self {
         let denials = DenialLog::new(std::time::Instant::now());
         Outbound {
             allowed,
             logs,
             denials: Arc::new(std::sync::Mutex::new(denials)),
+            descriptors,
         }
     }
 
@@ -257,9 +352,18 @@ impl WasiHttpHooks for Outbound {
             self.refused(&denied_message("an HTTP request", &host, port));
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
+        // Its connection counts against the instance's sockets until it closes (the
+        // response read, or dropped), or until the request fails.
+        let Ok(connection) = self.descriptors.admit_connection() else {
+            return Box::new(async { Err(HttpError::ConnectionLimitReached) });
+        };
         Box::new(async move {
             use http_body_util::BodyExt;
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            let io = async move {
+                let _open = connection;
+                io.await
+            };
             Ok((
                 response.map(BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn Future<Output = _> + Send>,

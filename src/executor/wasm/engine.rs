@@ -9,6 +9,7 @@ use wasmtime::{
 
 use super::code::Code;
 use super::component::{self, ComponentHost};
+use super::descriptors;
 use super::host::Host;
 use super::ticker;
 use crate::config::{Codegen, EngineSettings};
@@ -55,6 +56,66 @@ pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
     config
 }
 
+/// `path_open`, the only way a module opens a descriptor, held to the instance's cap on
+/// open files (`descriptors`): past it, the guest gets `mfile` ("too many open files").
+fn count_opened_files(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    use wasmtime::{AsContextMut, Caller, Extern};
+    use wasmtime_wasi::WasiView;
+    use wasmtime_wasi::p1::types::Errno;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::{self as p1, WasiSnapshotPreview1};
+    linker.allow_shadowing(true);
+    linker.func_wrap_async(
+        "wasi_snapshot_preview1",
+        "path_open",
+        |mut caller: Caller<'_, Host>,
+         (dir, dirflags, path, path_len, oflags, base, inheriting, fdflags, opened): (
+            i32,
+            i32,
+            i32,
+            i32,
+            i32,
+            i64,
+            i64,
+            i32,
+            i32,
+        )| {
+            Box::new(async move {
+                // As wasmtime-wasi's own glue does before each call.
+                let fuel = caller.as_context_mut().hostcall_fuel();
+                let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
+                    wasmtime::bail!("the module exports no memory for WASI to use");
+                };
+                let (bytes, host) = memory.data_and_store_mut(&mut caller);
+                let files = descriptors::live::<wasmtime_wasi::filesystem::Descriptor>(
+                    host.wasi.ctx().table,
+                )
+                .saturating_sub(host.preopens);
+                if host.descriptors.admit_file(files).is_err() {
+                    return Ok(i32::from(u16::from(Errno::Mfile)));
+                }
+                host.wasi.set_hostcall_fuel(fuel);
+                let mut memory = wiggle::GuestMemory::Unshared(bytes);
+                p1::path_open(
+                    &mut host.wasi,
+                    &mut memory,
+                    dir,
+                    dirflags,
+                    path,
+                    path_len,
+                    oflags,
+                    base,
+                    inheriting,
+                    fdflags,
+                    opened,
+                )
+                .await
+            })
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
 impl WasmEngine {
     pub fn new(settings: EngineSettings) -> wasmtime::Result<Arc<WasmEngine>> {
         // The pool reserves address space for every slot; hosts with strict overcommit
@@ -79,6 +140,7 @@ impl WasmEngine {
         // path, 43,600 without; ~4,000 of them in the two fd_writes' blocking_write_and_flush,
         // which boxes a future per readiness check and copies each buffer): where the
         // microseconds get scarcer than the code, fd_write on fds 1 and 2 is the place.
+        count_opened_files(&mut linker)?;
         let components = component::linker(&engine)?;
         ticker::add(&engine)?;
         Ok(Arc::new(WasmEngine {

@@ -7,6 +7,10 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 pub struct Host {
     pub wasi: WasiP1Ctx,
     pub limits: MemoryCap,
+    /// The files it holds, against its cap.
+    pub descriptors: super::descriptors::Descriptors,
+    /// Folders preopened for it: descriptors it holds without opening them.
+    pub preopens: usize,
 }
 
 /// Caps an instance's linear memory. Growing past the cap traps (the activation fails,

@@ -5,6 +5,7 @@ mod cache;
 mod code;
 mod compile;
 mod component;
+pub mod descriptors;
 mod engine;
 mod host;
 mod streams;
@@ -85,6 +86,14 @@ pub struct WasmSpec {
     start: StartSpec,
     preopen: Option<PathBuf>,
     outbound: Arc<AllowList>,
+    descriptors: Holding,
+}
+
+/// What each instance may hold open, and what all of them share.
+#[derive(Clone)]
+struct Holding {
+    caps: descriptors::Caps,
+    shared: Arc<descriptors::Shared>,
 }
 
 /// Code linked against WASI, ready to instantiate.
@@ -99,6 +108,7 @@ struct Link {
     start: StartSpec,
     preopen: Option<PathBuf>,
     outbound: Arc<AllowList>,
+    descriptors: Holding,
 }
 
 /// Compiles (or loads) the module and starts its first instance: what `/init` does. With
@@ -116,6 +126,13 @@ pub async fn start(
         start,
         preopen,
         outbound: Arc::new(config.allow_outbound.clone()),
+        descriptors: Holding {
+            caps: descriptors::Caps {
+                files: config.max_instance_files,
+                sockets: config.max_instance_sockets,
+            },
+            shared: descriptors::Shared::new(config.guest_descriptors),
+        },
     };
     let serve = |engine, code: Code, linking: Link| async move {
         let spec = link(engine, &code, linking)?;
@@ -287,6 +304,7 @@ fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec,
         start: linking.start,
         preopen: linking.preopen,
         outbound: linking.outbound,
+        descriptors: linking.descriptors,
     })
 }
 
@@ -359,6 +377,7 @@ impl Worker for Instance {
             self.stderr.note(&line);
         }
         self.stderr.flush_with(end.stderr_tail());
+        self.descriptors.new_activation();
     }
 }
 
@@ -379,6 +398,8 @@ pub struct Instance {
     ended: Option<String>,
     /// A component's refusals left out of its logs, told at the end of each activation.
     denials: Option<Arc<Mutex<crate::outbound::DenialLog>>>,
+    /// What it holds open, against its caps.
+    descriptors: descriptors::Descriptors,
 }
 
 impl Instance {
@@ -404,11 +425,19 @@ impl Instance {
         }
         let limits = MemoryCap(engine.settings.memory_cap);
         let mut denials = None;
+        let held = descriptors::Descriptors::new(
+            wasm.descriptors.caps,
+            wasm.descriptors.shared.clone(),
+            stderr.clone(),
+        );
+        let preopens = usize::from(wasm.preopen.is_some());
         let guest: Guest = match &wasm.pre {
             Pre::Module(pre) => {
                 let host = Host {
                     wasi: wasi.build_p1(),
                     limits,
+                    descriptors: held.clone(),
+                    preopens,
                 };
                 let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
@@ -419,7 +448,7 @@ impl Instance {
                 })
             }
             Pre::Component(pre) => {
-                let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone());
+                let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone(), held.clone());
                 outbound.gate_sockets(&mut wasi);
                 denials = Some(outbound.denials());
                 let host = ComponentHost {
@@ -428,6 +457,7 @@ impl Instance {
                     http: wasmtime_wasi_http::WasiHttpCtx::new(),
                     outbound,
                     limits,
+                    preopens,
                 };
                 let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
@@ -448,6 +478,7 @@ impl Instance {
             guest,
             ended: None,
             denials,
+            descriptors: held,
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
         let ticking = ticker::running();
