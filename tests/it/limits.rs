@@ -189,3 +189,59 @@ fn sockets_past_a_components_cap_fail_in_the_guest_and_the_logs_name_the_cap() {
         .assert(200, "{\"connections\":0,\"error\":null,\"files\":0}\n");
     assert_eq!(settles_at(&server, idle), idle, "held sockets not closed");
 }
+
+/// The server's resident memory, in bytes.
+fn resident(server: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+#[test]
+fn unsent_http_requests_and_headers_a_component_hoards_stay_within_its_resources() {
+    let server = Server::start();
+    server
+        .init(&Backend::Component.init_guest("hoards_http"))
+        .assert(200, OK);
+    let before = resident(&server);
+    // A few are fine, and the instance goes on.
+    let reply = server.run(json!({"requests": 10, "headers": 10}));
+    reply.assert(200, "{\"headers\":10,\"requests\":10}\n");
+    // Past what one instance may hold, the guest traps with the bound in its error...
+    for hoard in [json!({"requests": 5000}), json!({"headers": 5000})] {
+        let reply = server.run(hoard);
+        reply.assert_error(
+            400,
+            "the component holds 1024 WASI resources (files, streams, sockets, HTTP requests, \
+             bodies and headers), the most one instance may: drop those it is done with",
+        );
+    }
+    // ...and what it held is bounded: 1024 bodies of 1 MiB each would be a gigabyte.
+    let grown = resident(&server).saturating_sub(before);
+    eprintln!("resident memory grew by {} KiB", grown >> 10);
+    assert!(grown < 96 << 20, "grew by {grown} bytes");
+    server
+        .run(json!({"requests": 1}))
+        .assert(200, "{\"headers\":0,\"requests\":1}\n");
+}
+
+#[test]
+fn stray_stdout_lines_past_a_bound_are_counted_not_kept() {
+    let server = Server::with_guest(Backend::Wasm, "floods_stdout");
+    let before = resident(&server);
+    // Two million short lines after the answer: ~4 MB written, ~60 MB as queued lines.
+    server
+        .run(json!({"lines": 2_000_000}))
+        .assert(200, "{\"lines\":2000000}\n");
+    server
+        .run(json!({"lines": 0}))
+        .assert(200, "{\"lines\":0}\n");
+    server.wait_stderr("more bytes of stray output on stdout were dropped)");
+    let grown = resident(&server).saturating_sub(before);
+    eprintln!("resident memory grew by {} KiB", grown >> 10);
+    assert!(grown < 32 << 20, "grew by {grown} bytes");
+}

@@ -23,6 +23,15 @@ use super::host::MemoryCap;
 use super::streams::GuestStderr;
 use crate::outbound::{AllowList, DenialLog, denied_message, looked_up_as};
 
+/// The most WASI resources one component instance may hold at once. Each costs the host
+/// memory (an outgoing body up to `BODY_CHUNK` twice, a header set `MAX_FIELDS_BYTES`), so
+/// their number is what bounds it: 1024 keeps one instance's worst under 48 MiB.
+pub const MAX_RESOURCES: usize = 1024;
+/// The bytes of one header set a component makes.
+pub const MAX_FIELDS_BYTES: usize = 16 * 1024;
+/// An outgoing HTTP body takes writes of at most this, and holds one more while unsent.
+const BODY_CHUNK: usize = 16 * 1024;
+
 /// What each component's store holds.
 pub struct ComponentHost {
     pub wasi: WasiCtx,
@@ -326,6 +335,14 @@ type Sent = Box<
 >;
 
 impl WasiHttpHooks for Outbound {
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

@@ -451,10 +451,14 @@ impl Instance {
                 let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone(), held.clone());
                 outbound.gate_sockets(&mut wasi);
                 denials = Some(outbound.denials());
+                let mut table = wasmtime::component::ResourceTable::new();
+                table.set_max_capacity(component::MAX_RESOURCES);
+                let mut http = wasmtime_wasi_http::WasiHttpCtx::new();
+                http.set_field_size_limit(component::MAX_FIELDS_BYTES);
                 let host = ComponentHost {
                     wasi: wasi.build(),
-                    table: wasmtime::component::ResourceTable::new(),
-                    http: wasmtime_wasi_http::WasiHttpCtx::new(),
+                    table,
+                    http,
                     outbound,
                     limits,
                     preopens,
@@ -611,6 +615,15 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
                 format!("exit status: {}", exit.0)
             } else if let Some(trap) = e.downcast_ref::<Trap>() {
                 trap.to_string()
+            } else if let Some(wasmtime::component::ResourceTableError::Full) =
+                e.downcast_ref::<wasmtime::component::ResourceTableError>()
+            {
+                format!(
+                    "the component holds {} WASI resources (files, streams, sockets, HTTP \
+                     requests, bodies and headers), the most one instance may: drop those it \
+                     is done with",
+                    component::MAX_RESOURCES
+                )
             } else {
                 // The top level is "error while executing at wasm backtrace: ..." with the
                 // whole backtrace; the cause says what happened.

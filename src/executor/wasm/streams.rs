@@ -15,6 +15,13 @@ use crate::protocol;
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
 
+/// Unread input kept for the guest when the next request comes.
+const UNREAD_KEPT: usize = 64 * 1024;
+
+/// Lines a guest writes on stdout after the one taken as its answer are kept for the logs
+/// up to this much; the rest is counted and dropped.
+const STRAY_KEPT: usize = 64 * 1024;
+
 #[derive(Default)]
 struct InputState {
     chunks: VecDeque<Bytes>,
@@ -34,6 +41,11 @@ pub struct GuestStdin(Arc<Mutex<InputState>>);
 impl GuestStdin {
     pub fn push(&self, line: Bytes) {
         let mut state = lock(&self.0);
+        // Input the guest left unread (it answered without reading all of it) would pile up
+        // with each activation: past a little, it is dropped.
+        if state.chunks.iter().map(Bytes::len).sum::<usize>() > UNREAD_KEPT {
+            state.chunks.clear();
+        }
         state.chunks.push_back(line);
         state.waiting = false;
         if let Some(waker) = state.reader.take() {
@@ -122,6 +134,10 @@ struct OutputState {
     /// How much of `partial` is known to hold no newline, so each byte is scanned once.
     scanned: usize,
     lines: VecDeque<Bytes>,
+    /// Bytes of the lines queued behind the first, which is the next answer.
+    behind: usize,
+    /// Bytes of stray lines dropped past `STRAY_KEPT`.
+    dropped: usize,
     /// A line grew past the cap: the stream is out of step until the instance is replaced.
     overflowed: bool,
     max: usize,
@@ -141,6 +157,8 @@ impl GuestStdout {
             partial: BytesMut::new(),
             scanned: 0,
             lines: VecDeque::new(),
+            behind: 0,
+            dropped: 0,
             overflowed: false,
             max: max_line,
         })))
@@ -152,7 +170,10 @@ impl GuestStdout {
         if state.overflowed {
             return Some(Err(LineTooLong(state.max)));
         }
-        state.lines.pop_front().map(Ok)
+        let line = state.lines.pop_front()?;
+        let next = state.lines.front().map_or(0, Bytes::len);
+        state.behind -= next;
+        Some(Ok(line))
     }
 
     /// Forgets lines (and any partial line) that nobody asked for, and returns them.
@@ -165,6 +186,14 @@ impl GuestStdout {
         dropped.extend_from_slice(&state.partial);
         state.partial.clear();
         state.scanned = 0;
+        state.behind = 0;
+        if state.dropped > 0 {
+            let note = format!(
+                "\n(wasmloop: {} more bytes of stray output on stdout were dropped)\n",
+                std::mem::take(&mut state.dropped)
+            );
+            dropped.extend_from_slice(note.as_bytes());
+        }
         (!dropped.is_empty()).then(|| dropped.freeze())
     }
 
@@ -190,7 +219,14 @@ impl GuestStdout {
                         break;
                     }
                     if !is_blank(&line) {
-                        state.lines.push_back(line);
+                        if state.lines.is_empty() {
+                            state.lines.push_back(line);
+                        } else if state.behind + line.len() <= STRAY_KEPT {
+                            state.behind += line.len();
+                            state.lines.push_back(line);
+                        } else {
+                            state.dropped += line.len();
+                        }
                     }
                 }
                 None => {
@@ -388,6 +424,45 @@ mod tests {
         assert_eq!(
             &stdout.take_line().unwrap().unwrap()[..],
             b"{\"fresh\":1}\n"
+        );
+    }
+
+    #[test]
+    fn stray_lines_are_kept_up_to_a_bound_and_the_rest_counted() {
+        let stdout = GuestStdout::new(100);
+        stdout.append(b"{\"answer\":1}\n");
+        for _ in 0..STRAY_KEPT {
+            stdout.append(b"x\n");
+        }
+        assert_eq!(
+            &stdout.take_line().unwrap().unwrap()[..],
+            b"{\"answer\":1}\n"
+        );
+        let stray = stdout.discard().unwrap();
+        assert!(stray.len() < STRAY_KEPT + 100, "{}", stray.len());
+        let note = format!("({} more bytes of stray output", STRAY_KEPT);
+        assert!(String::from_utf8_lossy(&stray).contains(&note));
+        // The next answer is whole again.
+        stdout.append(b"{\"answer\":2}\n");
+        assert_eq!(
+            &stdout.take_line().unwrap().unwrap()[..],
+            b"{\"answer\":2}\n"
+        );
+        assert_eq!(stdout.discard(), None);
+    }
+
+    #[test]
+    fn input_left_unread_does_not_pile_up() {
+        let mut input = GuestStdin::default();
+        input.push(Bytes::from(vec![b'a'; UNREAD_KEPT + 1]));
+        input.push(Bytes::from_static(b"{}\n"));
+        assert_eq!(input.read(10).unwrap(), Bytes::from_static(b"{}\n"));
+        input.push(Bytes::from_static(b"[1]\n"));
+        input.push(Bytes::from_static(b"[2]\n"));
+        assert_eq!(
+            input.read(10).unwrap(),
+            Bytes::from_static(b"[1]\n"),
+            "a little is kept"
         );
     }
 
