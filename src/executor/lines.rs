@@ -70,17 +70,28 @@ pub fn report_not_json(line: &[u8]) {
 /// Tells the logs what an action wrote on its result channel after its answer (dropped,
 /// so that it cannot pass for the next activation's answer).
 pub fn report_stray(output: &[u8]) {
-    for line in output
+    let mut lines = output
         .split_inclusive(|b| *b == b'\n')
-        .filter(|l| !is_blank(l))
-    {
+        .filter(|l| !is_blank(l));
+    for line in lines.by_ref().take(STRAY_LINES_TOLD) {
         crate::protocol::log_stderr(&format!(
             "wasmloop: dropped output the action wrote after its result: `{}` \
              (one result line per request; write logs on stderr)",
             excerpt(line, EXCERPT)
         ));
     }
+    // A flood of them would flood the logs too: the rest are counted.
+    let (more, bytes) = lines.fold((0, 0), |(n, b), l| (n + 1, b + l.len()));
+    if more > 0 {
+        crate::protocol::log_stderr(&format!(
+            "wasmloop: dropped {more} more lines ({bytes} bytes) the action wrote after its \
+             result"
+        ));
+    }
 }
+
+/// Stray lines told one by one in the logs; the rest are counted.
+const STRAY_LINES_TOLD: usize = 10;
 
 /// What an action did instead of answering: it took its whole request and went back to
 /// waiting for input, which only the next request would bring. Waiting longer cannot help.

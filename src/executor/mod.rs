@@ -283,8 +283,8 @@ pub async fn start(
     Ok(wasm::start(source, spec, preopen, config, size).await?)
 }
 
-/// `--backends`: an upload whose backend the operator left out is refused before anything
-/// of it runs or is compiled.
+/// `--backends`: an upload whose backend the operator left out is refused before it runs
+/// (or its WebAssembly is compiled).
 fn allowed_backend(entry: &Entry, config: &Config) -> Result<(), StartError> {
     let found = match entry {
         Entry::Native(_) => Backend::Native,

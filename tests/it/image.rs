@@ -140,3 +140,72 @@ fn a_derived_image_serves_its_built_in_action_after_an_init_without_code() {
     server.run(json!({})).assert(200, "{\"count\":1}\n");
     server.run(json!({})).assert(200, "{\"count\":2}\n");
 }
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn forged_artifacts_leave_a_128m_container_up_and_are_answered_at_once() {
+    // A real artifact of the image's own binary, so that its engine is the one trusted:
+    // each forged one then passes the key and engine checks, and meets the code's.
+    let keys = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::copy(Backend::Wasm.guest("echo"), work.path().join("echo.wasm")).unwrap();
+    let mount = |dir: &tempfile::TempDir, at: &str| format!("{}:{at}", dir.path().display());
+    let (keys_at, work_at) = (mount(&keys, "/keys"), mount(&work, "/work"));
+    // As root, the owner of the sign key (the image's user may not read it).
+    let image = image();
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--rm", "--user", "0", "-v", &keys_at, "-v", &work_at];
+        all.push(&image);
+        all.extend_from_slice(args);
+        docker(&all)
+    };
+    run(&["keygen", "/keys"]);
+    run(&[
+        "compile",
+        "/work/echo.wasm",
+        "--output",
+        "/work/artifact.zip",
+        "--sign-key",
+        "/keys/sign.key",
+    ]);
+    let real = std::fs::read(work.path().join("artifact.zip")).unwrap();
+    let verify = format!(
+        "{}:/keys/verify.key:ro",
+        keys.path().join("verify.key").display()
+    );
+    for module in [false, true] {
+        for (what, upload, says) in crate::signed::forged_artifacts(&real, module) {
+            let server = Server::builder()
+                .args(&["-v", "--trust-key", "/keys/verify.key"])
+                .start_container(
+                    &image,
+                    &["--memory", "128m", "--memory-swap", "128m", "-v", &verify],
+                );
+            let started = std::time::Instant::now();
+            let reply = server.init(&crate::support::init_binary(&upload));
+            let took = started.elapsed();
+            eprintln!("{what}, module {module}: {} in {took:?}", reply.status);
+            if module {
+                assert_eq!(reply.status, 200, "{what}: {}", reply.text());
+                server.wait_stderr(says);
+                server.run(json!({"n": 1})).assert(200, "{\"n\":1}\n");
+            } else {
+                reply.assert_error(502, says);
+            }
+            // A liveness bound, generous for a loaded machine: the refusal reads no more
+            // than the upload, where inflating what it claims took the container down.
+            assert!(took < Duration::from_secs(10), "{what}: {took:?}");
+            let id = container_id(&server);
+            assert_eq!(
+                docker(&[
+                    "inspect",
+                    "-f",
+                    "{{.State.Running}} {{.State.OOMKilled}}",
+                    id
+                ]),
+                "true false",
+                "{what}"
+            );
+        }
+    }
+}

@@ -98,13 +98,13 @@ pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>
     let many_frames = zstd::bulk::compress(&zeros, 1)
         .unwrap()
         .repeat(claimed / SLICE);
-    // The one frame again, its header saying it holds a single slice: it lies.
+    // The one frame again, its header saying it holds 16 KiB: a size it could pack to.
     let mut lying = one_frame.clone();
     let size_at = lying
         .windows(4)
         .position(|w| w == (claimed as u32).to_le_bytes())
         .expect("the frame header holds its size");
-    lying[size_at..size_at + 4].copy_from_slice(&(SLICE as u32).to_le_bytes());
+    lying[size_at..size_at + 4].copy_from_slice(&(16u32 << 10).to_le_bytes());
     let variants = [
         (
             "one frame of 480 MiB",

@@ -144,7 +144,7 @@ impl State {
             Refusal::Cap(Kind::Socket) => format!(
                 "wasmloop: refused to open {what}: too many open sockets for this instance: {} \
                  (--max-instance-sockets, WASMLOOP_MAX_INSTANCE_SOCKETS; HTTP requests count \
-                 while their response is open); close connections the action is done with, \
+                 while their connection is open); close connections the action is done with, \
                  or raise the cap",
                 self.caps.sockets
             ),
