@@ -110,6 +110,11 @@ pub(super) fn unzip(
     limits: Limits,
     trust: Option<&Trust>,
 ) -> Result<Unpacked, PrepareError> {
+    // The zip reader keeps every entry of the central directory, a few times its bytes:
+    // an archive declaring more entries than allowed is refused before it is read.
+    if declared_zip_entries(bytes).any(|entries| entries > limits.max_entries as u64) {
+        return Err(too_many_entries(&limits));
+    }
     let mut archive = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| unpack_error(format!("cannot read zip archive: {e}")))?;
     if archive.len() > limits.max_entries {
@@ -166,6 +171,39 @@ pub(super) fn unzip(
     Ok(unpacked)
 }
 
+/// The entry counts a zip's end records declare: each end-of-central-directory record in
+/// its last 64 KiB (a reader may take any of them), and the zip64 one it points to.
+fn declared_zip_entries(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    const END: &[u8] = b"PK\x05\x06";
+    const END64: &[u8] = b"PK\x06\x06";
+    const END64_LOCATOR: &[u8] = b"PK\x06\x07";
+    let u16_at = |at: usize| {
+        bytes
+            .get(at..at + 2)
+            .map(|b| u64::from(u16::from_le_bytes([b[0], b[1]])))
+    };
+    let u64_at = |at: usize| {
+        let b: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(b))
+    };
+    // The record is 22 bytes and its comment at most 65535.
+    let from = bytes.len().saturating_sub(22 + 65535);
+    memchr::memmem::find_iter(&bytes[from..], END).flat_map(move |found| {
+        let at = from + found;
+        let zip32 = u16_at(at + 10);
+        // A zip64 archive says 0xFFFF here; its count is in the record the locator
+        // (just before this one) points to.
+        let zip64 = at
+            .checked_sub(20)
+            .filter(|&locator| bytes.get(locator..locator + 4) == Some(END64_LOCATOR))
+            .and_then(|locator| u64_at(locator + 8))
+            .and_then(|end64| usize::try_from(end64).ok())
+            .filter(|&end64| bytes.get(end64..end64 + 4) == Some(END64))
+            .and_then(|end64| u64_at(end64 + 32));
+        zip32.into_iter().chain(zip64)
+    })
+}
+
 fn link_target(entry: &tar::Entry<impl Read>, index: usize) -> Result<PathBuf, PrepareError> {
     Ok(entry
         .link_name()
@@ -174,7 +212,63 @@ fn link_target(entry: &tar::Entry<impl Read>, index: usize) -> Result<PathBuf, P
         .into_owned())
 }
 
+/// Longest GNU long name (or link target) a tar.gz may carry: a path, not data.
+const LONG_NAME_MAX: u64 = 4096;
+/// Largest PAX extended header a tar.gz may carry.
+const PAX_HEADER_MAX: u64 = 64 * 1024;
+
+/// Reads every header of a tar.gz before anything is unpacked. The tar reader keeps a
+/// long name or a PAX header whole in memory, whatever size it declares (300 KB of gzip
+/// can declare hundreds of MiB), and follows sparse maps without end: those are refused
+/// here, as is an archive whose files declare more than the cap, before their bytes are read.
+fn check_tar_headers(bytes: &[u8], limits: Limits) -> Result<(), PrepareError> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let entries = archive
+        .entries()
+        .map_err(|e| unpack_error(format!("cannot read tar.gz archive: {e}")))?
+        .raw(true);
+    let mut declared = 0u64;
+    for (index, entry) in entries.enumerate() {
+        // Up to three extension headers may come before each entry.
+        if index >= limits.max_entries.saturating_mul(4) {
+            return Err(too_many_entries(&limits));
+        }
+        let entry =
+            entry.map_err(|e| unpack_error(format!("cannot read tar.gz entry {index}: {e}")))?;
+        let kind = entry.header().entry_type();
+        let size = entry.header().entry_size().unwrap_or(u64::MAX);
+        if (kind.is_gnu_longname() || kind.is_gnu_longlink()) && size > LONG_NAME_MAX {
+            return Err(unpack_error(format!(
+                "tar.gz entry {index} is a long name of {size} bytes; names longer than \
+                 {LONG_NAME_MAX} bytes are refused"
+            )));
+        }
+        if (kind.is_pax_local_extensions() || kind.is_pax_global_extensions())
+            && size > PAX_HEADER_MAX
+        {
+            return Err(unpack_error(format!(
+                "tar.gz entry {index} is a PAX header of {size} bytes; headers larger than \
+                 {PAX_HEADER_MAX} bytes are refused"
+            )));
+        }
+        if kind.is_gnu_sparse() {
+            return Err(unpack_error(format!(
+                "tar.gz entry {index} is a sparse file, which an action has no use for: \
+                 archive it as a plain file"
+            )));
+        }
+        if kind.is_file() {
+            declared = declared.saturating_add(size);
+            if declared > limits.max_bytes {
+                return Err(Budget { left: 0 }.exceeded());
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn untar_gz(bytes: &[u8], dest: &Path, limits: Limits) -> Result<(), PrepareError> {
+    check_tar_headers(bytes, limits)?;
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
     let entries = archive
         .entries()
@@ -228,6 +322,88 @@ pub fn untar_gz(bytes: &[u8], dest: &Path, limits: Limits) -> Result<(), Prepare
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_entries: 10,
+            max_bytes: 1 << 20,
+        }
+    }
+
+    fn tar_gz(build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        build(&mut builder);
+        let tar = builder.into_inner().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &tar).unwrap();
+        gz.finish().unwrap()
+    }
+
+    fn file(builder: &mut tar::Builder<Vec<u8>>, path: &str, size: u64) {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(size);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, path, std::io::repeat(0).take(size))
+            .unwrap();
+    }
+
+    #[test]
+    fn tar_headers_that_would_be_held_whole_are_refused_before_unpacking() {
+        let dir = tempfile::tempdir().unwrap();
+        let refused = |bytes: Vec<u8>| {
+            untar_gz(&bytes, dir.path(), limits())
+                .unwrap_err()
+                .to_string()
+        };
+        // The tar writer makes a GNU long-name entry for a long path.
+        let long = format!("{}/x", "d".repeat(5000));
+        let message = refused(tar_gz(|b| file(b, &long, 1)));
+        assert!(message.contains("a long name of 5"), "{message}");
+        // A PAX header larger than any a path needs.
+        let message = refused(tar_gz(|b| {
+            let mut header = tar::Header::new_ustar();
+            header.set_entry_type(tar::EntryType::XHeader);
+            header.set_size(100_000);
+            b.append_data(&mut header, "pax", std::io::repeat(b'a').take(100_000))
+                .unwrap();
+        }));
+        assert!(message.contains("PAX header of 100000 bytes"), "{message}");
+        // Files declaring more than the cap, refused before their bytes are read.
+        let message = refused(tar_gz(|b| {
+            file(b, "a", 600_000);
+            file(b, "b", 600_000);
+        }));
+        assert!(message.contains("--max-unpacked-bytes"), "{message}");
+        assert!(!dir.path().join("a").exists(), "nothing was unpacked");
+        // Within the bounds, it unpacks.
+        untar_gz(&tar_gz(|b| file(b, "ok", 10)), dir.path(), limits()).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("ok")).unwrap().len(), 10);
+    }
+
+    #[test]
+    fn a_zip_declaring_too_many_entries_is_refused_before_it_is_read() {
+        let mut out = std::io::Cursor::new(Vec::new());
+        let mut zip = zip::ZipWriter::new(&mut out);
+        zip.start_file("a", zip::write::SimpleFileOptions::default())
+            .unwrap();
+        zip.finish().unwrap();
+        let mut bytes = out.into_inner();
+        assert_eq!(declared_zip_entries(&bytes).collect::<Vec<_>>(), [1]);
+        let end = bytes.len() - 22;
+        // Entries on this disk, and in all.
+        bytes[end + 8..end + 10].copy_from_slice(&60_000u16.to_le_bytes());
+        bytes[end + 10..end + 12].copy_from_slice(&60_000u16.to_le_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let Err(refused) = unzip(&bytes, dir.path(), limits(), None) else {
+            panic!("a zip declaring 60000 entries was read");
+        };
+        let message = refused.to_string();
+        assert_eq!(
+            message,
+            "archive has more than 10 entries (see --max-archive-entries)"
+        );
+    }
 
     #[test]
     fn only_plain_relative_paths_are_confined() {
