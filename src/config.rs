@@ -118,8 +118,8 @@ pub struct Config {
     pub max_instance_files: usize,
     /// Sockets (and HTTP connections) each WebAssembly instance may hold open.
     pub max_instance_sockets: usize,
-    /// Descriptors all instances of the action may hold together: the open-file limit
-    /// less what the runtime keeps for itself (`guest_descriptors`).
+    /// Descriptors the process may hold before guests are refused more: the open-file
+    /// limit less what the runtime keeps for itself (`guest_descriptors`).
     pub guest_descriptors: usize,
 }
 

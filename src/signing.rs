@@ -1,14 +1,15 @@
 //! Signed artifacts: precompiled code trusted for who signed it (Ed25519), not for who uploaded it.
 //!
 //! An artifact is a zip of `exec.wasm` (the module or component), `exec.cwasm.zst` (its code,
-//! precompiled for one engine) and `exec.sig`. The signature covers the code's digest, the
-//! module's SHA-256 and the engine's compatibility hash: a runtime that trusts the key and
-//! runs that engine loads the code (and never unpacks the module); any other runtime
-//! compiles `exec.wasm`, as for a zip.
+//! precompiled for one engine) and `exec.sig`. The signature covers the packed code's
+//! BLAKE3, the module's SHA-256 and the engine's compatibility hash: a runtime that trusts
+//! the key and runs that engine checks it before it inflates anything, then loads the code
+//! (and never unpacks the module); any other runtime compiles `exec.wasm`, as for a zip.
 //!
-//! The code is cut in slices of 1 MiB, each a zstd frame, and its digest is the BLAKE3 of
-//! the slices' BLAKE3s: so a runtime inflates and hashes it on every core it has. `zstd -d`
-//! unpacks it all the same.
+//! The code is cut in slices of 1 MiB, each a zstd frame, so that a runtime inflates it on
+//! every core it has. `zstd -d` unpacks it all the same. Artifacts of the previous format
+//! (v2) signed the inflated code, the BLAKE3 of its slices' BLAKE3s: a runtime inflates and
+//! hashes those first, letting each slice go, and inflates them again once they check.
 
 use std::io::{Read, Seek};
 use std::os::fd::AsRawFd;
@@ -23,7 +24,10 @@ use sha2::{Digest, Sha256};
 pub const CODE_ENTRY: &str = "exec.cwasm.zst";
 pub const SIGNATURE_ENTRY: &str = "exec.sig";
 /// What a signature is over comes after this, so that it means nothing anywhere else.
-const CONTEXT: &[u8] = b"wasmloop signed artifact v2\0";
+/// Version 3 signs the packed code, so that it is checked before a byte is inflated;
+/// version 2 signed the inflated code, and its artifacts are still read.
+const CONTEXT: &[u8] = b"wasmloop signed artifact v3\0";
+const CONTEXT_V2: &[u8] = b"wasmloop signed artifact v2\0";
 /// The code is compressed and hashed in slices of this many bytes.
 const SLICE: usize = 1 << 20;
 /// zstd's level for the code: level 9 packs the Go hello's 9.9 MB to 2.8 (deflate: 3.2) in
@@ -129,8 +133,12 @@ pub fn sign_beside(
     let engine = crate::executor::wasm::artifact_engine_id(settings)
         .map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
     let dir = module.parent().context("the module has no folder")?;
-    std::fs::write(dir.join(CODE_ENTRY), pack(&code)?)?;
-    std::fs::write(dir.join(SIGNATURE_ENTRY), sign(key, &bytes, &code, &engine))?;
+    let packed = pack(&code)?;
+    std::fs::write(
+        dir.join(SIGNATURE_ENTRY),
+        sign(key, &bytes, &packed, &engine),
+    )?;
+    std::fs::write(dir.join(CODE_ENTRY), packed)?;
     Ok(())
 }
 
@@ -144,8 +152,9 @@ fn pack(code: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(packed)
 }
 
-/// The code's digest: the BLAKE3 of its slices' BLAKE3s (`unpack` makes the same, frame
-/// by frame). BLAKE3 hashes 5 MiB in 0.5 ms here where SHA-256 takes 2.5.
+/// A v2 signature's code digest: the BLAKE3 of its slices' BLAKE3s (`code_digest_of`
+/// makes the same, frame by frame). BLAKE3 hashes 5 MiB in 0.5 ms here where SHA-256 takes 2.5.
+#[cfg(test)]
 fn code_digest(code: &[u8]) -> [u8; 32] {
     let mut digests = Vec::new();
     slice_digests(code, &mut digests);
@@ -153,6 +162,7 @@ fn code_digest(code: &[u8]) -> [u8; 32] {
 }
 
 /// Appends the digest of each slice of `code`, which starts on a slice's boundary.
+#[cfg(test)]
 fn slice_digests(code: &[u8], digests: &mut Vec<u8>) {
     for slice in code.chunks(SLICE) {
         digests.extend_from_slice(blake3::hash(slice).as_bytes());
@@ -164,12 +174,15 @@ fn digest_of_slices(digests: &[u8]) -> [u8; 32] {
     *blake3::hash(digests).as_bytes()
 }
 
-/// The text of `exec.sig`: which key signed, for which engine and module, and the signature.
-pub fn sign(key: &SigningKey, module: &[u8], code: &[u8], engine: &str) -> String {
+/// The text of `exec.sig`: which key signed, for which engine and module, and the signature
+/// of the code as packed.
+pub fn sign(key: &SigningKey, module: &[u8], packed: &[u8], engine: &str) -> String {
     let module = Sha256::digest(module);
-    let signature = key.sign(&message(&module, &code_digest(code), engine));
+    let packed = blake3::hash(packed);
+    let signature = key.sign(&message(CONTEXT, &module, packed.as_bytes(), engine));
     format!(
-        "{{\"key\":\"{}\",\"engine\":\"{engine}\",\"module\":\"{}\",\"signature\":\"{}\"}}\n",
+        "{{\"format\":3,\"key\":\"{}\",\"engine\":\"{engine}\",\"module\":\"{}\",\
+         \"signature\":\"{}\"}}\n",
         crate::hex(key.verifying_key().as_bytes()),
         crate::hex(&module),
         crate::hex(&signature.to_bytes())
@@ -185,6 +198,9 @@ pub struct Trust {
 /// `exec.sig`, read.
 #[derive(serde::Deserialize)]
 struct SignatureFile {
+    /// 3 signs the packed code; absent, the inflated code (v2).
+    #[serde(default)]
+    format: Option<u32>,
     key: String,
     engine: String,
     /// The module's SHA-256: the module itself is not needed to check the code.
@@ -215,6 +231,11 @@ impl SignatureFile {
             .ok_or_else(|| format!("signed by a key this runtime does not trust ({})", self.key))
     }
 
+    /// Whether it signs the packed code (v3), which is checked before it is inflated.
+    fn signs_packed(&self) -> bool {
+        self.format == Some(3)
+    }
+
     fn check(&self, key: &VerifyingKey, code_digest: &[u8], engine: &str) -> Result<(), String> {
         let module = unhex(&self.module)
             .filter(|m| m.len() == 32)
@@ -223,7 +244,12 @@ impl SignatureFile {
             .and_then(|b| <[u8; 64]>::try_from(b).ok())
             .map(|b| Signature::from_bytes(&b))
             .ok_or("the signature is not 64 bytes of hex")?;
-        key.verify(&message(&module, code_digest, engine), &signature)
+        let context = if self.signs_packed() {
+            CONTEXT
+        } else {
+            CONTEXT_V2
+        };
+        key.verify(&message(context, &module, code_digest, engine), &signature)
             .map_err(|_| {
                 "the signature does not match the code (altered, or signed for other code)"
                     .to_owned()
@@ -231,8 +257,8 @@ impl SignatureFile {
     }
 }
 
-fn message(module_sha256: &[u8], code_digest: &[u8], engine: &str) -> Vec<u8> {
-    let mut message = CONTEXT.to_vec();
+fn message(context: &[u8], module_sha256: &[u8], code_digest: &[u8], engine: &str) -> Vec<u8> {
+    let mut message = context.to_vec();
     message.extend_from_slice(module_sha256);
     message.extend_from_slice(code_digest);
     message.extend_from_slice(engine.as_bytes());
@@ -277,8 +303,9 @@ const CODE_PER_PACKED: u64 = 64;
 ///
 /// Nothing in the artifact is trusted until the signature checks, and its sizes are only
 /// claims: the memory it can make this use is two slices and its own bytes, whatever it
-/// claims. The code is inflated twice: once to hash it (and let it go), and, once the
-/// signature matches, again into the memory file it is loaded from.
+/// claims. The signature of the packed code is checked before it is inflated; that of an
+/// older artifact, over the inflated code, by inflating it once to hash it (letting each
+/// slice go), and, once it matches, again into the memory file it is loaded from.
 pub fn open_artifact(
     zip_bytes: &[u8],
     archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
@@ -327,8 +354,12 @@ pub fn open_artifact(
     };
     drop(entry);
     let frames = frames(&packed, module_size, left)?;
-    let digest = code_digest_of(&frames)?;
-    signature.check(key, &digest, &trust.engine)?;
+    if signature.signs_packed() {
+        signature.check(key, blake3::hash(&packed).as_bytes(), &trust.engine)?;
+    } else {
+        let digest = code_digest_of(&frames)?;
+        signature.check(key, &digest, &trust.engine)?;
+    }
     let file = unpack_verified(&frames)?;
     seal(&file)?;
     Ok(SignedCode(Arc::new(file)))
@@ -542,10 +573,28 @@ pub fn read_trusted(paths: &[PathBuf]) -> anyhow::Result<Vec<VerifyingKey>> {
 mod tests {
     use super::*;
 
+    /// Checks a signature file against the code it signs: packed (v3) or inflated (v2).
     fn verify(signature_file: &[u8], code: &[u8], trust: &Trust) -> Result<(), String> {
         let file = SignatureFile::parse(signature_file)?;
         let key = file.key(trust)?;
-        file.check(key, &code_digest(code), &trust.engine)
+        let digest = if file.signs_packed() {
+            *blake3::hash(code).as_bytes()
+        } else {
+            code_digest(code)
+        };
+        file.check(key, &digest, &trust.engine)
+    }
+
+    /// `exec.sig` as wasmloop wrote it before v3: over the inflated code.
+    fn sign_v2(key: &SigningKey, module: &[u8], code: &[u8], engine: &str) -> String {
+        let module = Sha256::digest(module);
+        let signature = key.sign(&message(CONTEXT_V2, &module, &code_digest(code), engine));
+        format!(
+            "{{\"key\":\"{}\",\"engine\":\"{engine}\",\"module\":\"{}\",\"signature\":\"{}\"}}\n",
+            crate::hex(key.verifying_key().as_bytes()),
+            crate::hex(&module),
+            crate::hex(&signature.to_bytes())
+        )
     }
 
     /// Bytes that pack about as little as machine code does, unlike a repeating pattern.
@@ -666,6 +715,17 @@ mod tests {
         };
         let file = sign(&key, b"module", b"code", "engine-a");
         assert_eq!(verify(file.as_bytes(), b"code", &trust("engine-a")), Ok(()));
+        // Signed before v3, over the inflated code: still verified, that way.
+        let v2 = sign_v2(&key, b"module", b"code", "engine-a");
+        assert_eq!(verify(v2.as_bytes(), b"code", &trust("engine-a")), Ok(()));
+        assert!(
+            verify(
+                file.replace("\"format\":3,", "").as_bytes(),
+                b"code",
+                &trust("engine-a")
+            )
+            .is_err()
+        );
         let altered = verify(file.as_bytes(), b"c0de", &trust("engine-a"));
         assert!(altered.unwrap_err().contains("does not match"));
         // The module's digest is signed too: another one in the file breaks the signature.

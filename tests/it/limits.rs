@@ -161,6 +161,39 @@ fn files_past_an_instances_cap_fail_in_the_guest_and_the_logs_name_the_cap() {
 }
 
 #[test]
+fn guests_never_take_the_descriptors_the_runtime_keeps_for_itself() {
+    // With nofile 256, the runtime keeps 128 for itself: a guest whose own cap is far
+    // higher gets the rest and no more.
+    let server = Server::builder()
+        .nofile(256)
+        .args(&["--max-instance-files", "1000"])
+        .start();
+    let guest = read(&Backend::Wasm.guest("holds_descriptors"));
+    let zip = zip_of(&[("exec.wasm", &guest, 0o644), ("data.txt", b"data", 0o644)]);
+    server.init(&init_binary(&zip)).assert(200, OK);
+    let held = server.run(json!({"files": 1000})).json();
+    let files = held["files"].as_u64().unwrap();
+    assert!((1..128).contains(&files), "{held}");
+    assert!(held["error"].is_string(), "{held}");
+    server.wait_stderr(
+        "wasmloop: refused to open a file: the runtime holds 128 descriptors, all that the \
+         container's open-file limit (nofile) leaves its guests",
+    );
+    // What it kept serves: connections are accepted, activations answered, and an instance
+    // that ends is replaced.
+    for _ in 0..20 {
+        server.run(json!({"files": 0})).assert(
+            200,
+            &format!("{{\"connections\":0,\"error\":null,\"files\":{files}}}\n"),
+        );
+    }
+    assert_eq!(server.run(json!({"exit": true})).status, 400);
+    server
+        .run(json!({"files": 3}))
+        .assert(200, "{\"connections\":0,\"error\":null,\"files\":3}\n");
+}
+
+#[test]
 fn sockets_past_a_components_cap_fail_in_the_guest_and_the_logs_name_the_cap() {
     // Connections wait in its backlog: nobody needs to accept them.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

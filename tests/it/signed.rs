@@ -114,20 +114,25 @@ pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>
         ("480 frames of 1 MiB", many_frames, "more than code packs"),
         (
             "a frame whose header lies",
-            lying,
+            lying.clone(),
             "does not inflate to its size",
         ),
     ];
-    let with = |code: Vec<u8>, deflated: bool| {
+    // Signed code is checked before it is inflated (format 3); an artifact that says it
+    // is of the format before, whose signature covers the inflated code, makes the runtime
+    // inflate it first: what a forger would choose.
+    let with_format = |code: Vec<u8>, deflated: bool, v2: bool| {
         let kept: Vec<(String, Vec<u8>)> = entries(real)
             .into_iter()
             .filter(|(name, _)| module || name != "exec.wasm")
-            .map(|(name, bytes)| {
-                if name == CODE {
-                    (name, code.clone())
-                } else {
-                    (name, bytes)
+            .map(|(name, bytes)| match name.as_str() {
+                CODE => (name, code.clone()),
+                "exec.sig" if v2 => {
+                    let text = String::from_utf8(bytes).unwrap();
+                    assert!(text.contains("\"format\":3,"), "{text}");
+                    (name, text.replace("\"format\":3,", "").into_bytes())
                 }
+                _ => (name, bytes),
             })
             .collect();
         let mut out = std::io::Cursor::new(Vec::new());
@@ -145,10 +150,17 @@ pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>
         zip.finish().unwrap();
         out.into_inner()
     };
-    let mut forged: Vec<(&str, Vec<u8>, &str)> = variants
-        .into_iter()
-        .map(|(what, code, says)| (what, with(code, false), says))
-        .collect();
+    let with = |code: Vec<u8>, deflated: bool| with_format(code, deflated, true);
+    let mut forged: Vec<(&str, Vec<u8>, &str)> = vec![(
+        "a frame whose header lies, signed as packed",
+        with_format(lying, false, false),
+        "the signature does not match the code",
+    )];
+    forged.extend(
+        variants
+            .into_iter()
+            .map(|(what, code, says)| (what, with(code, false), says)),
+    );
     // Packed code deflated in the zip from 100 MiB: a deflate bomb, not code.
     forged.push((
         "a deflated code entry of 100 MiB",

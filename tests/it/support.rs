@@ -369,6 +369,7 @@ pub struct ServerBuilder {
     env: Vec<(String, String)>,
     args: Vec<String>,
     listen_fd: i32,
+    nofile: Option<u64>,
 }
 
 impl ServerBuilder {
@@ -384,6 +385,12 @@ impl ServerBuilder {
 
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Starts it with this open-file limit (soft and hard), as `docker run --ulimit nofile`.
+    pub fn nofile(mut self, limit: u64) -> Self {
+        self.nofile = Some(limit);
         self
     }
 
@@ -406,8 +413,22 @@ impl ServerBuilder {
         let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
         let fd = listener.as_raw_fd();
         let target = self.listen_fd;
+        let nofile = self.nofile;
         // SAFETY: the closure only makes async-signal-safe calls.
-        unsafe { command.pre_exec(move || wasmloop::executor::native::install_as(fd, target)) };
+        unsafe {
+            command.pre_exec(move || {
+                if let Some(limit) = nofile {
+                    let limit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                wasmloop::executor::native::install_as(fd, target)
+            })
+        };
         command
             .arg("serve")
             .arg("--listen-fd")
@@ -509,6 +530,7 @@ impl Server {
             env: Vec::new(),
             args: Vec::new(),
             listen_fd: 3,
+            nofile: None,
         }
     }
 

@@ -3,13 +3,12 @@
 //! Every descriptor a guest opens is one of the process's own: a guest that keeps opening
 //! files or sockets would otherwise exhaust the container's `nofile` limit, and the runtime
 //! could no longer accept a connection or start a replacement instance. Each instance has
-//! its own caps (`--max-instance-files`, `--max-instance-sockets`), and all the instances of
-//! an action share what the runtime does not keep for itself (`Config::guest_descriptors`).
+//! its own caps (`--max-instance-files`, `--max-instance-sockets`), and no guest may open
+//! one more once the process holds what the runtime leaves guests (`Config::guest_descriptors`).
 //!
 //! What an instance holds is counted from its WASI resource table when it asks for one
 //! more (closing removes the entry), so nothing has to follow each close.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::streams::GuestStderr;
@@ -22,20 +21,34 @@ pub enum Kind {
     Socket,
 }
 
-/// The descriptors all instances of one action may hold at once.
+/// The descriptors the process may hold before guests are refused more: what the
+/// runtime keeps for itself (accepting connections, logging, starting replacements) stays
+/// free whatever the guests hold, and however they hold it (a component's file stream
+/// keeps its file open after the file's descriptor is dropped).
 #[derive(Debug)]
 pub struct Shared {
     most: usize,
-    held: AtomicUsize,
+    /// How many descriptors the process holds now.
+    open: fn() -> usize,
 }
 
 impl Shared {
     pub fn new(most: usize) -> Arc<Shared> {
         Arc::new(Shared {
             most,
-            held: AtomicUsize::new(0),
+            open: open_descriptors,
         })
     }
+
+    fn full(&self) -> bool {
+        (self.open)() >= self.most
+    }
+}
+
+/// The process's open descriptors, counted where the kernel lists them (a few µs: only
+/// opening a file or a socket pays it).
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |fds| fds.count())
 }
 
 /// The caps of one instance.
@@ -50,7 +63,7 @@ pub struct Caps {
 pub enum Refusal {
     /// The instance holds its cap of this kind.
     Cap(Kind),
-    /// The action's instances hold all the runtime leaves them.
+    /// The process holds all the descriptors the runtime leaves its guests.
     Shared,
 }
 
@@ -66,33 +79,12 @@ struct State {
     sockets: usize,
     /// HTTP requests whose connection is open.
     connections: usize,
-    /// What this instance has added to `shared.held`.
-    counted: usize,
     logs: GuestStderr,
     /// Whether this activation's logs said so already, per refusal.
     said: [bool; 3],
 }
 
 impl State {
-    fn total(&self) -> usize {
-        self.files + self.sockets + self.connections
-    }
-
-    /// Brings the action-wide count in line with this instance's.
-    fn recount(&mut self) {
-        let total = self.total();
-        if total > self.counted {
-            self.shared
-                .held
-                .fetch_add(total - self.counted, Ordering::Relaxed);
-        } else {
-            self.shared
-                .held
-                .fetch_sub(self.counted - total, Ordering::Relaxed);
-        }
-        self.counted = total;
-    }
-
     fn in_use(&self, kind: Kind) -> usize {
         match kind {
             Kind::File => self.files,
@@ -109,10 +101,9 @@ impl State {
 
     /// Whether one more of `kind` fits; if so, it is counted.
     fn admit(&mut self, kind: Kind) -> Result<(), Refusal> {
-        self.recount();
         let refusal = if self.in_use(kind) >= self.cap(kind) {
             Refusal::Cap(kind)
-        } else if self.shared.held.load(Ordering::Relaxed) >= self.shared.most {
+        } else if self.shared.full() {
             Refusal::Shared
         } else {
             return Ok(());
@@ -149,10 +140,10 @@ impl State {
                 self.caps.sockets
             ),
             Refusal::Shared => format!(
-                "wasmloop: refused to open {what}: the action's instances hold {} files and \
-                 sockets, all that the container's open-file limit (nofile) leaves them beside \
-                 what the runtime keeps for itself; raise the limit (docker run --ulimit \
-                 nofile=N), or lower --concurrency or the per-instance caps",
+                "wasmloop: refused to open {what}: the runtime holds {} descriptors, all that \
+                 the container's open-file limit (nofile) leaves its guests beside what it \
+                 keeps for itself; raise the limit (docker run --ulimit nofile=N), or lower \
+                 --concurrency or the per-instance caps",
                 self.shared.most
             ),
         }
@@ -167,7 +158,6 @@ impl Descriptors {
             files: 0,
             sockets: 0,
             connections: 0,
-            counted: 0,
             logs,
             said: [false; 3],
         })))
@@ -177,21 +167,14 @@ impl Descriptors {
     pub fn admit_file(&self, files: usize) -> Result<(), Refusal> {
         let mut state = crate::lock(&self.0);
         state.files = files;
-        state.admit(Kind::File)?;
-        // Counted until the next look at the table, which will find it there.
-        state.files += 1;
-        state.recount();
-        Ok(())
+        state.admit(Kind::File)
     }
 
     /// May the guest, holding `sockets` TCP and UDP sockets, open one more?
     pub fn admit_socket(&self, sockets: usize) -> Result<(), Refusal> {
         let mut state = crate::lock(&self.0);
         state.sockets = sockets;
-        state.admit(Kind::Socket)?;
-        state.sockets += 1;
-        state.recount();
-        Ok(())
+        state.admit(Kind::Socket)
     }
 
     /// May the guest send an HTTP request? The connection counts as a socket until the
@@ -200,20 +183,12 @@ impl Descriptors {
         let mut state = crate::lock(&self.0);
         state.admit(Kind::Socket)?;
         state.connections += 1;
-        state.recount();
         Ok(Connection(self.clone()))
     }
 
     /// A new activation: its logs say again what is refused.
     pub fn new_activation(&self) {
         crate::lock(&self.0).said = [false; 3];
-    }
-}
-
-impl Drop for State {
-    /// The instance is gone, and with it whatever it held.
-    fn drop(&mut self) {
-        self.shared.held.fetch_sub(self.counted, Ordering::Relaxed);
     }
 }
 
@@ -224,7 +199,6 @@ impl Drop for Connection {
     fn drop(&mut self) {
         let mut state = crate::lock(&self.0.0);
         state.connections = state.connections.saturating_sub(1);
-        state.recount();
     }
 }
 
@@ -246,8 +220,8 @@ mod tests {
     }
 
     #[test]
-    fn each_instance_is_held_to_its_caps_and_all_to_what_they_share() {
-        let shared = Shared::new(5);
+    fn each_instance_is_held_to_its_caps_and_all_to_what_the_process_may_hold() {
+        let shared = Shared::new(usize::MAX);
         let one = instance(&shared, 2, 2);
         assert_eq!(one.admit_file(0), Ok(()));
         assert_eq!(one.admit_file(1), Ok(()));
@@ -259,14 +233,15 @@ mod tests {
         assert_eq!(one.admit_socket(1), Err(Refusal::Cap(Kind::Socket)));
         drop(connection);
         assert_eq!(one.admit_socket(1), Ok(()));
-        assert_eq!(shared.held.load(Ordering::Relaxed), 4);
-        let two = instance(&shared, 8, 8);
-        assert_eq!(two.admit_file(0), Ok(()));
-        assert_eq!(two.admit_file(1), Err(Refusal::Shared));
-        // What an instance held is given back when it goes.
-        drop(one);
-        assert_eq!(shared.held.load(Ordering::Relaxed), 1);
-        assert_eq!(two.admit_file(1), Ok(()));
+        // Past what the process may hold, nothing more, whatever the instance's caps.
+        let full = Arc::new(Shared {
+            most: 10,
+            open: || 10,
+        });
+        let two = instance(&full, 8, 8);
+        assert_eq!(two.admit_file(0), Err(Refusal::Shared));
+        assert_eq!(two.admit_socket(0), Err(Refusal::Shared));
+        assert!(open_descriptors() > 2, "stdio at least");
     }
 
     #[test]
