@@ -41,13 +41,10 @@ pub const DEFAULT_BACKENDS: &str = "wasm,component,native";
 /// What `__OW_PROXY_VERSION` tells an action.
 pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// How the error of a compile stopped at its limit begins.
-pub const COMPILE_TIMED_OUT: &str = "compiling took longer than";
-
 /// The error of a compile stopped by `--compile-timeout`, for sources and modules alike.
 pub fn compile_timed_out(timeout: Duration) -> String {
     format!(
-        "{COMPILE_TIMED_OUT} {} (see --compile-timeout)",
+        "compiling took longer than {} (see --compile-timeout)",
         humantime::format_duration(timeout)
     )
 }

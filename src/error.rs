@@ -75,15 +75,14 @@ pub enum Error {
 impl Error {
     /// A limit on time ran out (as opposed to something failing).
     pub fn is_timeout(&self) -> bool {
-        match self {
-            Error::Start(StartError::AckTimeout(_) | StartError::StillStarting(_)) => true,
-            // Compiles report their limit in words (crate::config::compile_timed_out).
-            Error::Start(StartError::Wasm(e)) => e.starts_with(crate::config::COMPILE_TIMED_OUT),
-            Error::Prepare(PrepareError::Compile(e)) => {
-                e.starts_with(crate::config::COMPILE_TIMED_OUT)
-            }
-            _ => false,
-        }
+        matches!(
+            self,
+            Error::Start(
+                StartError::AckTimeout(_)
+                    | StartError::StillStarting(_)
+                    | StartError::CompileTimedOut(_),
+            ) | Error::Prepare(PrepareError::CompileTimedOut(_))
+        )
     }
 
     pub fn status(&self) -> StatusCode {

@@ -174,9 +174,11 @@ fn compile_for_server(args: &CompileArgs, role: ChildRole) -> ! {
     // In the background, one core: the server's activations keep the others.
     let parallel = role == ChildRole::Foreground;
     let compiled = std::fs::read(&args.input)
-        .map_err(|e| wasmloop::executor::wasm::CompileError {
-            message: format!("cannot read {}: {e}", args.input.display()),
-            not_for_winch: false,
+        .map_err(|e| {
+            wasmloop::executor::wasm::CompileError::fatal(format!(
+                "cannot read {}: {e}",
+                args.input.display()
+            ))
         })
         .and_then(|bytes| {
             wasmloop::executor::wasm::compile_here(&bytes, args.engine_settings(), parallel)

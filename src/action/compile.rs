@@ -70,7 +70,7 @@ impl Compiler<'_> {
         };
         let output = tokio::time::timeout(self.timeout, finished)
             .await
-            .map_err(|_| PrepareError::Compile(crate::config::compile_timed_out(self.timeout)))?
+            .map_err(|_| PrepareError::CompileTimedOut(self.timeout))?
             .map_err(cannot_run)?;
         let mut text = output.stdout;
         text.extend_from_slice(&output.stderr);

@@ -22,6 +22,9 @@ pub enum PrepareError {
     /// The compiler hook failed; the text is its output, as the platform expects.
     #[error("{0}")]
     Compile(String),
+    /// The compiler hook was stopped at its limit.
+    #[error("{}", crate::config::compile_timed_out(*.0))]
+    CompileTimedOut(std::time::Duration),
     #[error("cannot prepare the action folder {path}: {source}")]
     Folder {
         path: PathBuf,

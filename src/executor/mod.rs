@@ -103,6 +103,9 @@ pub enum StartError {
     /// The WebAssembly module could not be compiled, linked or instantiated.
     #[error("{0}")]
     Wasm(String),
+    /// Compiling the module was stopped at its limit.
+    #[error("{}", crate::config::compile_timed_out(*.0))]
+    CompileTimedOut(Duration),
     /// A WebAssembly guest ended before it was up; the text says how.
     #[error("{}: {detail}", protocol::MSG_COMMAND_EXITED)]
     GuestExited { detail: String },

@@ -202,6 +202,27 @@ fn a_compiler_that_outlives_compile_timeout_fails_the_init() {
 }
 
 #[test]
+fn a_compiler_stopped_at_the_inits_deadline_says_which_limit_it_was() {
+    let compiler = crate::support::fixture("compiler.sh");
+    let server = Server::builder()
+        .env("OW_COMPILER", compiler.to_str().unwrap())
+        .start();
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        + std::time::Duration::from_secs(2);
+    let mut body = init_text("SLOW");
+    body["value"]["env"] = json!({ "__OW_DEADLINE": deadline.as_millis().to_string() });
+    let reply = server.init(&body);
+    // The compile's own limit, shortened to what the deadline left, and the deadline.
+    reply.assert_error(502, "compiling took longer than 1s");
+    reply.assert_error(
+        502,
+        "(see --compile-timeout); the platform's deadline for this /init (__OW_DEADLINE) left",
+    );
+}
+
+#[test]
 fn a_silent_compiler_that_makes_nothing_cannot_compile() {
     let server = with_compiler();
     server

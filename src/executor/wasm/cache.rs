@@ -52,10 +52,6 @@ pub fn engine_id(engine: &wasmtime::Engine) -> String {
 pub struct WasmDigest(pub(super) String);
 
 impl WasmDigest {
-    pub fn of(bytes: &[u8]) -> Self {
-        WasmDigest(crate::hex(&Sha256::digest(bytes)))
-    }
-
     /// The digest of a file, read in pieces: a 20 MB component need not be in memory whole.
     pub fn of_file(path: &Path) -> std::io::Result<Self> {
         let mut hasher = Sha256::new();

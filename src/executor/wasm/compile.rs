@@ -57,13 +57,24 @@ pub struct CompileError {
     pub message: String,
     /// Winch cannot compile this module but Cranelift can: worth another try with it.
     pub not_for_winch: bool,
+    /// It was stopped at its limit (`--compile-timeout`, or an `/init`'s deadline).
+    pub timed_out: Option<Duration>,
 }
 
 impl CompileError {
-    fn fatal(message: String) -> Self {
+    pub fn fatal(message: String) -> Self {
         CompileError {
             message,
             not_for_winch: false,
+            timed_out: None,
+        }
+    }
+
+    /// What the start of an action fails with: a timeout is told apart by its kind.
+    pub fn into_start_error(self) -> crate::executor::StartError {
+        match self.timed_out {
+            Some(limit) => crate::executor::StartError::CompileTimedOut(limit),
+            None => crate::executor::StartError::Wasm(self.message),
         }
     }
 }
@@ -104,7 +115,10 @@ impl CompileChild {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let timed_out = || CompileError::fatal(crate::config::compile_timed_out(self.timeout));
+        let timed_out = || CompileError {
+            timed_out: Some(self.timeout),
+            ..CompileError::fatal(crate::config::compile_timed_out(self.timeout))
+        };
         let output = command.output();
         let finished = match self.role {
             ChildRole::Foreground => tokio::time::timeout_at(self.deadline, output)
@@ -132,6 +146,7 @@ impl CompileChild {
                 message
             },
             not_for_winch: finished.status.code() == Some(EXIT_NOT_FOR_WINCH),
+            timed_out: None,
         })
     }
 }
@@ -184,6 +199,7 @@ pub fn compile_here(
         CompileError {
             message,
             not_for_winch,
+            timed_out: None,
         }
     };
     let code = if component {

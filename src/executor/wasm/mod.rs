@@ -185,7 +185,7 @@ pub async fn start(
         deadline: tokio::time::Instant::now() + config.compile_timeout,
         timeout: config.compile_timeout,
     };
-    let compile_error = |e: CompileError| StartError::Wasm(e.message);
+    let compile_error = CompileError::into_start_error;
     // The final code may be in the cache already: then there is nothing to tier.
     if let Some(code) = lookup(&final_engine).await? {
         return serve(final_engine, code, linking).await;
@@ -253,7 +253,7 @@ impl Upgrade {
                 self.child,
             )
             .await
-            .map_err(|e| StartError::Wasm(e.message));
+            .map_err(CompileError::into_start_error);
         let upgraded = match compiled.and_then(|code| link(self.engine, &code, self.linking)) {
             Ok(spec) => match slot.upgrade() {
                 Some(slot) => slot.upgrade(spec).await,
@@ -628,7 +628,9 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
                 // The top level is "error while executing at wasm backtrace: ..." with the
                 // whole backtrace; the cause says what happened.
                 let cause = e.root_cause().to_string();
-                if cause.contains("resource has children") {
+                if let Some(wasmtime::component::ResourceTableError::HasChildren) =
+                    e.downcast_ref::<wasmtime::component::ResourceTableError>()
+                {
                     format!(
                         "{cause}: the component dropped a WASI resource before those made from \
                          it (a stream before its pollable, a body before its stream); drop \
