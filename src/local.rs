@@ -158,13 +158,14 @@ pub async fn compile_to_zip(
         bytes: bytes.into(),
         main,
     };
-    let prepared = crate::action::prepare_as_configured(upload, &env, config).await?;
+    let trust = crate::executor::wasm::trust(config);
+    let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).
     if let (Some(key), crate::action::Entry::Wasm(module)) = (sign_key, &prepared.entry) {
         let key = crate::signing::read_signing_key(key)?;
         let settings = config.engine_settings(config.wasm_compiler.final_tier());
-        crate::signing::sign_beside(module, settings, &key)?;
+        crate::executor::wasm::sign_beside(module, settings, &key)?;
     }
     zip_folder(&prepared.bin_dir)
 }

@@ -134,7 +134,7 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
             let folder = tempfile::tempdir()?;
             let module = folder.path().join("exec.wasm");
             std::fs::write(&module, &bytes)?;
-            wasmloop::signing::sign_beside(&module, settings, &key)
+            wasmloop::executor::wasm::sign_beside(&module, settings, &key)
                 .with_context(|| args.input.display().to_string())?;
             std::fs::write(&args.output, wasmloop::local::zip_folder(folder.path())?)
         }

@@ -236,7 +236,8 @@ impl Runtime {
             _ => error,
         };
         let upload = Upload { bytes, main: &main };
-        let prepared = action::prepare_as_configured(upload, &env, config)
+        let trust = executor::wasm::trust(config);
+        let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
             .map_err(|e| self.init_failure(past_deadline(Error::Prepare(e))))?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");

@@ -120,30 +120,8 @@ fn read_key(path: &Path, kind: &str) -> anyhow::Result<[u8; 32]> {
     Ok(bytes.try_into().expect("32 bytes"))
 }
 
-/// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
-/// `settings` make (`exec.cwasm.zst`) and the signature (`exec.sig`), written beside it.
-pub fn sign_beside(
-    module: &Path,
-    settings: crate::config::EngineSettings,
-    key: &SigningKey,
-) -> anyhow::Result<()> {
-    let bytes =
-        std::fs::read(module).with_context(|| format!("cannot read {}", module.display()))?;
-    let code = crate::executor::wasm::precompile(&bytes, settings).map_err(anyhow::Error::msg)?;
-    let engine = crate::executor::wasm::artifact_engine_id(settings)
-        .map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
-    let dir = module.parent().context("the module has no folder")?;
-    let packed = pack(&code)?;
-    std::fs::write(
-        dir.join(SIGNATURE_ENTRY),
-        sign(key, &bytes, &packed, &engine),
-    )?;
-    std::fs::write(dir.join(CODE_ENTRY), packed)?;
-    Ok(())
-}
-
 /// The code as `exec.cwasm.zst` holds it: a zstd frame per slice.
-fn pack(code: &[u8]) -> std::io::Result<Vec<u8>> {
+pub fn pack(code: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut compressor = zstd::bulk::Compressor::new(LEVEL)?;
     let mut packed = Vec::new();
     for slice in code.chunks(SLICE) {

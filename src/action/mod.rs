@@ -36,13 +36,11 @@ pub enum PrepareError {
 /// What `/init` found to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
-    /// A native executable, started as a child process.
+    /// A native executable, started as a child process; or a module precompiled by
+    /// `wasmloop compile`, an ELF file too, which the executor tells apart.
     Native(PathBuf),
     /// A WebAssembly module.
     Wasm(PathBuf),
-    /// A WebAssembly module precompiled by `wasmloop compile` (an ELF file, but not one to
-    /// execute).
-    Precompiled(PathBuf),
     /// A signed artifact's code, verified against a key the runtime trusts.
     Signed(crate::signing::SignedCode),
 }
@@ -78,6 +76,7 @@ pub async fn prepare_as_configured(
     upload: Upload<'_>,
     env: &[(String, String)],
     config: &crate::config::Config,
+    trust: Option<crate::signing::Trust>,
 ) -> Result<Prepared, PrepareError> {
     let compiler = config.compiler.as_deref().map(|program| Compiler {
         program,
@@ -89,14 +88,6 @@ pub async fn prepare_as_configured(
         max_entries: config.max_archive_entries,
         max_bytes: config.max_unpacked_bytes,
     };
-    let trust = (!config.trust_keys.is_empty()).then(|| crate::signing::Trust {
-        keys: config.trust_keys.clone(),
-        // The engine the final code is made for, as `wasmloop compile` made it.
-        engine: crate::executor::wasm::artifact_engine_id(
-            config.engine_settings(config.wasm_compiler.final_tier()),
-        )
-        .unwrap_or_else(|e| format!("(no engine: {e})")),
-    });
     let base = &config.action_dir;
     prepare(upload, base, limits, compiler.as_ref(), trust).await
 }
@@ -162,18 +153,11 @@ pub async fn prepare(
             let rebase = |p: PathBuf| bin.join(p.strip_prefix(&src).unwrap_or(&p));
             match entry.or_else(|| find_entry(&bin, main)) {
                 Some(Entry::Wasm(p)) => Entry::Wasm(rebase(p)),
-                Some(Entry::Native(p) | Entry::Precompiled(p)) => Entry::Native(rebase(p)),
+                Some(Entry::Native(p)) => Entry::Native(rebase(p)),
                 Some(signed @ Entry::Signed(_)) => signed,
                 None => Entry::Native(bin.join("exec")),
             }
         }
-    };
-    // Told apart once, here: a precompiled module is an ELF file too.
-    let entry = match entry {
-        Entry::Native(exec) if crate::executor::wasm::is_precompiled(&exec) => {
-            Entry::Precompiled(exec)
-        }
-        other => other,
     };
     if let Entry::Native(exec) = &entry {
         // Zip entries often lack the execute bit (archives made by Java tooling).

@@ -254,7 +254,7 @@ pub async fn start(
         max_waiting: config.max_queue,
     };
     let source = match &prepared.entry {
-        Entry::Precompiled(exec) => {
+        Entry::Native(exec) if wasm::is_precompiled(exec) => {
             if !config.allow_precompiled {
                 return Err(StartError::Unsupported(
                     "this is a precompiled WebAssembly module; loading one runs its machine \
@@ -290,11 +290,11 @@ pub async fn start(
 /// (or its WebAssembly is compiled).
 fn allowed_backend(entry: &Entry, config: &Config) -> Result<(), StartError> {
     let found = match entry {
-        Entry::Native(_) => Backend::Native,
-        Entry::Wasm(path) | Entry::Precompiled(path) if wasm::file_is_component(path) => {
+        Entry::Native(exec) if !wasm::is_precompiled(exec) => Backend::Native,
+        Entry::Wasm(path) | Entry::Native(path) if wasm::file_is_component(path) => {
             Backend::Component
         }
-        Entry::Wasm(_) | Entry::Precompiled(_) => Backend::Wasm,
+        Entry::Wasm(_) | Entry::Native(_) => Backend::Wasm,
         Entry::Signed(code) if wasm::file_is_component(&code.path()) => Backend::Component,
         Entry::Signed(_) => Backend::Wasm,
     };

@@ -318,6 +318,38 @@ async fn blocking<T: Send + 'static>(
         .map_err(StartError::Wasm)
 }
 
+/// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
+/// `settings` make (`exec.cwasm.zst`) and the signature (`exec.sig`), written beside it.
+pub fn sign_beside(
+    module: &Path,
+    settings: EngineSettings,
+    key: &ed25519_dalek::SigningKey,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let bytes =
+        std::fs::read(module).with_context(|| format!("cannot read {}", module.display()))?;
+    let code = precompile(&bytes, settings).map_err(anyhow::Error::msg)?;
+    let engine =
+        artifact_engine_id(settings).map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
+    let dir = module.parent().context("the module has no folder")?;
+    let packed = crate::signing::pack(&code)?;
+    let signature = crate::signing::sign(key, &bytes, &packed, &engine);
+    std::fs::write(dir.join(crate::signing::SIGNATURE_ENTRY), signature)?;
+    std::fs::write(dir.join(crate::signing::CODE_ENTRY), packed)?;
+    Ok(())
+}
+
+/// What signed artifacts this runtime loads the code of: those its trusted keys signed
+/// for the engine its final code is made with (none without a key).
+pub fn trust(config: &Config) -> Option<crate::signing::Trust> {
+    (!config.trust_keys.is_empty()).then(|| crate::signing::Trust {
+        keys: config.trust_keys.clone(),
+        // The engine the final code is made for, as `wasmloop compile` made it.
+        engine: artifact_engine_id(config.engine_settings(config.wasm_compiler.final_tier()))
+            .unwrap_or_else(|e| format!("(no engine: {e})")),
+    })
+}
+
 /// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
 pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
     compile::compile_here(bytes, settings, true).map_err(|e| e.message)
