@@ -142,7 +142,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "WASMLOOP_ACTION_MAIN",
-        default_value = "main",
+        default_value = config::DEFAULT_MAIN,
         requires = "action"
     )]
     pub action_main: String,
@@ -189,7 +189,7 @@ pub struct RunArgs {
     /// The action: a .wasm module, a native executable or script, or a zip / tar.gz.
     pub file: PathBuf,
     /// The action's entry point name (picks `<main>.wasm` in an archive).
-    #[arg(long, default_value = "main")]
+    #[arg(long, default_value = config::DEFAULT_MAIN)]
     pub main: String,
     /// An environment variable for the action, as KEY=VALUE (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
@@ -205,7 +205,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub wait_for_ack: bool,
     /// Which compiler makes machine code of WebAssembly modules (as for `serve`).
-    #[arg(long, value_enum, default_value_t = config::WasmCompiler::Tiered)]
+    #[arg(long, value_enum, default_value_t = config::DEFAULT_WASM_COMPILER)]
     pub wasm_compiler: config::WasmCompiler,
     /// Cap on the WebAssembly instance's linear memory, in bytes [default: 256 MiB, or
     /// less to fit within the memory limit of the cgroup wasmloop runs in].
@@ -267,7 +267,7 @@ pub struct CompileArgs {
     pub output: PathBuf,
     /// The compiler to use (must match the server's; tiered makes Cranelift code, what a
     /// tiered server ends up running).
-    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
+    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::DEFAULT_WASM_COMPILER)]
     pub wasm_compiler: config::WasmCompiler,
     /// Set by a server that compiles in a child process: the module goes to stdout, errors
     /// are printed bare, the child dies with the server, and `background` lowers its
@@ -357,7 +357,7 @@ pub struct RuntimeArgs {
     pub max_memory_bytes: Option<usize>,
     /// Which compiler makes machine code of WebAssembly modules: tiered serves Winch's
     /// code (fast to make) until Cranelift's (fast to run) is ready; see docs/deploying.md.
-    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::WasmCompiler::Tiered)]
+    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::DEFAULT_WASM_COMPILER)]
     pub wasm_compiler: config::WasmCompiler,
     /// Folder for compiled WebAssembly modules, reused across /inits and restarts [default: <temp dir>/wasmloop-cache].
     #[arg(long, env = "WASMLOOP_CACHE_DIR")]
@@ -367,7 +367,7 @@ pub struct RuntimeArgs {
     pub no_cache: bool,
     /// How many instances (wasm) or children (native) of the action run activations in
     /// parallel; each keeps its own state.
-    #[arg(long, env = "WASMLOOP_CONCURRENCY", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "WASMLOOP_CONCURRENCY", default_value_t = config::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// How many activations may wait when every instance is busy; beyond that, 429 with `Retry-After: 1`.
     #[arg(long, env = "WASMLOOP_MAX_QUEUE", default_value_t = config::DEFAULT_MAX_QUEUE)]

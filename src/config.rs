@@ -36,6 +36,12 @@ pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// them): four instances fit in the invoker's `nofile=1024` with room for the runtime.
 pub const DEFAULT_MAX_INSTANCE_FILES: usize = 64;
 pub const DEFAULT_MAX_INSTANCE_SOCKETS: usize = 128;
+/// The compiler unless told otherwise: `/init` answers soon, and the code gets fast.
+pub const DEFAULT_WASM_COMPILER: WasmCompiler = WasmCompiler::Tiered;
+/// Instances (or children) of an action at once: one, as the platform's own runtimes.
+pub const DEFAULT_CONCURRENCY: u16 = 1;
+/// The entry point name an `/init` without `main` gets, as the platform's default.
+pub const DEFAULT_MAIN: &str = "main";
 /// Which backends run actions unless the operator narrows it (`--backends`).
 pub const DEFAULT_BACKENDS: &str = "wasm,component,native";
 /// What `__OW_PROXY_VERSION` tells an action.
@@ -305,13 +311,13 @@ impl Default for Config {
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             background_compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
-            wasm_compiler: WasmCompiler::Tiered,
+            wasm_compiler: DEFAULT_WASM_COMPILER,
             cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
             allow_precompiled: false,
             built_in_action: None,
             trust_keys: Vec::new(),
             allow_outbound: crate::outbound::AllowList::default(),
-            concurrency: 1,
+            concurrency: usize::from(DEFAULT_CONCURRENCY),
             max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),

@@ -47,7 +47,7 @@ impl Init {
         let main = value
             .main
             .filter(|m| !m.is_empty())
-            .unwrap_or_else(|| "main".to_owned());
+            .unwrap_or_else(|| crate::config::DEFAULT_MAIN.to_owned());
         let binary = value.binary.unwrap_or(false);
         // The code's text alone, where it lies in the body unless it had escapes: it is
         // decoded over itself.
