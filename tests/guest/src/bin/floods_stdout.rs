@@ -1,5 +1,6 @@
-//! Answers `{"lines": N}`, then writes N short stray lines on its result channel before it
-//! reads the next request.
+//! Answers `{"lines": N}` and, in the same write, N short stray lines on its result
+//! channel: one write, so that the guest gives the host no chance to take the answer
+//! before the stray lines are all there, however loaded the machine.
 use std::io::{BufRead, Write};
 
 fn main() {
@@ -7,9 +8,9 @@ fn main() {
     for line in std::io::stdin().lock().lines() {
         let request: wasmloop_test_guest::Value = serde_json::from_str(&line.unwrap()).unwrap();
         let lines = request["value"]["lines"].as_u64().unwrap_or(0);
-        wasmloop_test_guest::write_raw(&mut *out, &format!("{{\"lines\":{lines}}}"));
-        out.write_all("x\n".repeat(lines as usize).as_bytes())
-            .unwrap();
+        let mut written = format!("{{\"lines\":{lines}}}\n");
+        written.push_str(&"x\n".repeat(lines as usize));
+        out.write_all(written.as_bytes()).unwrap();
         out.flush().unwrap();
     }
 }
