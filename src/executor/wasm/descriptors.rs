@@ -45,8 +45,8 @@ impl Shared {
     }
 }
 
-/// The process's open descriptors, counted where the kernel lists them (a few µs: only
-/// opening a file or a socket pays it).
+/// The process's open descriptors, counted where the kernel lists them: a directory read,
+/// which only a guest opening a file or a socket pays for.
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |fds| fds.count())
 }
@@ -99,7 +99,8 @@ impl State {
         }
     }
 
-    /// Whether one more of `kind` fits; if so, it is counted.
+    /// Whether one more of `kind` fits beside what the instance holds (its caller has
+    /// just counted that) and what the process holds.
     fn admit(&mut self, kind: Kind) -> Result<(), Refusal> {
         let refusal = if self.in_use(kind) >= self.cap(kind) {
             Refusal::Cap(kind)
