@@ -248,13 +248,20 @@ pub async fn start(
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
     }
-    allowed_backend(&prepared.entry, config)?;
+    // Told once, from the file: a precompiled module is an ELF file too.
+    let backend = backend_of(&prepared.entry);
+    if !config.backends.contains(&backend) {
+        return Err(StartError::BackendNotAllowed {
+            found: backend,
+            allowed: config.backends.clone(),
+        });
+    }
     let size = slot::PoolSize {
         workers: config.concurrency,
         max_waiting: config.max_queue,
     };
     let source = match &prepared.entry {
-        Entry::Native(exec) if wasm::is_precompiled(exec) => {
+        Entry::Native(exec) if backend != Backend::Native => {
             if !config.allow_precompiled {
                 return Err(StartError::Unsupported(
                     "this is a precompiled WebAssembly module; loading one runs its machine \
@@ -286,25 +293,14 @@ pub async fn start(
     Ok(wasm::start(source, spec, preopen, config, size).await?)
 }
 
-/// `--backends`: an upload whose backend the operator left out is refused before it runs
-/// (or its WebAssembly is compiled).
-fn allowed_backend(entry: &Entry, config: &Config) -> Result<(), StartError> {
-    let found = match entry {
-        Entry::Native(exec) if !wasm::is_precompiled(exec) => Backend::Native,
-        Entry::Wasm(path) | Entry::Native(path) if wasm::file_is_component(path) => {
-            Backend::Component
-        }
-        Entry::Wasm(_) | Entry::Native(_) => Backend::Wasm,
-        Entry::Signed(code) if wasm::file_is_component(&code.path()) => Backend::Component,
-        Entry::Signed(_) => Backend::Wasm,
-    };
-    if config.backends.contains(&found) {
-        return Ok(());
+/// The backend an entry runs on, which `--backends` may leave out: an upload refused then
+/// is refused before it runs (or its WebAssembly is compiled).
+fn backend_of(entry: &Entry) -> Backend {
+    match entry {
+        Entry::Native(exec) => wasm::precompiled_backend(exec).unwrap_or(Backend::Native),
+        Entry::Wasm(path) => wasm::wasm_backend(path),
+        Entry::Signed(code) => wasm::wasm_backend(&code.path()),
     }
-    Err(StartError::BackendNotAllowed {
-        found,
-        allowed: config.backends.clone(),
-    })
 }
 
 /// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.

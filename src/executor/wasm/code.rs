@@ -5,6 +5,8 @@ use std::path::Path;
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module, Precompiled};
 
+use crate::config::Backend;
+
 /// What an upload compiles to; everything before instantiation is the same for both.
 #[derive(Clone)]
 pub enum Code {
@@ -18,18 +20,28 @@ pub fn is_component(bytes: &[u8]) -> bool {
     bytes.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00])
 }
 
-/// Whether the file at `path`, WebAssembly or code precompiled from it, is a component.
-pub fn file_is_component(path: &Path) -> bool {
+/// The backend whose code the file at `path` is, if wasmtime precompiled it (an ELF file,
+/// but not one to execute).
+pub fn precompiled_backend(path: &Path) -> Option<Backend> {
     match Engine::detect_precompiled_file(path) {
-        Ok(Some(Precompiled::Component)) => true,
-        Ok(Some(Precompiled::Module)) => false,
-        _ => {
-            let mut head = [0u8; 8];
-            std::fs::File::open(path)
-                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
-                .is_ok_and(|()| is_component(&head))
-        }
+        Ok(Some(Precompiled::Component)) => Some(Backend::Component),
+        Ok(Some(Precompiled::Module)) => Some(Backend::Wasm),
+        _ => None,
     }
+}
+
+/// The backend the file at `path` is for: WebAssembly, or code precompiled from it.
+pub fn wasm_backend(path: &Path) -> Backend {
+    precompiled_backend(path).unwrap_or_else(|| {
+        let mut head = [0u8; 8];
+        let read = std::fs::File::open(path)
+            .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head));
+        if read.is_ok() && is_component(&head) {
+            Backend::Component
+        } else {
+            Backend::Wasm
+        }
+    })
 }
 
 /// The interface a component must export to be run like a p1 command's `_start`.

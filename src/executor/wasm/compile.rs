@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use wasmtime::component::Component;
-use wasmtime::{Engine, ExternType, Module, Precompiled};
+use wasmtime::{Engine, ExternType, Module};
 
 use super::cache::{WasmDigest, store_in_cache};
 use super::code::{Code, check_component_command, is_component};
@@ -213,15 +213,6 @@ pub fn compile_here(
     };
     code.serialize()
         .map_err(|e| CompileError::fatal(format!("cannot serialize the compiled code: {e:#}")))
-}
-
-/// Whether `path` holds a module or component precompiled by wasmtime (an ELF file, not an
-/// executable).
-pub fn is_precompiled(path: &Path) -> bool {
-    matches!(
-        Engine::detect_precompiled_file(path),
-        Ok(Some(Precompiled::Module | Precompiled::Component))
-    )
 }
 
 /// A command module: exports `_start` taking and returning nothing.

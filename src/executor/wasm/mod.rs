@@ -24,9 +24,9 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use cache::WasmDigest;
 use code::Code;
-pub use code::{file_is_component, is_component};
+pub use code::{is_component, precompiled_backend, wasm_backend};
 use compile::{CompileChild, check_command};
-pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here, is_precompiled};
+pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::{ComponentHost, Outbound};
 pub use engine::WasmEngine;
 use host::{Host, MemoryCap};
