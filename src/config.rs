@@ -141,20 +141,23 @@ pub fn guest_descriptors(nofile: u64, concurrency: usize) -> usize {
 /// The process's open-file limit: its soft limit, raised to the hard one (Linux starts
 /// processes at 1024 whatever the hard limit allows). Done once, at start-up.
 pub fn raise_open_file_limit() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if let Some(hard) = limit.maximum
-        && limit.current != Some(hard)
-    {
-        let raised = rustix::process::Rlimit {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    if let Some(hard) = getrlimit(Resource::Nofile).maximum {
+        let raised = Rlimit {
             current: Some(hard),
             maximum: Some(hard),
         };
-        if setrlimit(Resource::Nofile, raised).is_ok() {
-            return hard;
-        }
+        // Refused (a hard limit lowered since, say), the soft limit stays as it was.
+        let _ = setrlimit(Resource::Nofile, raised);
     }
-    limit.current.unwrap_or(u64::MAX)
+    open_file_limit()
+}
+
+/// The process's open-file limit as it stands (its soft limit).
+pub fn open_file_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX)
 }
 
 /// The three ways an action runs. An image meant for sandboxed actions leaves `native` out,
@@ -178,9 +181,15 @@ impl Backend {
         }
     }
 
-    /// Every backend: what the default allows.
-    pub fn all() -> Vec<Backend> {
-        vec![Backend::Wasm, Backend::Component, Backend::Native]
+    /// What `DEFAULT_BACKENDS` allows.
+    pub fn defaults() -> Vec<Backend> {
+        DEFAULT_BACKENDS
+            .split(',')
+            .map(|name| {
+                <Backend as clap::ValueEnum>::from_str(name, false)
+                    .expect("DEFAULT_BACKENDS names backends")
+            })
+            .collect()
     }
 }
 
@@ -322,15 +331,10 @@ impl Default for Config {
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
-            backends: Backend::all(),
+            backends: Backend::defaults(),
             max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
             max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,
-            guest_descriptors: guest_descriptors(
-                rustix::process::getrlimit(rustix::process::Resource::Nofile)
-                    .current
-                    .unwrap_or(u64::MAX),
-                1,
-            ),
+            guest_descriptors: guest_descriptors(open_file_limit(), 1),
         }
     }
 }

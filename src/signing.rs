@@ -130,24 +130,8 @@ pub fn pack(code: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(packed)
 }
 
-/// A v2 signature's code digest: the BLAKE3 of its slices' BLAKE3s (`code_digest_of`
-/// makes the same, frame by frame). BLAKE3 hashes 5 MiB in 0.5 ms here where SHA-256 takes 2.5.
-#[cfg(test)]
-fn code_digest(code: &[u8]) -> [u8; 32] {
-    let mut digests = Vec::new();
-    slice_digests(code, &mut digests);
-    digest_of_slices(&digests)
-}
-
-/// Appends the digest of each slice of `code`, which starts on a slice's boundary.
-#[cfg(test)]
-fn slice_digests(code: &[u8], digests: &mut Vec<u8>) {
-    for slice in code.chunks(SLICE) {
-        digests.extend_from_slice(blake3::hash(slice).as_bytes());
-    }
-}
-
-/// The code's digest, from all its slices' digests in order.
+/// A v2 signature's code digest, from all its slices' BLAKE3s in order (BLAKE3 hashes
+/// 5 MiB in 0.5 ms here where SHA-256 takes 2.5).
 fn digest_of_slices(digests: &[u8]) -> [u8; 32] {
     *blake3::hash(digests).as_bytes()
 }
@@ -550,6 +534,16 @@ pub fn read_trusted(paths: &[PathBuf]) -> anyhow::Result<Vec<VerifyingKey>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A v2 signature's code digest, as `wasmloop compile` made it before v3: from the
+    /// code whole, where `code_digest_of` goes frame by frame.
+    fn code_digest(code: &[u8]) -> [u8; 32] {
+        let digests: Vec<u8> = code
+            .chunks(SLICE)
+            .flat_map(|slice| *blake3::hash(slice).as_bytes())
+            .collect();
+        digest_of_slices(&digests)
+    }
 
     /// Checks a signature file against the code it signs: packed (v3) or inflated (v2).
     fn verify(signature_file: &[u8], code: &[u8], trust: &Trust) -> Result<(), String> {

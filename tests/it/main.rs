@@ -15,6 +15,6 @@ mod limits;
 mod local;
 mod mistakes;
 mod pool;
-pub mod signed;
+mod signed;
 mod uploads;
 mod wasm;

@@ -25,7 +25,7 @@ pub enum Kind {
 /// runtime keeps for itself (accepting connections, logging, starting replacements) stays
 /// free whatever the guests hold, and however they hold it (a component's file stream
 /// keeps its file open after the file's descriptor is dropped).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Shared {
     most: usize,
     /// How many descriptors the process holds now.
@@ -33,11 +33,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(most: usize) -> Arc<Shared> {
-        Arc::new(Shared {
+    pub fn new(most: usize) -> Shared {
+        Shared {
             most,
             open: open_descriptors,
-        })
+        }
     }
 
     fn full(&self) -> bool {
@@ -51,11 +51,12 @@ fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |fds| fds.count())
 }
 
-/// The caps of one instance.
+/// The caps of one instance, and what the process may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct Caps {
     pub files: usize,
     pub sockets: usize,
+    pub shared: Shared,
 }
 
 /// Why a guest may not open one more.
@@ -73,11 +74,10 @@ pub struct Descriptors(Arc<Mutex<State>>);
 
 struct State {
     caps: Caps,
-    shared: Arc<Shared>,
-    files: usize,
-    /// TCP and UDP sockets, as last counted in the table.
+    /// TCP and UDP sockets, as last counted in the table: an HTTP request, which cannot
+    /// see the table, goes by this.
     sockets: usize,
-    /// HTTP requests whose connection is open.
+    /// HTTP requests whose connection is open: what the table does not show.
     connections: usize,
     logs: GuestStderr,
     /// Whether this activation's logs said so already, per refusal.
@@ -85,26 +85,16 @@ struct State {
 }
 
 impl State {
-    fn in_use(&self, kind: Kind) -> usize {
-        match kind {
-            Kind::File => self.files,
-            Kind::Socket => self.sockets + self.connections,
-        }
-    }
-
-    fn cap(&self, kind: Kind) -> usize {
-        match kind {
+    /// Whether one more of `kind` fits beside the `held` the instance holds (as its
+    /// caller has just counted them) and what the process holds.
+    fn admit(&mut self, kind: Kind, held: usize) -> Result<(), Refusal> {
+        let cap = match kind {
             Kind::File => self.caps.files,
             Kind::Socket => self.caps.sockets,
-        }
-    }
-
-    /// Whether one more of `kind` fits beside what the instance holds (its caller has
-    /// just counted that) and what the process holds.
-    fn admit(&mut self, kind: Kind) -> Result<(), Refusal> {
-        let refusal = if self.in_use(kind) >= self.cap(kind) {
+        };
+        let refusal = if held >= cap {
             Refusal::Cap(kind)
-        } else if self.shared.full() {
+        } else if self.caps.shared.full() {
             Refusal::Shared
         } else {
             return Ok(());
@@ -145,18 +135,16 @@ impl State {
                  the container's open-file limit (nofile) leaves its guests beside what it \
                  keeps for itself; raise the limit (docker run --ulimit nofile=N), or lower \
                  --concurrency or the per-instance caps",
-                self.shared.most
+                self.caps.shared.most
             ),
         }
     }
 }
 
 impl Descriptors {
-    pub fn new(caps: Caps, shared: Arc<Shared>, logs: GuestStderr) -> Self {
+    pub fn new(caps: Caps, logs: GuestStderr) -> Self {
         Descriptors(Arc::new(Mutex::new(State {
             caps,
-            shared,
-            files: 0,
             sockets: 0,
             connections: 0,
             logs,
@@ -166,23 +154,23 @@ impl Descriptors {
 
     /// May the guest, holding `files` open files, open one more?
     pub fn admit_file(&self, files: usize) -> Result<(), Refusal> {
-        let mut state = crate::lock(&self.0);
-        state.files = files;
-        state.admit(Kind::File)
+        crate::lock(&self.0).admit(Kind::File, files)
     }
 
     /// May the guest, holding `sockets` TCP and UDP sockets, open one more?
     pub fn admit_socket(&self, sockets: usize) -> Result<(), Refusal> {
         let mut state = crate::lock(&self.0);
         state.sockets = sockets;
-        state.admit(Kind::Socket)
+        let held = sockets + state.connections;
+        state.admit(Kind::Socket, held)
     }
 
-    /// May the guest send an HTTP request? The connection counts as a socket until the
+    /// May the guest send an HTTP request? Its connection counts as a socket until the
     /// returned guard goes.
     pub fn admit_connection(&self) -> Result<Connection, Refusal> {
         let mut state = crate::lock(&self.0);
-        state.admit(Kind::Socket)?;
+        let held = state.sockets + state.connections;
+        state.admit(Kind::Socket, held)?;
         state.connections += 1;
         Ok(Connection(self.clone()))
     }
@@ -212,18 +200,19 @@ pub fn live<T: std::any::Any>(table: &mut wasmtime::component::ResourceTable) ->
 mod tests {
     use super::*;
 
-    fn instance(shared: &Arc<Shared>, files: usize, sockets: usize) -> Descriptors {
-        Descriptors::new(
-            Caps { files, sockets },
-            shared.clone(),
-            GuestStderr::default(),
-        )
+    fn instance(shared: Shared, files: usize, sockets: usize) -> Descriptors {
+        let caps = Caps {
+            files,
+            sockets,
+            shared,
+        };
+        Descriptors::new(caps, GuestStderr::default())
     }
 
     #[test]
     fn each_instance_is_held_to_its_caps_and_all_to_what_the_process_may_hold() {
         let shared = Shared::new(usize::MAX);
-        let one = instance(&shared, 2, 2);
+        let one = instance(shared, 2, 2);
         assert_eq!(one.admit_file(0), Ok(()));
         assert_eq!(one.admit_file(1), Ok(()));
         assert_eq!(one.admit_file(2), Err(Refusal::Cap(Kind::File)));
@@ -235,11 +224,11 @@ mod tests {
         drop(connection);
         assert_eq!(one.admit_socket(1), Ok(()));
         // Past what the process may hold, nothing more, whatever the instance's caps.
-        let full = Arc::new(Shared {
+        let full = Shared {
             most: 10,
             open: || 10,
-        });
-        let two = instance(&full, 8, 8);
+        };
+        let two = instance(full, 8, 8);
         assert_eq!(two.admit_file(0), Err(Refusal::Shared));
         assert_eq!(two.admit_socket(0), Err(Refusal::Shared));
         assert!(open_descriptors() > 2, "stdio at least");
@@ -247,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_logged_once_an_activation_naming_the_cap_and_its_setting() {
-        let one = instance(&Shared::new(100), 0, 4);
+        let one = instance(Shared::new(100), 0, 4);
         let said = |d: &Descriptors| crate::lock(&d.0).said;
         assert!(one.admit_file(0).is_err());
         assert_eq!(said(&one), [true, false, false]);

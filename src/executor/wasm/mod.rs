@@ -86,14 +86,7 @@ pub struct WasmSpec {
     start: StartSpec,
     preopen: Option<PathBuf>,
     outbound: Arc<AllowList>,
-    descriptors: Holding,
-}
-
-/// What each instance may hold open, and what all of them share.
-#[derive(Clone)]
-struct Holding {
-    caps: descriptors::Caps,
-    shared: Arc<descriptors::Shared>,
+    descriptors: descriptors::Caps,
 }
 
 /// Code linked against WASI, ready to instantiate.
@@ -108,7 +101,7 @@ struct Link {
     start: StartSpec,
     preopen: Option<PathBuf>,
     outbound: Arc<AllowList>,
-    descriptors: Holding,
+    descriptors: descriptors::Caps,
 }
 
 /// Compiles (or loads) the module and starts its first instance: what `/init` does. With
@@ -126,11 +119,9 @@ pub async fn start(
         start,
         preopen,
         outbound: Arc::new(config.allow_outbound.clone()),
-        descriptors: Holding {
-            caps: descriptors::Caps {
-                files: config.max_instance_files,
-                sockets: config.max_instance_sockets,
-            },
+        descriptors: descriptors::Caps {
+            files: config.max_instance_files,
+            sockets: config.max_instance_sockets,
             shared: descriptors::Shared::new(config.guest_descriptors),
         },
     };
@@ -457,11 +448,7 @@ impl Instance {
         }
         let limits = MemoryCap(engine.settings.memory_cap);
         let mut denials = None;
-        let held = descriptors::Descriptors::new(
-            wasm.descriptors.caps,
-            wasm.descriptors.shared.clone(),
-            stderr.clone(),
-        );
+        let held = descriptors::Descriptors::new(wasm.descriptors, stderr.clone());
         let preopens = usize::from(wasm.preopen.is_some());
         let guest: Guest = match &wasm.pre {
             Pre::Module(pre) => {
@@ -643,34 +630,29 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
     match result {
         Ok(()) => "the guest returned from _start".to_owned(),
         Err(e) => {
+            use wasmtime::component::ResourceTableError;
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
-                format!("exit status: {}", exit.0)
-            } else if let Some(trap) = e.downcast_ref::<Trap>() {
-                trap.to_string()
-            } else if let Some(wasmtime::component::ResourceTableError::Full) =
-                e.downcast_ref::<wasmtime::component::ResourceTableError>()
-            {
-                format!(
+                return format!("exit status: {}", exit.0);
+            }
+            if let Some(trap) = e.downcast_ref::<Trap>() {
+                return trap.to_string();
+            }
+            // The top level is "error while executing at wasm backtrace: ..." with the
+            // whole backtrace; the cause says what happened.
+            let cause = e.root_cause().to_string();
+            match e.downcast_ref::<ResourceTableError>() {
+                Some(ResourceTableError::Full) => format!(
                     "the component holds {} WASI resources (files, streams, sockets, HTTP \
                      requests, bodies and headers), the most one instance may: drop those it \
                      is done with",
                     component::MAX_RESOURCES
-                )
-            } else {
-                // The top level is "error while executing at wasm backtrace: ..." with the
-                // whole backtrace; the cause says what happened.
-                let cause = e.root_cause().to_string();
-                if let Some(wasmtime::component::ResourceTableError::HasChildren) =
-                    e.downcast_ref::<wasmtime::component::ResourceTableError>()
-                {
-                    format!(
-                        "{cause}: the component dropped a WASI resource before those made from \
-                         it (a stream before its pollable, a body before its stream); drop \
-                         children first"
-                    )
-                } else {
-                    cause
-                }
+                ),
+                Some(ResourceTableError::HasChildren) => format!(
+                    "{cause}: the component dropped a WASI resource before those made from it \
+                     (a stream before its pollable, a body before its stream); drop children \
+                     first"
+                ),
+                _ => cause,
             }
         }
     }
