@@ -460,3 +460,33 @@ fn a_component_may_not_listen_for_connections_whatever_the_list() {
     server.wait_stderr("wasmloop: denied listening for connections on");
     server.wait_stderr("components may only reach out (--allow-outbound), not accept connections");
 }
+
+#[test]
+fn an_http_request_past_the_instances_socket_cap_is_refused_and_the_logs_name_the_cap() {
+    let web = HttpServer::start("twelve bytes");
+    let to = web.addr.to_string();
+    let server = component_server(
+        "http_get",
+        &["--allow-outbound", &to, "--max-instance-sockets", "0"],
+    );
+    assert_eq!(
+        result(&server, json!({"url": web.url("/x")})),
+        json!({"error": "ErrorCode::ConnectionLimitReached"})
+    );
+    server.wait_stderr(
+        "wasmloop: refused to open a socket: too many open sockets for this instance: 0 \
+         (--max-instance-sockets, WASMLOOP_MAX_INSTANCE_SOCKETS; HTTP requests count while \
+         their connection is open)",
+    );
+    // With room for one, the same request goes out; its connection is given back after.
+    let server = component_server(
+        "http_get",
+        &["--allow-outbound", &to, "--max-instance-sockets", "1"],
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            result(&server, json!({"url": web.url("/x")})),
+            json!({"status": 200, "length": 12})
+        );
+    }
+}
