@@ -8,11 +8,9 @@ seconds=${1:-10}
 . scripts/lib.sh
 build_for_measuring
 
-start() { # PORT FILE: a server with FILE initialized, its logs discarded
-  "$bin" serve --listen "127.0.0.1:$1" >/dev/null 2>&1 &
-  pids+=($!)
-  wait_for_port "$1"
-  init_action "$1" "$2" >/dev/null
+start() { # PORT FILE: a server running FILE, its logs discarded
+  serve_action "$1" "$2"
+  pids+=("$server")
 }
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null' EXIT

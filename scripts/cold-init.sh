@@ -5,11 +5,12 @@
 # release build. Usage: scripts/cold-init.sh [ROUNDS]   (prints the median of ROUNDS, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-wasmloop=${CARGO_TARGET_DIR:-target}/release/wasmloop
+. scripts/lib.sh
+bin=${CARGO_TARGET_DIR:-target}/release/wasmloop
 rounds=${1:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$wasmloop" keygen "$work/keys" >/dev/null
+"$bin" keygen "$work/keys" >/dev/null
 
 # The /init body of FILE, written once: not while a fresh server waits for it.
 make_body() {
@@ -21,14 +22,9 @@ init_ms() {
   local file=$1; shift
   local port
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$wasmloop" serve --listen "127.0.0.1:$port" --no-cache "$@" >/dev/null 2>&1 &
-  local pid=$!
-  for _ in $(seq 200); do curl -s -o /dev/null "127.0.0.1:$port/" && break; sleep 0.02; done
-  local seconds
-  seconds=$(curl -s -o "$work/answer" -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$file")
-  grep -q '"ok":true' "$work/answer" || { echo "/init of $file failed: $(cat "$work/answer")" >&2; exit 1; }
-  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
-  awk -v s="$seconds" 'BEGIN { printf "%.1f", s * 1000 }'
+  start_server "$port" --no-cache "$@"
+  timed_init "$port" "$file" || exit 1
+  kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true
 }
 
 median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -39,7 +35,7 @@ for file in wasm-examples/out/hello-rust.wasm wasm-examples/out/hello-c.wasm \
             component-examples/out/hello-rust.wasm component-examples/out/hello-js.wasm \
             component-examples/out/hello-python.wasm; do
   [ -f "$file" ] || { echo "$file is missing: run its build.sh" >&2; exit 1; }
-  "$wasmloop" compile "$file" --output "$work/artifact.zip" --sign-key "$work/keys/sign.key"
+  "$bin" compile "$file" --output "$work/artifact.zip" --sign-key "$work/keys/sign.key"
   make_body "$file" "$work/module.json"
   make_body "$work/artifact.zip" "$work/artifact.json"
   compiled=$(for _ in $(seq "$rounds"); do echo -n "$(init_ms "$work/module.json") "; done | median)

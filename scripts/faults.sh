@@ -20,10 +20,7 @@ fault() {
   shift 4
   local file="$guests/debug/$guest"
   [ "$backend" = wasm ] && file="$guests/wasm32-wasip1/release/$guest.wasm"
-  "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>&1 &
-  local server=$!
-  wait_for_port "$port"
-  init_action "$port" "$file" >/dev/null
+  serve_action "$port" "$file" "$@"
   local answer next
   answer=$(curl -sS -o /dev/stderr -w '%{http_code} %{time_total}s' -XPOST "127.0.0.1:$port/run" \
     -d "$input" 2>/tmp/fault-body)

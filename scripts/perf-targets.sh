@@ -17,9 +17,7 @@ cache=$(mktemp -d)
 trap 'rm -rf "$cache"; kill $(jobs -p) 2>/dev/null || true' EXIT
 
 start() { # FLAGS...: a fresh server, its diagnostics in $cache/server.log; sets $server
-  "$bin" serve --listen "127.0.0.1:$port" "$@" >/dev/null 2>"$cache/server.log" &
-  server=$!
-  wait_for_port "$port"
+  SERVER_LOG="$cache/server.log" start_server "$port" "$@"
 }
 optimized() { # waits (up to 60 s) until a server started with -v runs Cranelift's code
   for _ in $(seq 600); do
@@ -32,8 +30,7 @@ optimized() { # waits (up to 60 s) until a server started with -v runs Cranelift
 stop() { kill "$server"; wait "$server" 2>/dev/null || true; }
 init_ms() { # FILE: prints how long /init took, in ms
   init_body "$1" >"$cache/init.json"
-  curl -sS -o /dev/null -w '%{time_total}' -XPOST "127.0.0.1:$port/init" --data-binary @"$cache/init.json" |
-    awk '{printf "%.1f", $1 * 1000}'
+  timed_init "$port" "$cache/init.json"
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 # Resident memory, and how much of it is private (anonymous) and file-backed (code).

@@ -42,11 +42,8 @@ drive() {
       valgrind --tool=none -q "$bin" compile "$file" --output "$work/hello.cwasm" --wasm-compiler cranelift
     file=$work/hello.cwasm
   fi
-  "$@" "$bin" serve --listen "127.0.0.1:$port" --no-cache --allow-precompiled --wasm-compiler cranelift \
-    >/dev/null 2>"$work/server.log" &
-  local server=$!
-  wait_for_port "$port"
-  init_action "$port" "$file" | grep -q '"ok":true' || { cat "$work/server.log" >&2; exit 1; }
+  WRAP="$*" SERVER_LOG="$work/server.log" serve_action "$port" "$file" --no-cache --allow-precompiled \
+    --wasm-compiler cranelift || { cat "$work/server.log" >&2; exit 1; }
   local check=(--expect "$expect")
   [ -z "$expect" ] && check=()
   "$bin" bench --url "http://127.0.0.1:$port$path" --hits "$hits" --warmup 0 \

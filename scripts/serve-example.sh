@@ -11,12 +11,8 @@ wasm-examples/build.sh
 cargo build --release --locked --quiet
 bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
 
-"$bin" serve --listen "127.0.0.1:$port" &
-server=$!
+SERVER_OUT=/dev/stdout SERVER_LOG=/dev/stderr serve_action "$port" wasm-examples/out/hello-rust.wasm
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT INT TERM
-
-wait_for_port "$port"
-init_action "$port" wasm-examples/out/hello-rust.wasm >&2
 echo "wasmloop serves the WebAssembly hello on port $port; try:" >&2
 echo "  curl -s -XPOST localhost:$port/run -d '{\"value\":{\"name\":\"Mike\"}}'" >&2
 wait $server

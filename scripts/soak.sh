@@ -16,11 +16,9 @@ case "$backend" in
   *) echo "usage: $0 [wasm|native] [COUNT]" >&2; exit 2 ;;
 esac
 cargo build --release --locked --quiet
-"${CARGO_TARGET_DIR:-target}/release/wasmloop" serve --listen "127.0.0.1:$port" >/dev/null 2>&1 &
-server=$!
+bin="${CARGO_TARGET_DIR:-target}/release/wasmloop"
 trap 'kill $server 2>/dev/null' EXIT
-wait_for_port "$port"
-init_action "$port" "$action" >/dev/null
+serve_action "$port" "$action"
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 url="http://127.0.0.1:$port/run"
