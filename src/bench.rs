@@ -2,10 +2,8 @@
 //! connections, in one table of latencies (the ActionLoop announcement's columns).
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -182,60 +180,23 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
             file.display()
         )
     })?;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let fd = listener.as_raw_fd();
     let logs = tempfile::tempfile()?;
-    let mut command = Command::new(std::env::current_exe()?);
-    command
-        .args(["serve", "--listen-fd", "3"])
+    let mut launch = crate::harness::Launch::new(std::env::current_exe()?, 3);
+    launch
+        .command()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(logs.try_clone()?);
-    // SAFETY: the closure only makes async-signal-safe calls.
-    unsafe { command.pre_exec(move || crate::executor::native::install_as(fd, 3)) };
-    let mut served = Served {
-        child: command.spawn().context("cannot start wasmloop serve")?,
-        addr,
-        logs,
-    };
-    // Ours no more: were the server to die, connecting would fail instead of waiting in
-    // a backlog nobody accepts from.
-    drop(listener);
-    let code = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
-    let init = serde_json::json!({ "value": { "code": code, "binary": true } }).to_string();
-    let answer = match blocking_post(addr, "/init", init.as_bytes()) {
-        Ok(answer) => answer,
-        Err(error) => return Err(served.explain(error)),
+    let (child, addr) = launch.spawn().context("cannot start wasmloop serve")?;
+    let mut served = Served { child, addr, logs };
+    let answer = match crate::harness::init(addr, &bytes, crate::config::DEFAULT_MAIN) {
+        Ok(answer) => answer.text(),
+        Err(error) => return Err(served.explain(error.into())),
     };
     if answer != "{\"ok\":true}\n" {
         bail!("cannot initialize {}: {answer}", file.display());
     }
     Ok(served)
-}
-
-/// One request on its own connection, for set-up steps.
-fn blocking_post(addr: SocketAddr, path: &str, body: &[u8]) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    // A cold /init of a large module compiles for seconds; a server that hangs must not
-    // hang the bench.
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    stream.write_all(body)?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    if raw.is_empty() {
-        bail!("the connection closed without an answer to {path}");
-    }
-    Ok(raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default())
 }
 
 /// The `exec` row's server: a fresh process per activation, as the old Docker skeleton did.

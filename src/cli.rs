@@ -155,6 +155,19 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The server's settings: every flag resolved (the trusted keys read) in one step.
+    /// `debug` is the reference's `-debug`, which also allows more than one `/init`.
+    pub fn to_config(&self, debug: bool) -> anyhow::Result<Config> {
+        Ok(Config {
+            allow_reinit: debug,
+            built_in_action: self
+                .action
+                .clone()
+                .map(|file| (file, self.action_main.clone())),
+            ..self.runtime.to_config()?
+        })
+    }
+
     /// One thread per activation that can run at once: with one, every hop between the
     /// connection, the activation and the instance stays on one thread (a second idle
     /// worker gets woken by each of them: 2.5 context switches per request instead of 1.1
@@ -231,7 +244,7 @@ impl RunArgs {
     pub fn to_config(&self) -> Config {
         let defaults = Config::default();
         Config {
-            compiler: self.compiler.clone().filter(|p| !p.as_os_str().is_empty()),
+            compiler: hook(&self.compiler),
             path_env: std::env::var("PATH").ok(),
             wait_for_ack: self.wait_for_ack.then(|| "1".to_owned()),
             inherited_env: inherited_ow_env(),
@@ -239,11 +252,7 @@ impl RunArgs {
             timeout: Some(self.timeout),
             max_memory_bytes: memory_cap(self.max_memory_bytes, 1),
             wasm_compiler: self.wasm_compiler,
-            cache_dir: if self.no_cache {
-                None
-            } else {
-                self.cache_dir.clone().or(defaults.cache_dir.clone())
-            },
+            cache_dir: cache_dir(&self.cache_dir, self.no_cache, &defaults),
             allow_precompiled: self.allow_precompiled,
             allow_outbound: self.outbound.allow_outbound.clone(),
             sentinels: false,
@@ -449,18 +458,23 @@ fn non_empty(value: &Option<String>) -> Option<String> {
 }
 
 impl RuntimeArgs {
-    pub fn to_config(&self) -> Config {
+    /// The runtime's settings; fails on a trusted key that cannot be read (a mistake to
+    /// hear about at start-up, not at the first signed `/init`).
+    pub fn to_config(&self) -> anyhow::Result<Config> {
         let defaults = Config::default();
-        Config {
-            action_dir: self.action_dir.clone().unwrap_or(defaults.action_dir),
-            compiler: self.compiler.clone().filter(|p| !p.as_os_str().is_empty()),
+        Ok(Config {
+            action_dir: self
+                .action_dir
+                .clone()
+                .unwrap_or(defaults.action_dir.clone()),
+            compiler: hook(&self.compiler),
             wait_for_ack: non_empty(&self.wait_for_ack),
             execution_env: non_empty(&self.execution_env),
             log_init_error: non_empty(&self.log_init_error).is_some(),
             inherited_env: inherited_ow_env(),
             path_env: std::env::var("PATH").ok(),
             allow_reinit: defaults.allow_reinit,
-            built_in_action: defaults.built_in_action,
+            built_in_action: defaults.built_in_action.clone(),
             max_init_bytes: self.max_init_bytes,
             max_run_bytes: self.max_run_bytes,
             max_result_bytes: self.max_result_bytes,
@@ -472,14 +486,9 @@ impl RuntimeArgs {
             background_compile_timeout: self.compile_timeout,
             max_memory_bytes: memory_cap(self.max_memory_bytes, usize::from(self.concurrency)),
             wasm_compiler: self.wasm_compiler,
-            cache_dir: if self.no_cache {
-                None
-            } else {
-                self.cache_dir.clone().or(defaults.cache_dir)
-            },
+            cache_dir: cache_dir(&self.cache_dir, self.no_cache, &defaults),
             allow_precompiled: self.allow_precompiled,
-            // Reading them can fail: `serve` does, from `self.trust_keys`.
-            trust_keys: Vec::new(),
+            trust_keys: crate::signing::read_trusted(&self.trust_keys)?,
             allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
             max_queue: self.max_queue,
@@ -489,11 +498,26 @@ impl RuntimeArgs {
             backends: self.backends.clone(),
             max_instance_files: self.max_instance_files,
             max_instance_sockets: self.max_instance_sockets,
+            compile_exe: defaults.compile_exe.clone(),
             guest_descriptors: config::guest_descriptors(
                 config::raise_open_file_limit(),
                 usize::from(self.concurrency),
             ),
-        }
+        })
+    }
+}
+
+/// The compiler hook, if set to something (OpenWhisk treats an empty variable as unset).
+fn hook(flag: &Option<PathBuf>) -> Option<PathBuf> {
+    flag.clone().filter(|p| !p.as_os_str().is_empty())
+}
+
+/// The compile cache's folder: the flag's, the default, or none with `--no-cache`.
+fn cache_dir(flag: &Option<PathBuf>, no_cache: bool, defaults: &Config) -> Option<PathBuf> {
+    if no_cache {
+        None
+    } else {
+        flag.clone().or(defaults.cache_dir.clone())
     }
 }
 

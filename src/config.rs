@@ -44,6 +44,8 @@ pub const DEFAULT_CONCURRENCY: u16 = 1;
 pub const DEFAULT_MAIN: &str = "main";
 /// Which backends run actions unless the operator narrows it (`--backends`).
 pub const DEFAULT_BACKENDS: &str = "wasm,component,native";
+/// Our own executable, as the kernel keeps it.
+pub const SELF_EXE: &str = "/proc/self/exe";
 /// What `__OW_PROXY_VERSION` tells an action.
 pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -121,6 +123,9 @@ pub struct Config {
     pub max_instance_files: usize,
     /// Sockets (and HTTP connections) each WebAssembly instance may hold open.
     pub max_instance_sockets: usize,
+    /// The `wasmloop` executable that compile children run: our own, even if its file was
+    /// replaced or removed since we started (a program embedding the runtime names one).
+    pub compile_exe: PathBuf,
     /// Descriptors the process may hold before guests are refused more: the open-file
     /// limit less what the runtime keeps for itself (`guest_descriptors`).
     pub guest_descriptors: usize,
@@ -334,6 +339,7 @@ impl Default for Config {
             backends: Backend::defaults(),
             max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
             max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,
+            compile_exe: PathBuf::from(SELF_EXE),
             guest_descriptors: guest_descriptors(open_file_limit(), 1),
         }
     }

@@ -1,28 +1,44 @@
 //! wasmloop: an OpenWhisk ActionLoop runtime. A request's path through the modules:
 //!
-//! - `cli`, `config`: settings from flags and environment, and their defaults.
-//! - `server`: the HTTP server and its routes; `handlers`: `/init`, `/run`, other paths.
-//! - `runtime`: the action slot that `/init` fills and `/run` uses.
+//! - `cli`, `config`: flags and environment resolved into one `Config`, in one fallible
+//!   step (`ServeArgs::to_config`); every default lives in `config`.
+//! - `server`: the HTTP server (`app` builds the router, `run` serves it); `handlers`:
+//!   `/init`, `/run`, other paths.
+//! - `runtime`: the action slot that `/init` fills and `/run` uses; it owns the wasm
+//!   engines (`executor::wasm::Engines`), made from its `Config`.
 //! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel.
 //! - `error`: the one error type and its status codes.
-//! - `action`: an upload turned into a startable folder (decode, detect, unpack, compile).
+//! - `action`: an upload turned into a startable folder (decode, detect, unpack, and
+//!   `hook`, the `OW_COMPILER` compiler hook).
 //! - `signing`: the signed-artifact format (keys, what is signed, verification), handed
 //!   the trusted keys and engine id: it knows nothing of wasmtime.
-//! - `executor`: the `Executor` trait, which `executor::slot::Slot` implements for both
-//!   backends (a pool of workers: queue, deadlines, restarts, each activation's end and
-//!   sentinels); `executor::native` drives a child process over pipes, `executor::wasm` a
-//!   wasmtime instance over its WASI stdio, `executor::lines` frames requests and results as
-//!   JSON lines, `executor::diagnose` tells why a child does not answer or start.
+//! - `executor`: the `Executor` seam the runtime holds, and `start`, which picks the
+//!   backend an upload needs.
+//!   - `executor::pool`: what every backend shares: `Pool<W>`, the one `Executor`, runs
+//!     activations on workers of one backend (queue, deadlines, restarts, each
+//!     activation's end and sentinels); a backend is a `Worker`.
+//!   - `executor::lines`: JSON-lines framing and the one capped line splitter.
+//!   - `executor::native/`: the native backend, a child process over pipes (spawning,
+//!     its stdout tap, why a child does not start or answer).
+//!   - `executor::wasm/`: the WebAssembly backend, modules and components in wasmtime
+//!     (the only code that touches wasmtime: engines, compile children, the compile
+//!     cache, WASI streams, descriptor caps, the outbound gate).
+//!
+//!   A new backend is one folder under `executor/` with one `Worker` implementation, and
+//!   one arm in `executor::start`.
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
 //! - `local`: `wasmloop run`, the same path without HTTP.
+//! - `harness`: start a `wasmloop serve` process and `/init` an action in it, for `bench`
+//!   and the integration tests.
 //! - `bench`: `wasmloop bench`, the backends compared over real HTTP (cargo feature `bench`).
 //!
 //! The arrows point one way (no module uses one that uses it):
 //! `server` → `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
 //! beside `runtime` and names `action`'s and `executor`'s errors; `config`, `protocol`,
-//! `outbound` and `memory` are used from above and use nothing above them; `local`, `cli`
-//! and `bench` are at the top, beside `main`.
+//! `outbound` and `memory` are used from above and use nothing above them; `local`, `cli`,
+//! `harness` and `bench` are at the top, beside `main` (`harness` uses only `executor`'s
+//! descriptor helper and `lines`' excerpt).
 
 pub mod action;
 #[cfg(feature = "bench")]
@@ -32,6 +48,7 @@ pub mod config;
 pub mod error;
 pub mod executor;
 pub mod handlers;
+pub mod harness;
 pub mod local;
 pub mod memory;
 pub mod outbound;

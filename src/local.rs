@@ -59,7 +59,7 @@ async fn init_and_run(
     let action = runtime
         .action()
         .context("the action vanished after /init")?;
-    let mut out = Output {
+    let mut out = Results {
         stdout: tokio::io::stdout(),
         failures: 0,
     };
@@ -94,12 +94,12 @@ async fn init_and_run(
 }
 
 /// Results to stdout, failures counted and told on stderr.
-struct Output {
+struct Results {
     stdout: tokio::io::Stdout,
     failures: usize,
 }
 
-impl Output {
+impl Results {
     /// Runs one input; false once stdout is closed.
     async fn activate(
         &mut self,
@@ -158,7 +158,7 @@ pub async fn compile_to_zip(
         bytes: bytes.into(),
         main,
     };
-    let trust = crate::executor::wasm::trust(config);
+    let trust = crate::executor::wasm::Engines::new(config).trust(&config.trust_keys);
     let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).

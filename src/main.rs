@@ -81,15 +81,7 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
 }
 
 fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
-    let mut config = args.runtime.to_config();
-    // Read once, now: a key that cannot be read is a mistake to hear about at start-up.
-    config.trust_keys = wasmloop::signing::read_trusted(&args.runtime.trust_keys)?;
-    // The reference's -debug also allows more than one /init.
-    config.allow_reinit = debug;
-    config.built_in_action = args
-        .action
-        .clone()
-        .map(|file| (file, args.action_main.clone()));
+    let config = args.to_config(debug)?;
     async_runtime(Some(args.worker_threads()))?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
@@ -280,7 +272,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
     std::io::stdin()
         .read_to_end(&mut input)
         .context("cannot read the upload on stdin")?;
-    let config = args.runtime.to_config();
+    let config = args.runtime.to_config()?;
     let zip = async_runtime(None)?.block_on(wasmloop::local::compile_to_zip(
         input,
         &args.main,

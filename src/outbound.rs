@@ -6,27 +6,27 @@ use std::str::FromStr;
 
 /// One place a component may connect to, or send HTTP requests to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    host: Host,
+pub struct Rule {
+    host: Allowed,
     port: Option<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Host {
+enum Allowed {
     Any,
     Ip(IpAddr),
     /// Lower case, without a trailing dot.
     Name(String),
 }
 
-impl FromStr for Entry {
+impl FromStr for Rule {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text == "*" {
-            return Ok(Entry {
-                host: Host::Any,
+            return Ok(Rule {
+                host: Allowed::Any,
                 port: None,
             });
         }
@@ -47,23 +47,24 @@ impl FromStr for Entry {
             ),
         };
         let host = if host == "*" {
-            Host::Any
+            Allowed::Any
         } else if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-            Host::Ip(IpAddr::V6(v6.parse().map_err(|_| {
-                format!("`{text}`: `{v6}` is not an IPv6 address")
-            })?))
+            Allowed::Ip(IpAddr::V6(
+                v6.parse()
+                    .map_err(|_| format!("`{text}`: `{v6}` is not an IPv6 address"))?,
+            ))
         } else if host.contains(':') {
             return Err(format!(
                 "`{text}`: write an IPv6 address in brackets, e.g. [{host}]:{}",
                 port.map_or("*".to_owned(), |p| p.to_string())
             ));
         } else if let Ok(ip) = host.parse::<IpAddr>() {
-            Host::Ip(ip)
+            Allowed::Ip(ip)
         } else if host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
         {
-            Host::Name(host.trim_end_matches('.').to_ascii_lowercase())
+            Allowed::Name(host.trim_end_matches('.').to_ascii_lowercase())
         } else if let Some(ascii) = looked_up_as(host).filter(|_| !host.is_ascii()) {
             // An international name: the list holds names as they are looked up.
             return Err(format!(
@@ -73,18 +74,18 @@ impl FromStr for Entry {
         } else {
             return Err(format!("`{text}`: `{host}` is not a host name or address"));
         };
-        Ok(Entry { host, port })
+        Ok(Rule { host, port })
     }
 }
 
-impl fmt::Display for Entry {
+impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.host {
-            Host::Any if self.port.is_none() => return f.write_str("*"),
-            Host::Any => f.write_str("*")?,
-            Host::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
-            Host::Ip(ip) => write!(f, "{ip}")?,
-            Host::Name(name) => f.write_str(name)?,
+            Allowed::Any if self.port.is_none() => return f.write_str("*"),
+            Allowed::Any => f.write_str("*")?,
+            Allowed::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
+            Allowed::Ip(ip) => write!(f, "{ip}")?,
+            Allowed::Name(name) => f.write_str(name)?,
         }
         match self.port {
             Some(port) => write!(f, ":{port}"),
@@ -96,7 +97,7 @@ impl fmt::Display for Entry {
 /// Where components may go. Empty (the default) denies every connection and request.
 #[derive(Debug, Clone, Default)]
 pub struct AllowList {
-    entries: Vec<Entry>,
+    entries: Vec<Rule>,
     /// The addresses of the names the entries have, shared by every instance.
     names: std::sync::Arc<NameCache>,
 }
@@ -158,7 +159,7 @@ impl NameCache {
 }
 
 impl AllowList {
-    pub fn new(entries: Vec<Entry>) -> Self {
+    pub fn new(entries: Vec<Rule>) -> Self {
         AllowList {
             entries,
             names: Default::default(),
@@ -170,10 +171,10 @@ impl AllowList {
     pub fn allows_domain(&self, domain: &str) -> bool {
         let domain = domain.strip_suffix('.').unwrap_or(domain);
         self.entries.iter().any(|e| match &e.host {
-            Host::Any => true,
-            Host::Ip(_) => false,
-            // Kept without a trailing dot (see `Entry::from_str`).
-            Host::Name(allowed) => allowed.eq_ignore_ascii_case(domain),
+            Allowed::Any => true,
+            Allowed::Ip(_) => false,
+            // Kept without a trailing dot (see `Rule::from_str`).
+            Allowed::Name(allowed) => allowed.eq_ignore_ascii_case(domain),
         })
     }
 
@@ -188,9 +189,9 @@ impl AllowList {
         self.entries.iter().any(|e| {
             e.port.is_none_or(|p| p == port)
                 && match &e.host {
-                    Host::Any => true,
-                    Host::Ip(allowed) => ip == Some(*allowed),
-                    Host::Name(allowed) => allowed.eq_ignore_ascii_case(name),
+                    Allowed::Any => true,
+                    Allowed::Ip(allowed) => ip == Some(*allowed),
+                    Allowed::Name(allowed) => allowed.eq_ignore_ascii_case(name),
                 }
         })
     }
@@ -204,9 +205,9 @@ impl AllowList {
                 continue;
             }
             let matched = match &entry.host {
-                Host::Any => true,
-                Host::Ip(ip) => same_ip(*ip, addr.ip()),
-                Host::Name(name) => self
+                Allowed::Any => true,
+                Allowed::Ip(ip) => same_ip(*ip, addr.ip()),
+                Allowed::Name(name) => self
                     .names
                     .addresses(name)
                     .await
@@ -231,7 +232,7 @@ impl FromStr for AllowList {
     fn from_str(text: &str) -> Result<Self, String> {
         text.split(',')
             .filter(|e| !e.trim().is_empty())
-            .map(Entry::from_str)
+            .map(Rule::from_str)
             .collect::<Result<Vec<_>, _>>()
             .map(AllowList::new)
     }

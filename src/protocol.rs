@@ -37,7 +37,7 @@ pub struct InitRequest<'a> {
 #[derive(Debug, Default, Deserialize)]
 pub struct InitValue<'a> {
     #[serde(default, borrow)]
-    pub code: Option<Code<'a>>,
+    pub code: Option<CodeField<'a>>,
     #[serde(default)]
     pub binary: Option<bool>,
     #[serde(default)]
@@ -53,7 +53,7 @@ pub struct InitValue<'a> {
 /// hello's cold /init). serde borrows a `Cow<str>` only as a field of its own: inside an
 /// `Option` it always copies, hence this wrapper.
 #[derive(Debug, Deserialize)]
-pub struct Code<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
+pub struct CodeField<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
 
 /// `POST /run` body, checked for shape only: it is forwarded to the action byte for byte.
 #[derive(Deserialize)]

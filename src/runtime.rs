@@ -102,6 +102,8 @@ pub struct Action {
 
 pub struct Runtime {
     config: Config,
+    /// The wasm engines, made from `config` and kept for the runtime's life.
+    engines: Arc<executor::wasm::Engines>,
     action: RwLock<Option<Arc<Action>>>,
     /// Serializes `/init`s, so that two at once cannot both succeed.
     init_lock: tokio::sync::Mutex<()>,
@@ -129,6 +131,7 @@ impl Drop for Admitted {
 impl Runtime {
     pub fn new(config: Config) -> Self {
         Runtime {
+            engines: Arc::new(executor::wasm::Engines::new(&config)),
             config,
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
@@ -165,6 +168,10 @@ impl Runtime {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    pub fn engines(&self) -> &Arc<executor::wasm::Engines> {
+        &self.engines
     }
 
     pub fn action(&self) -> Option<Arc<Action>> {
@@ -236,13 +243,13 @@ impl Runtime {
             _ => error,
         };
         let upload = Upload { bytes, main: &main };
-        let trust = executor::wasm::trust(config);
+        let trust = self.engines.trust(&config.trust_keys);
         let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
             .map_err(|e| self.init_failure(past_deadline(Error::Prepare(e))))?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
         let spec = StartSpec::new(config, env, main);
-        let executor = executor::start(&prepared, spec, config)
+        let executor = executor::start(&prepared, spec, config, &self.engines)
             .await
             .map_err(|e| self.init_failure(past_deadline(Error::Start(e))))?;
         let action = Arc::new(Action {

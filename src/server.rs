@@ -30,18 +30,22 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let grace = config.shutdown_timeout;
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
+    let built_in = config.built_in_action.clone();
+    let runtime = Arc::new(Runtime::new(config));
     // Made now, off the async workers, so that the first wasm /init does not pay for them:
     // measured, 1.9-2.4 ms for a hello from the compile cache against 2.7-3.2 ms made on
     // demand. A native-only deployment pays with ~2 MiB of resident memory (10.3 MiB idle
     // against 8.3) and the pool's address-space reservation; cold starts of wasm actions,
     // this runtime's main use, weigh more.
-    let (first, then) = config.wasm_compiler.tiers();
-    for codegen in std::iter::once(first).chain(then) {
-        let settings = config.engine_settings(codegen);
-        tokio::task::spawn_blocking(move || crate::executor::wasm::engine(settings));
+    let (first, then) = runtime.engines().tiers();
+    let made = std::iter::once(first).chain(then).map(|codegen| {
+        let engines = runtime.engines().clone();
+        tokio::task::spawn_blocking(move || engines.engine(codegen))
+    });
+    // A failure is the first wasm /init's to report (and to try again).
+    for making in made.collect::<Vec<_>>() {
+        let _ = making.await;
     }
-    let built_in = config.built_in_action.clone();
-    let runtime = Arc::new(Runtime::new(config));
     if let Some((file, main)) = built_in {
         // Before accepting: the platform's first request waits in the backlog, then finds
         // the action compiled and started.

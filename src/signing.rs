@@ -151,6 +151,31 @@ pub fn sign(key: &SigningKey, module: &[u8], packed: &[u8], engine: &str) -> Str
     )
 }
 
+/// Why a signed artifact's code is not loaded, by kind (the runtime then compiles the
+/// module instead, and its logs say why).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Made for another engine: another wasmtime version or compiler, as while runtimes
+    /// are upgraded one by one.
+    #[error(
+        "the code was compiled for another engine ({artifact}, this one is {runtime}): another \
+         wasmtime version or compiler"
+    )]
+    OtherEngine { artifact: String, runtime: String },
+    /// Signed by a key not among the runtime's (`--trust-key`); the key, in hex.
+    #[error("signed by a key this runtime does not trust ({0})")]
+    UntrustedKey(String),
+    /// The signature does not match what it claims to sign.
+    #[error("the signature does not match the code (altered, or signed for other code)")]
+    Altered,
+    /// Not what `wasmloop compile --sign-key` makes, or past a size bound; the text says how.
+    #[error("{0}")]
+    Malformed(String),
+    /// This host could not hold the code (a memory file, its seals).
+    #[error("{0}")]
+    Host(String),
+}
+
 /// What a runtime trusts: the verify keys, and the engine its code must have been made for.
 pub struct Trust {
     pub keys: Vec<VerifyingKey>,
@@ -171,26 +196,27 @@ struct SignatureFile {
 }
 
 impl SignatureFile {
-    fn parse(bytes: &[u8]) -> Result<Self, String> {
+    fn parse(bytes: &[u8]) -> Result<Self, Refusal> {
         serde_json::from_slice(bytes).map_err(|e| {
-            format!("{SIGNATURE_ENTRY} is not a signature file of this runtime's: {e}")
+            Refusal::Malformed(format!(
+                "{SIGNATURE_ENTRY} is not a signature file of this runtime's: {e}"
+            ))
         })
     }
 
     /// What can be told before reading the code: the engine, and whose key it is.
-    fn key<'a>(&self, trust: &'a Trust) -> Result<&'a VerifyingKey, String> {
+    fn key<'a>(&self, trust: &'a Trust) -> Result<&'a VerifyingKey, Refusal> {
         if self.engine != trust.engine {
-            return Err(format!(
-                "the code was compiled for another engine ({}, this one is {}): another \
-                 wasmtime version or compiler",
-                self.engine, trust.engine
-            ));
+            return Err(Refusal::OtherEngine {
+                artifact: self.engine.clone(),
+                runtime: trust.engine.clone(),
+            });
         }
         trust
             .keys
             .iter()
             .find(|k| crate::hex(k.as_bytes()) == self.key)
-            .ok_or_else(|| format!("signed by a key this runtime does not trust ({})", self.key))
+            .ok_or_else(|| Refusal::UntrustedKey(self.key.clone()))
     }
 
     /// Whether it signs the packed code (v3), which is checked before it is inflated.
@@ -198,24 +224,22 @@ impl SignatureFile {
         self.format == Some(3)
     }
 
-    fn check(&self, key: &VerifyingKey, code_digest: &[u8], engine: &str) -> Result<(), String> {
+    fn check(&self, key: &VerifyingKey, code_digest: &[u8], engine: &str) -> Result<(), Refusal> {
+        let malformed = |what: &str| Refusal::Malformed(what.to_owned());
         let module = unhex(&self.module)
             .filter(|m| m.len() == 32)
-            .ok_or("the module digest is not 32 bytes of hex")?;
+            .ok_or_else(|| malformed("the module digest is not 32 bytes of hex"))?;
         let signature = unhex(&self.signature)
             .and_then(|b| <[u8; 64]>::try_from(b).ok())
             .map(|b| Signature::from_bytes(&b))
-            .ok_or("the signature is not 64 bytes of hex")?;
+            .ok_or_else(|| malformed("the signature is not 64 bytes of hex"))?;
         let context = if self.signs_packed() {
             CONTEXT
         } else {
             CONTEXT_V2
         };
         key.verify(&message(context, &module, code_digest, engine), &signature)
-            .map_err(|_| {
-                "the signature does not match the code (altered, or signed for other code)"
-                    .to_owned()
-            })
+            .map_err(|_| Refusal::Altered)
     }
 }
 
@@ -273,14 +297,15 @@ pub fn open_artifact(
     archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
     trust: &Trust,
     left: &mut u64,
-) -> Result<SignedCode, String> {
+) -> Result<SignedCode, Refusal> {
+    let malformed = Refusal::Malformed;
     let mut signature = Vec::new();
     archive
         .by_name(SIGNATURE_ENTRY)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| malformed(e.to_string()))?
         .take(64 * 1024)
         .read_to_end(&mut signature)
-        .map_err(|e| format!("cannot read {SIGNATURE_ENTRY}: {e}"))?;
+        .map_err(|e| malformed(format!("cannot read {SIGNATURE_ENTRY}: {e}")))?;
     let signature = SignatureFile::parse(&signature)?;
     // Refused for its engine or key before a byte of the code is unpacked.
     let key = signature.key(trust)?;
@@ -288,7 +313,7 @@ pub fn open_artifact(
     let module_size = archive.by_name("exec.wasm").ok().map(|m| m.size());
     let mut entry = archive
         .by_name(CODE_ENTRY)
-        .map_err(|e| format!("the artifact has no readable {CODE_ENTRY}: {e}"))?;
+        .map_err(|e| malformed(format!("the artifact has no readable {CODE_ENTRY}: {e}")))?;
     let start = usize::try_from(entry.data_start()).unwrap_or(usize::MAX);
     let packed = match zip_bytes.get(start..start.saturating_add(entry.size() as usize)) {
         // As `wasmloop compile` stores it: read in place (its zip CRC is not checked, the
@@ -304,26 +329,26 @@ pub fn open_artifact(
             (&mut entry)
                 .take(most + 1)
                 .read_to_end(&mut packed)
-                .map_err(|e| format!("cannot read {CODE_ENTRY}: {e}"))?;
+                .map_err(|e| malformed(format!("cannot read {CODE_ENTRY}: {e}")))?;
             if packed.len() as u64 > most {
-                return Err(format!(
+                return Err(malformed(format!(
                     "{CODE_ENTRY} inflates to more than the whole artifact: it is not code packed \
                      by `wasmloop compile`, which stores it uncompressed"
-                ));
+                )));
             }
             std::borrow::Cow::Owned(packed)
         }
     };
     drop(entry);
-    let frames = frames(&packed, module_size, left)?;
+    let frames = frames(&packed, module_size, left).map_err(malformed)?;
     if signature.signs_packed() {
         signature.check(key, blake3::hash(&packed).as_bytes(), &trust.engine)?;
     } else {
-        let digest = code_digest_of(&frames)?;
+        let digest = code_digest_of(&frames).map_err(malformed)?;
         signature.check(key, &digest, &trust.engine)?;
     }
     let file = unpack_verified(&frames)?;
-    seal(&file)?;
+    seal(&file).map_err(Refusal::Host)?;
     Ok(SignedCode(Arc::new(file)))
 }
 
@@ -474,15 +499,24 @@ fn code_digest_of(frames: &[Frame]) -> Result<[u8; 32], String> {
 }
 
 /// Verified code, inflated into a memory file (frames are whole slices but the last).
-fn unpack_verified(frames: &[Frame]) -> Result<std::fs::File, String> {
+fn unpack_verified(frames: &[Frame]) -> Result<std::fs::File, Refusal> {
     use std::os::unix::fs::FileExt;
-    let file = sealable_memory_file()?;
+    let file = sealable_memory_file().map_err(Refusal::Host)?;
     let in_memory = |e: std::io::Error| format!("cannot hold {CODE_ENTRY} in memory: {e}");
-    inflate_each(frames, |index, slice| {
+    // Verified code that does not inflate is still malformed; a write that fails is ours.
+    let write_failed = std::sync::atomic::AtomicBool::new(false);
+    let inflated = inflate_each(frames, |index, slice| {
         file.write_all_at(slice, (index * SLICE) as u64)
-            .map_err(in_memory)
-    })?;
-    Ok(file)
+            .map_err(|e| {
+                write_failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                in_memory(e)
+            })
+    });
+    match inflated {
+        Ok(_) => Ok(file),
+        Err(message) if write_failed.into_inner() => Err(Refusal::Host(message)),
+        Err(message) => Err(Refusal::Malformed(message)),
+    }
 }
 
 fn sealable_memory_file() -> Result<std::fs::File, String> {
@@ -546,7 +580,7 @@ mod tests {
     }
 
     /// Checks a signature file against the code it signs: packed (v3) or inflated (v2).
-    fn verify(signature_file: &[u8], code: &[u8], trust: &Trust) -> Result<(), String> {
+    fn verify(signature_file: &[u8], code: &[u8], trust: &Trust) -> Result<(), Refusal> {
         let file = SignatureFile::parse(signature_file)?;
         let key = file.key(trust)?;
         let digest = if file.signs_packed() {
@@ -590,7 +624,7 @@ mod tests {
     ) -> Result<(std::fs::File, [u8; 32]), String> {
         let frames = frames(packed, module_size, left)?;
         let digest = code_digest_of(&frames)?;
-        Ok((unpack_verified(&frames)?, digest))
+        Ok((unpack_verified(&frames).map_err(|e| e.to_string())?, digest))
     }
 
     #[test]
@@ -699,7 +733,7 @@ mod tests {
             .is_err()
         );
         let altered = verify(file.as_bytes(), b"c0de", &trust("engine-a"));
-        assert!(altered.unwrap_err().contains("does not match"));
+        assert_eq!(altered, Err(Refusal::Altered));
         // The module's digest is signed too: another one in the file breaks the signature.
         let other_module = file.replace(
             &crate::hex(&Sha256::digest(b"module")),
@@ -707,16 +741,17 @@ mod tests {
         );
         assert_ne!(other_module, file);
         let moved = verify(other_module.as_bytes(), b"code", &trust("engine-a"));
-        assert!(moved.unwrap_err().contains("does not match"));
+        assert_eq!(moved, Err(Refusal::Altered));
         let engine = verify(file.as_bytes(), b"code", &trust("engine-b"));
-        assert!(engine.unwrap_err().contains("another engine"));
+        assert!(matches!(engine, Err(Refusal::OtherEngine { .. })));
+        assert!(engine.unwrap_err().to_string().contains("another engine"));
         let stranger = vec![SigningKey::from_bytes(&[7; 32]).verifying_key()];
         let untrusted = Trust {
             keys: stranger,
             engine: "engine-a".to_owned(),
         };
         let untrusted = verify(file.as_bytes(), b"code", &untrusted);
-        assert!(untrusted.unwrap_err().contains("does not trust"));
+        assert!(matches!(untrusted, Err(Refusal::UntrustedKey(_))));
         // One key where the other belongs is told apart.
         let swapped = read_signing_key(&verify_path).unwrap_err().to_string();
         assert!(

@@ -1,8 +1,8 @@
 //! Turns an `/init` upload into a folder holding something startable: decode, detect, unpack, compile.
 
-mod compile;
 pub mod decode;
 pub mod detect;
+mod hook;
 pub mod unpack;
 
 use std::fs;
@@ -10,8 +10,8 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-pub use compile::Compiler;
 use detect::{Kind, WASM_MAGIC};
+pub use hook::Compiler;
 pub use unpack::Limits;
 
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,16 @@ pub enum PrepareError {
     /// The compiler hook failed; the text is its output, as the platform expects.
     #[error("{0}")]
     Compile(String),
+    /// A signed artifact whose code is refused, and which holds no module to compile instead.
+    #[error(
+        "the artifact's signed code is not loaded ({0}), and it carries no module (exec.wasm) \
+         to compile instead: make artifacts with `wasmloop compile --sign-key`, which puts \
+         both in"
+    )]
+    SignedCodeOnly(crate::signing::Refusal),
+    /// The thread unpacking the upload panicked or was stopped.
+    #[error("unpacking stopped: {0}")]
+    Interrupted(tokio::task::JoinError),
     /// The compiler hook was stopped at its limit.
     #[error("{}", crate::config::compile_timed_out(*.0))]
     CompileTimedOut(std::time::Duration),
@@ -118,7 +128,7 @@ pub async fn prepare(
         unpack_upload(&bytes, kind, &unpack_into, limits, trust.as_ref())
     })
     .await
-    .map_err(|e| PrepareError::Unpack(format!("unpacking stopped: {e}")))??;
+    .map_err(PrepareError::Interrupted)??;
     let wasm_sha256 = unpacked.wasm_sha256;
     let (signed, refused) = match unpacked.signed {
         Some(Ok(code)) => (Some(Entry::Signed(code)), None),
@@ -136,11 +146,7 @@ pub async fn prepare(
         _ => None,
     });
     if let (Some(reason), None) = (refused, &entry) {
-        return Err(PrepareError::Unpack(format!(
-            "the artifact's signed code is not loaded ({reason}), and it carries no module \
-             (exec.wasm) to compile instead: make artifacts with `wasmloop compile --sign-key`, \
-             which puts both in"
-        )));
+        return Err(PrepareError::SignedCodeOnly(reason));
     }
     let entry = match (entry, compiler) {
         (None, Some(compiler)) => {
@@ -181,7 +187,7 @@ struct Unpacked {
     /// A raw WebAssembly upload's SHA-256, in hex.
     wasm_sha256: Option<String>,
     /// A signed artifact's code, or why it may not be loaded.
-    signed: Option<Result<crate::signing::SignedCode, String>>,
+    signed: Option<Result<crate::signing::SignedCode, crate::signing::Refusal>>,
 }
 
 /// Writes the upload out; for raw WebAssembly, also gives its SHA-256 (hashed on a second

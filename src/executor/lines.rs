@@ -163,21 +163,155 @@ pub enum LineError {
     Io(#[from] std::io::Error),
 }
 
-/// Reads `\n`-terminated lines, scanning each byte once however the data arrives.
-/// Cancel-safe: bytes read before a cancelled call stay buffered for the next one.
-pub struct LineReader<R> {
-    inner: R,
+impl From<LineTooLong> for LineError {
+    fn from(LineTooLong(max): LineTooLong) -> Self {
+        LineError::TooLong(max)
+    }
+}
+
+/// Why a line was not taken: no newline within the cap; the stream is out of step.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LineTooLong(pub usize);
+
+/// Bytes cut into `\n`-terminated lines as they arrive, each byte scanned once however they
+/// come: the one line splitter, for results read from a pipe (`LineReader`), results
+/// written by a guest, and the log lines kept of a child's stdout.
+#[derive(Default)]
+pub struct LineBuffer {
     buf: BytesMut,
     /// How much of `buf` is known to hold no newline.
     scanned: usize,
+    /// For logs: lines are cut to this many bytes (the rest of each, up to its newline,
+    /// dropped) instead of failing `next_line`.
+    cut: Option<Cut>,
+}
+
+struct Cut {
+    max: usize,
+    /// Bytes of `buf` up to the end of its last complete line.
+    complete: usize,
+    /// The line being written was cut: what comes before its newline is dropped.
+    skipping: bool,
+}
+
+impl LineBuffer {
+    /// A buffer whose lines are cut to `max` bytes (newline not counted) and never fail.
+    pub fn cutting(max: usize) -> Self {
+        LineBuffer {
+            cut: Some(Cut {
+                max,
+                complete: 0,
+                skipping: false,
+            }),
+            ..LineBuffer::default()
+        }
+    }
+
+    pub fn extend(&mut self, mut bytes: &[u8]) {
+        let Some(cut) = &mut self.cut else {
+            self.buf.extend_from_slice(bytes);
+            return;
+        };
+        while !bytes.is_empty() {
+            if cut.skipping {
+                let Some(at) = memchr::memchr(b'\n', bytes) else {
+                    return;
+                };
+                self.buf.extend_from_slice(b"\n");
+                cut.complete = self.buf.len();
+                cut.skipping = false;
+                bytes = &bytes[at + 1..];
+                continue;
+            }
+            let room = cut.max.saturating_sub(self.buf.len() - cut.complete);
+            // A newline right after `room` bytes still ends a line that fits.
+            let window = &bytes[..bytes.len().min(room + 1)];
+            match memchr::memchr(b'\n', window) {
+                Some(at) => {
+                    self.buf.extend_from_slice(&bytes[..=at]);
+                    cut.complete = self.buf.len();
+                    bytes = &bytes[at + 1..];
+                }
+                None if bytes.len() <= room => {
+                    self.buf.extend_from_slice(bytes);
+                    return;
+                }
+                None => {
+                    self.buf.extend_from_slice(&bytes[..room]);
+                    cut.skipping = true;
+                    bytes = &bytes[room..];
+                }
+            }
+        }
+    }
+
+    /// The buffer itself, to read into: bytes appended there are split like `extend`'s
+    /// (not for a cutting buffer, whose cuts happen in `extend`).
+    fn unfilled(&mut self) -> &mut BytesMut {
+        debug_assert!(self.cut.is_none());
+        &mut self.buf
+    }
+
+    /// The next complete line with its `\n` (blank ones too), if one has arrived; at most
+    /// `max` bytes before the newline, or the stream is out of step.
+    pub fn next_line(&mut self, max: usize) -> Result<Option<Bytes>, LineTooLong> {
+        match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+            Some(pos) => {
+                let end = self.scanned + pos + 1;
+                self.scanned = 0;
+                if end - 1 > max {
+                    return Err(LineTooLong(max));
+                }
+                if let Some(cut) = &mut self.cut {
+                    cut.complete -= end;
+                }
+                Ok(Some(self.buf.split_to(end).freeze()))
+            }
+            None => {
+                self.scanned = self.buf.len();
+                if self.scanned > max {
+                    return Err(LineTooLong(max));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// What has arrived since the last complete line.
+    pub fn partial(&self) -> &[u8] {
+        &self.buf[self.cut.as_ref().map_or(0, |cut| cut.complete)..]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Everything buffered, complete lines and partial line alike; the buffer is empty
+    /// after (a cut line's remainder is still skipped).
+    pub fn take_all(&mut self) -> BytesMut {
+        self.scanned = 0;
+        if let Some(cut) = &mut self.cut {
+            cut.complete = 0;
+        }
+        self.buf.split()
+    }
+}
+
+/// Reads `\n`-terminated lines from a stream. Cancel-safe: bytes read before a cancelled
+/// call stay buffered for the next one.
+pub struct LineReader<R> {
+    inner: R,
+    lines: LineBuffer,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     pub fn new(inner: R) -> Self {
         LineReader {
             inner,
-            buf: BytesMut::with_capacity(8 * 1024),
-            scanned: 0,
+            lines: LineBuffer {
+                buf: BytesMut::with_capacity(8 * 1024),
+                ..LineBuffer::default()
+            },
         }
     }
 
@@ -192,9 +326,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             let room = KEEP.saturating_sub(dropped.len());
             dropped.extend_from_slice(&bytes[..bytes.len().min(room)]);
         };
-        keep(&mut dropped, &self.buf);
-        self.buf.clear();
-        self.scanned = 0;
+        keep(&mut dropped, &self.lines.take_all());
         // Not zeroed: this runs before every activation (8,000 instructions, callgrind).
         let mut scratch = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
         let mut cx = Context::from_waker(Waker::noop());
@@ -212,7 +344,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// What has arrived since the last line: the start of a line without its newline.
     pub fn pending(&self) -> Bytes {
-        Bytes::copy_from_slice(&self.buf)
+        Bytes::copy_from_slice(self.lines.partial())
     }
 
     /// The next line, including its `\n`, at most `max` bytes before the newline.
@@ -221,8 +353,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             if let Some(line) = self.buffered_line(max)? {
                 return Ok(line);
             }
-            self.buf.reserve(64 * 1024);
-            if self.inner.read_buf(&mut self.buf).await? == 0 {
+            let buf = self.lines.unfilled();
+            buf.reserve(64 * 1024);
+            if self.inner.read_buf(buf).await? == 0 {
                 return Err(LineError::Eof);
             }
         }
@@ -232,20 +365,10 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 impl<R> LineReader<R> {
     /// A complete, non-blank line already in the buffer.
     fn buffered_line(&mut self, max: usize) -> Result<Option<Bytes>, LineError> {
-        while let Some(pos) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
-            let end = self.scanned + pos + 1;
-            self.scanned = 0;
-            if end - 1 > max {
-                return Err(LineError::TooLong(max));
-            }
-            let line = self.buf.split_to(end).freeze();
+        while let Some(line) = self.lines.next_line(max)? {
             if !is_blank(&line) {
                 return Ok(Some(line));
             }
-        }
-        self.scanned = self.buf.len();
-        if self.scanned > max {
-            return Err(LineError::TooLong(max));
         }
         Ok(None)
     }
@@ -260,15 +383,16 @@ impl<R: AsFd> LineReader<R> {
             if let Some(line) = self.buffered_line(max)? {
                 return Ok(Some(line));
             }
-            self.buf.reserve(64 * 1024);
-            let spare = self.buf.spare_capacity_mut();
+            let buf = self.lines.unfilled();
+            buf.reserve(64 * 1024);
+            let spare = buf.spare_capacity_mut();
             match rustix::io::read(&self.inner, spare) {
                 Ok(([], _)) => return Ok(None),
                 Ok((read, _)) => {
                     let n = read.len();
                     // SAFETY: read(2) initialized the first `n` spare bytes; BytesMut has
                     // no safe way to read into its spare capacity.
-                    unsafe { self.buf.set_len(self.buf.len() + n) };
+                    unsafe { buf.set_len(buf.len() + n) };
                 }
                 Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return Ok(None),
                 Err(error) => return Err(std::io::Error::from(error).into()),
@@ -281,6 +405,34 @@ impl<R: AsFd> LineReader<R> {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    #[test]
+    fn a_cutting_buffer_keeps_the_start_of_a_long_line_and_the_lines_after_it() {
+        let mut lines = LineBuffer::cutting(4);
+        for piece in [&b"ab"[..], b"cdefg", b"hi\nxy", b"z\n1234\n12345\n"] {
+            lines.extend(piece);
+        }
+        let mut got = Vec::new();
+        while let Some(line) = lines.next_line(usize::MAX).unwrap() {
+            got.push(line);
+        }
+        assert_eq!(got, ["abcd\n", "xyz\n", "1234\n", "1234\n"]);
+        lines.extend(b"tail");
+        assert_eq!(lines.partial(), b"tail");
+        assert_eq!(lines.next_line(usize::MAX), Ok(None));
+    }
+
+    #[test]
+    fn a_line_past_the_cap_is_an_error_whether_or_not_its_newline_came() {
+        let mut lines = LineBuffer::default();
+        lines.extend(b"12345\n");
+        assert_eq!(lines.next_line(4), Err(LineTooLong(4)));
+        let mut lines = LineBuffer::default();
+        lines.extend(b"1234\n123");
+        assert_eq!(lines.next_line(4).unwrap().as_deref(), Some(&b"1234\n"[..]));
+        lines.extend(b"45");
+        assert_eq!(lines.next_line(4), Err(LineTooLong(4)));
+    }
 
     #[test]
     fn requests_lose_their_newlines_and_gain_one() {

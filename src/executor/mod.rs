@@ -1,11 +1,8 @@
 //! The `Executor` seam between HTTP and the backends, and starting the backend an upload needs.
 
-mod diagnose;
 pub mod lines;
 pub mod native;
-pub mod slot;
-mod spawn;
-mod stdout_tap;
+pub mod pool;
 pub mod wasm;
 
 use std::collections::BTreeMap;
@@ -100,9 +97,9 @@ pub enum StartError {
     },
     #[error("cannot set up the pipes to the action: {0}")]
     Pipe(#[source] std::io::Error),
-    /// The WebAssembly module could not be compiled, linked or instantiated.
+    /// The WebAssembly module could not be compiled, loaded, linked or instantiated.
     #[error("{0}")]
-    Wasm(String),
+    Wasm(#[from] wasm::WasmError),
     /// Compiling the module was stopped at its limit.
     #[error("{}", crate::config::compile_timed_out(*.0))]
     CompileTimedOut(Duration),
@@ -244,6 +241,7 @@ pub async fn start(
     prepared: &Prepared,
     spec: StartSpec,
     config: &Config,
+    engines: &wasm::Engines,
 ) -> Result<Arc<dyn Executor>, StartError> {
     if let Some(expected) = &config.execution_env {
         check_execution_env(&prepared.bin_dir, expected)?;
@@ -256,7 +254,7 @@ pub async fn start(
             allowed: config.backends.clone(),
         });
     }
-    let size = slot::PoolSize {
+    let size = pool::PoolSize {
         workers: config.concurrency,
         max_waiting: config.max_queue,
     };
@@ -277,8 +275,8 @@ pub async fn start(
                 start: spec,
                 pipe_size: native::pipe_size(size.workers),
             };
-            let slot: slot::Slot<native::Process> =
-                slot::Slot::start(spec, size, slot::End::of(config)).await?;
+            let slot: pool::Pool<native::Process> =
+                pool::Pool::start(spec, size, pool::End::of(config)).await?;
             return Ok(Arc::new(slot));
         }
         Entry::Signed(code) => wasm::Source::Signed(code),
@@ -290,7 +288,7 @@ pub async fn start(
     };
     // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
     let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-    Ok(wasm::start(source, spec, preopen, config, size).await?)
+    Ok(wasm::start(source, spec, preopen, config, engines, size).await?)
 }
 
 /// The backend an entry runs on, which `--backends` may leave out: an upload refused then

@@ -100,7 +100,7 @@ struct Ending<'a> {
 
 /// Up to `workers` workers of one action, made on demand; activations beyond that wait
 /// in arrival order (tokio's semaphore is fair), up to `max_waiting` of them.
-pub struct Slot<W: Worker> {
+pub struct Pool<W: Worker> {
     /// What new workers are made from; `upgrade` replaces it.
     spec: RwLock<Arc<W::Spec>>,
     /// Bumped with each new spec.
@@ -149,11 +149,11 @@ impl Drop for Waiting<'_> {
     }
 }
 
-impl<W: Worker> Slot<W> {
+impl<W: Worker> Pool<W> {
     /// Starts the first worker: failing here fails `/init`.
     pub async fn start(spec: W::Spec, size: PoolSize, end: End) -> Result<Self, StartError> {
         let worker = W::start(&spec).await?;
-        Ok(Slot {
+        Ok(Pool {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
             size,
@@ -262,7 +262,7 @@ impl<W: Worker> Slot<W> {
     }
 }
 
-impl<W: Worker> Executor for Slot<W>
+impl<W: Worker> Executor for Pool<W>
 where
     W::Spec: 'static,
 {
@@ -299,7 +299,7 @@ where
     }
 }
 
-impl<W: Worker> Slot<W> {
+impl<W: Worker> Pool<W> {
     async fn activate<'a>(
         &'a self,
         line: Vec<u8>,
@@ -406,7 +406,7 @@ mod tests {
         }
     }
 
-    async fn answer(slot: &Slot<Fake>) -> String {
+    async fn answer(slot: &Pool<Fake>) -> String {
         let answer = slot.run(b"{}\n".to_vec(), None).await.unwrap();
         String::from_utf8(answer.to_vec()).unwrap()
     }
@@ -422,7 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_served_outlives_an_upgrade_and_its_successor_is_new() {
-        let slot = Slot::start(spec(1), SIZE, End::Logs).await.unwrap();
+        let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
         let failing = FakeSpec {
             id: 2,
@@ -448,7 +448,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_not_served_is_swapped_at_an_upgrade() {
-        let slot = Slot::start(spec(1), SIZE, End::Logs).await.unwrap();
+        let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(slot.upgrade(spec(2)).await.unwrap(), 1);
         assert_eq!(answer(&slot).await, "{\"spec\":2}\n");
         let idle = lock(&slot.idle);
@@ -500,7 +500,7 @@ mod tests {
             max_waiting: 10,
         };
         let slot = Arc::new(
-            Slot::<Gated>::start((gate.clone(), told.clone()), one, End::Logs)
+            Pool::<Gated>::start((gate.clone(), told.clone()), one, End::Logs)
                 .await
                 .unwrap(),
         );

@@ -9,7 +9,7 @@ const MISSING_CODE: &str = "{\"error\":\"Missing main/no code to execute.\"}\n";
 
 each_backend! {
     fn init_without_code_is_refused_and_leaves_the_runtime_uninitialized(backend: Backend) {
-        let server = Server::start();
+        let server = Server::in_process();
         for body in [
             json!({}),
             json!({"value": {}}),
@@ -45,7 +45,7 @@ each_backend! {
     }
 
     fn a_main_other_than_main_is_accepted(backend: Backend) {
-        let server = Server::start();
+        let server = Server::in_process();
         let mut body = backend.init_guest("echo");
         body["value"]["main"] = json!("niam");
         server.init(&body).assert(200, OK);
@@ -81,7 +81,7 @@ each_backend! {
     }
 
     fn the_init_env_reaches_the_action_and_nothing_else_does(backend: Backend) {
-        let server = Server::start();
+        let server = Server::in_process();
         let mut body = backend.init_guest("init_env");
         body["value"]["env"] = json!({"SOME_VAR": "xyz", "ANOTHER_VAR": ""});
         server.init(&body).assert(200, OK);
@@ -120,7 +120,7 @@ each_backend! {
     }
 
     fn a_one_megabyte_argument_comes_back_whole(backend: Backend) {
-        let server = Server::with_guest(backend, "echo");
+        let server = Server::in_process_with_guest(backend, "echo");
         let arg = "a".repeat(1_048_561);
         let reply = server.run(json!({"arg": arg}));
         assert_eq!(reply.status, 200);
@@ -128,27 +128,27 @@ each_backend! {
     }
 
     fn arrays_work_as_results_and_as_input(backend: Backend) {
-        let server = Server::with_guest(backend, "array_result");
+        let server = Server::in_process_with_guest(backend, "array_result");
         server.run(json!({})).assert(200, "[\"a\",\"b\"]\n");
-        let server = Server::with_guest(backend, "echo");
+        let server = Server::in_process_with_guest(backend, "echo");
         server.run(json!(["x", 1])).assert(200, "[\"x\",1]\n");
     }
 
     fn newlines_in_the_request_body_are_not_passed_on(backend: Backend) {
-        let server = Server::with_guest(backend, "echo");
+        let server = Server::in_process_with_guest(backend, "echo");
         let reply = server.post("/run", b"{\n  \"value\": {\n    \"a\": \"line\\nbreak\"\n  }\n}\n");
         reply.assert(200, "{\"a\":\"line\\nbreak\"}\n");
     }
 
     fn init_and_run_accept_any_method(backend: Backend) {
-        let server = Server::start();
+        let server = Server::in_process();
         let body = backend.init_guest("echo").to_string();
         http(server.addr, "PUT", "/init", body.as_bytes()).assert(200, OK);
         http(server.addr, "GET", "/run", b"{\"value\":{\"m\":1}}").assert(200, "{\"m\":1}\n");
     }
 
     fn a_malformed_run_body_is_a_400_and_the_action_keeps_serving(backend: Backend) {
-        let server = Server::with_guest(backend, "echo");
+        let server = Server::in_process_with_guest(backend, "echo");
         for body in [&b"{\"value\":"[..], b"[1,2]", b"\"text\""] {
             let reply = server.post("/run", body);
             assert_eq!(reply.status, 400, "{}", reply.text());
@@ -161,7 +161,7 @@ each_backend! {
     fn the_action_keeps_its_state_between_runs(backend: Backend) {
         // Not tiered: moving to the optimized code would start a fresh instance, once, at a
         // moment of its own (tested in wasm.rs).
-        let server = Server::builder().arg("--wasm-compiler").arg("cranelift").start();
+        let server = Server::builder().in_process().arg("--wasm-compiler").arg("cranelift").start();
         server.init(&backend.init_guest("counter")).assert(200, "{\"ok\":true}\n");
         for count in 1..=3 {
             server.run(json!({})).assert(200, &format!("{{\"count\":{count}}}\n"));
@@ -202,7 +202,7 @@ fn run_before_init_is_a_500() {
 
 #[test]
 fn other_paths_answer_200_with_an_empty_body() {
-    let server = Server::start();
+    let server = Server::in_process();
     for (method, path) in [
         ("GET", "/"),
         ("GET", "/ping"),
@@ -215,7 +215,7 @@ fn other_paths_answer_200_with_an_empty_body() {
 
 #[test]
 fn an_init_body_that_is_not_json_of_the_right_shape_is_a_400() {
-    let server = Server::start();
+    let server = Server::in_process();
     for body in [
         &b"not json"[..],
         b"{\"value\":{\"code\":42}}",
@@ -235,7 +235,7 @@ fn an_init_body_that_is_not_json_of_the_right_shape_is_a_400() {
 
 #[test]
 fn bad_base64_is_a_400() {
-    let server = Server::start();
+    let server = Server::in_process();
     let reply = server.init(&json!({"value": {"code": "%%% not base64", "binary": true}}));
     assert_eq!(reply.status, 400);
     let error = reply.error();
@@ -244,7 +244,7 @@ fn bad_base64_is_a_400() {
 
 #[test]
 fn base64_with_line_breaks_is_accepted() {
-    let server = Server::start();
+    let server = Server::in_process();
     let mut body = Backend::Native.init_guest("echo");
     let code = body["value"]["code"].as_str().unwrap().to_owned();
     let wrapped: Vec<String> = code
@@ -259,6 +259,7 @@ fn base64_with_line_breaks_is_accepted() {
 #[test]
 fn bodies_over_the_caps_are_413_and_the_server_keeps_serving() {
     let server = Server::builder()
+        .in_process()
         .arg("--max-init-bytes")
         .arg("200000")
         .arg("--max-run-bytes")

@@ -2,8 +2,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -227,52 +225,12 @@ impl Reply {
 /// Sends one request on a fresh connection and checks that the answer has a
 /// `Content-Length` matching its body (the platform needs it) and is not chunked.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).expect("cannot connect to wasmloop");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    // The server may answer (413) and close before reading all of a large body.
-    let _ = stream.write_all(body);
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .expect("cannot read the answer");
-    parse_reply(&raw)
-}
-
-fn parse_reply(raw: &[u8]) -> Reply {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| {
-            panic!(
-                "no complete HTTP head in {:?}",
-                String::from_utf8_lossy(raw)
-            )
-        });
-    let head = std::str::from_utf8(&raw[..split]).unwrap();
-    let body = raw[split + 4..].to_vec();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .map(|l| {
-            let (n, v) = l.split_once(':').unwrap();
-            (n.trim().to_ascii_lowercase(), v.trim().to_owned())
-        })
-        .collect();
+    let wasmloop::harness::Reply {
+        status,
+        headers,
+        body,
+    } = wasmloop::harness::request(addr, method, path, body)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     let reply = Reply {
         status,
         headers,
@@ -336,7 +294,10 @@ impl Capture {
 /// invoker starts one (scripts/image-test.sh runs the contract cases that way).
 pub struct Server {
     pub addr: SocketAddr,
-    child: Mutex<Child>,
+    /// The process, or what follows the container's logs; none for a server in this process.
+    child: Option<Mutex<Child>>,
+    /// A server running in this test process (`ServerBuilder::start`'s default).
+    in_process: Option<InProcess>,
     /// The container's id, when the server is one (`child` then follows its logs).
     container: Option<String>,
     out: Arc<Capture>,
@@ -370,12 +331,82 @@ pub struct ServerBuilder {
     args: Vec<String>,
     listen_fd: i32,
     nofile: Option<u64>,
+    process: bool,
+}
+
+/// A server run by `wasmloop::server::run` on a thread of the test process, with the
+/// settings `wasmloop serve ARGS` resolves to: no process to start, and each server with
+/// its own engines. Its logs are the test process's own, so a test that reads them, sets
+/// the environment or signals the server asks for a process instead (`process`).
+struct InProcess {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcess {
+    fn start(args: &[String], action_dir: &Path) -> (InProcess, SocketAddr) {
+        use clap::Parser;
+        let mut argv = vec!["wasmloop".to_owned(), "serve".to_owned()];
+        argv.extend(args.iter().cloned());
+        let cli = wasmloop::cli::Cli::try_parse_from(&argv)
+            .unwrap_or_else(|e| panic!("wasmloop {args:?}: {e}"));
+        let Some(wasmloop::cli::Command::Serve(serve)) = cli.command else {
+            panic!("wasmloop {args:?} does not serve");
+        };
+        let mut config = serve
+            .to_config(cli.debug)
+            .unwrap_or_else(|e| panic!("wasmloop {args:?}: {e:#}"));
+        config.action_dir = action_dir.to_owned();
+        // Compile children run the binary: this process is the test's.
+        config.compile_exe = PathBuf::from(env!("CARGO_BIN_EXE_wasmloop"));
+        // The test's own stdout: sentinels would only clutter it.
+        config.sentinels = false;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let threads = serve.worker_threads();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let serving = wasmloop::server::run(listener, config, std::future::pending());
+                // Stopped as the invoker removes a container: at once, whatever it was
+                // doing (dropping the runtime drops the action, which kills its children).
+                tokio::select! {
+                    served = serving => served.expect("the server failed"),
+                    _ = stopped => {}
+                }
+            });
+            runtime.shutdown_background();
+        });
+        let server = InProcess {
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        (server, addr)
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl ServerBuilder {
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
-        self
+        self.process()
     }
 
     pub fn arg(mut self, arg: &str) -> Self {
@@ -391,12 +422,26 @@ impl ServerBuilder {
     /// Starts it with this open-file limit (soft and hard), as `docker run --ulimit nofile`.
     pub fn nofile(mut self, limit: u64) -> Self {
         self.nofile = Some(limit);
-        self
+        self.process()
     }
 
     /// Hands the listening socket down as this descriptor instead of 3.
     pub fn listen_fd(mut self, fd: i32) -> Self {
         self.listen_fd = fd;
+        self.process()
+    }
+
+    /// A `wasmloop serve` process (the default), for a test that reads its logs, sets its
+    /// environment, signals it or counts its children.
+    pub fn process(mut self) -> Self {
+        self.process = true;
+        self
+    }
+
+    /// A server in this test process (see `InProcess`), for a case that looks only at
+    /// statuses and bodies; against an image, still a container.
+    pub fn in_process(mut self) -> Self {
+        self.process = false;
         self
     }
 
@@ -407,32 +452,26 @@ impl ServerBuilder {
         if let Some(image) = test_image() {
             return self.start_container(&image, &[]);
         }
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         let action_dir = tempfile::tempdir().unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_wasmloop"));
-        let fd = listener.as_raw_fd();
-        let target = self.listen_fd;
-        let nofile = self.nofile;
-        // SAFETY: the closure only makes async-signal-safe calls.
-        unsafe {
-            command.pre_exec(move || {
-                if let Some(limit) = nofile {
-                    let limit = libc::rlimit {
-                        rlim_cur: limit,
-                        rlim_max: limit,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                wasmloop::executor::native::install_as(fd, target)
-            })
-        };
-        command
-            .arg("serve")
-            .arg("--listen-fd")
-            .arg(target.to_string())
+        if !self.process {
+            let (in_process, addr) = InProcess::start(&self.args, action_dir.path());
+            return Server {
+                addr,
+                child: None,
+                in_process: Some(in_process),
+                container: None,
+                out: Arc::default(),
+                err: Arc::default(),
+                action_dir,
+            };
+        }
+        let mut launch =
+            wasmloop::harness::Launch::new(env!("CARGO_BIN_EXE_wasmloop"), self.listen_fd);
+        if let Some(limit) = self.nofile {
+            launch = launch.nofile(limit);
+        }
+        launch
+            .command()
             .args(&self.args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -441,14 +480,15 @@ impl ServerBuilder {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("cannot start wasmloop");
+        let (mut child, addr) = launch.spawn().expect("cannot start wasmloop");
         let out = Arc::new(Capture::default());
         let err = Arc::new(Capture::default());
         out.clone().gather(child.stdout.take().unwrap());
         err.clone().gather(child.stderr.take().unwrap());
         Server {
             addr,
-            child: Mutex::new(child),
+            child: Some(Mutex::new(child)),
+            in_process: None,
             container: None,
             out,
             err,
@@ -515,7 +555,8 @@ impl ServerBuilder {
         }
         Server {
             addr,
-            child: Mutex::new(logs),
+            child: Some(Mutex::new(logs)),
+            in_process: None,
             container: Some(id),
             out,
             err,
@@ -531,11 +572,26 @@ impl Server {
             args: Vec::new(),
             listen_fd: 3,
             nofile: None,
+            process: true,
         }
     }
 
     pub fn start() -> Server {
         Server::builder().start()
+    }
+
+    /// A server in this process (see `ServerBuilder::in_process`).
+    pub fn in_process() -> Server {
+        Server::builder().in_process().start()
+    }
+
+    /// A server in this process initialized with one of the test actions.
+    pub fn in_process_with_guest(backend: Backend, name: &str) -> Server {
+        let server = Server::in_process();
+        server
+            .init(&backend.init_guest(name))
+            .assert(200, "{\"ok\":true}\n");
+        server
     }
 
     /// A server initialized with one of the test actions.
@@ -570,38 +626,63 @@ impl Server {
         self.run(json!({ "mib": mib }))
     }
 
-    pub fn stdout(&self) -> String {
-        self.out.text()
+    /// The server's own stdout and stderr, which a server in this process does not have.
+    #[track_caller]
+    fn logs(&self) -> (&Capture, &Capture) {
+        assert!(
+            self.in_process.is_none(),
+            "this test reads the server's logs: start it with Server::builder().process()"
+        );
+        (&*self.out, &*self.err)
     }
 
+    #[track_caller]
+    pub fn stdout(&self) -> String {
+        self.logs().0.text()
+    }
+
+    #[track_caller]
     pub fn stderr(&self) -> String {
-        self.err.text()
+        self.logs().1.text()
     }
 
     /// Waits until each stream holds `count` sentinels: they follow the activation's logs.
+    #[track_caller]
     pub fn wait_sentinels(&self, count: usize) {
-        self.out.wait_for(SENTINEL, count);
-        self.err.wait_for(SENTINEL, count);
+        let (out, err) = self.logs();
+        out.wait_for(SENTINEL, count);
+        err.wait_for(SENTINEL, count);
     }
 
+    #[track_caller]
     pub fn wait_stderr(&self, what: &str) {
-        self.err.wait_for(what, 1);
+        self.logs().1.wait_for(what, 1);
     }
 
+    #[track_caller]
     pub fn wait_stderr_count(&self, what: &str, count: usize) {
-        self.err.wait_for(what, count);
+        self.logs().1.wait_for(what, count);
     }
 
+    #[track_caller]
     pub fn wait_stdout(&self, what: &str) {
-        self.out.wait_for(what, 1);
+        self.logs().0.wait_for(what, 1);
     }
 
+    #[track_caller]
+    fn child(&self) -> &Mutex<Child> {
+        self.child
+            .as_ref()
+            .expect("this test signals the server: start it with Server::builder().process()")
+    }
+
+    #[track_caller]
     pub fn pid(&self) -> u32 {
         assert!(
             self.container.is_none(),
             "a test that signals the process itself cannot run against a container"
         );
-        self.child.lock().unwrap().id()
+        self.child().lock().unwrap().id()
     }
 
     /// The container's id, when the server runs in one.
@@ -630,7 +711,7 @@ impl Server {
         }
         let deadline = Instant::now() + WAIT;
         loop {
-            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
+            if let Some(status) = self.child().lock().unwrap().try_wait().unwrap() {
                 return status.code();
             }
             assert!(
@@ -659,8 +740,10 @@ impl Drop for Server {
         if let Some(id) = &self.container {
             let _ = Command::new("docker").args(["rm", "-f", id]).output();
         }
-        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
-        let _ = child.kill();
-        let _ = child.wait();
+        if let Some(child) = &mut self.child {
+            let child = child.get_mut().unwrap_or_else(|e| e.into_inner());
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

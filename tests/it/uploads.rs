@@ -31,7 +31,7 @@ fn action_folders(server: &Server) -> usize {
 
 #[test]
 fn a_zip_whose_exec_lacks_the_execute_bit_still_runs() {
-    let server = Server::start();
+    let server = Server::in_process();
     let zip = zip_of(&[("exec", &read(&Backend::Native.guest("echo")), 0o644)]);
     server.init(&init_binary(&zip)).assert(200, OK);
     server
@@ -41,7 +41,7 @@ fn a_zip_whose_exec_lacks_the_execute_bit_still_runs() {
 
 #[test]
 fn a_tar_gz_is_unpacked_and_run() {
-    let server = Server::start();
+    let server = Server::in_process();
     let archive = tar_gz_of(&[
         ("data/readme.txt", b"hi", 0o644),
         ("exec", &read(&Backend::Native.guest("echo")), 0o600),
@@ -54,7 +54,7 @@ fn a_tar_gz_is_unpacked_and_run() {
 
 #[test]
 fn a_corrupt_zip_is_a_502_not_a_dropped_connection() {
-    let server = Server::start();
+    let server = Server::in_process();
     let mut zip = zip_of(&[("exec", b"#!/bin/sh\n", 0o755)]);
     let len = zip.len();
     zip[len - 22..].fill(0xAA); // the end-of-central-directory record
@@ -74,7 +74,7 @@ fn a_corrupt_zip_is_a_502_not_a_dropped_connection() {
 
 #[test]
 fn archive_entries_outside_the_folder_are_refused() {
-    let server = Server::start();
+    let server = Server::in_process();
     let outside = server
         .action_dir
         .path()
@@ -104,7 +104,7 @@ fn archive_entries_outside_the_folder_are_refused() {
 
 #[test]
 fn links_inside_the_folder_are_kept() {
-    let server = Server::start();
+    let server = Server::in_process();
     let zip = zip_of(&[
         ("bin/real", &read(&Backend::Native.guest("echo")), 0o755),
         ("exec", b"bin/real", 0o120777),
@@ -118,6 +118,7 @@ fn links_inside_the_folder_are_kept() {
 #[test]
 fn archives_over_the_caps_are_refused() {
     let server = Server::builder()
+        .in_process()
         .arg("--max-archive-entries")
         .arg("3")
         .arg("--max-unpacked-bytes")
@@ -148,7 +149,7 @@ fn archives_over_the_caps_are_refused() {
 
 #[test]
 fn each_action_gets_a_fresh_folder() {
-    let server = Server::start();
+    let server = Server::in_process();
     server
         .init(&init_text("print('not executable')"))
         .assert_error(502, "cannot start action: command exited: ");

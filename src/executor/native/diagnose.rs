@@ -211,7 +211,7 @@ fn not_executable(exec: &Path) -> String {
     format!(
         "it is neither an executable for this machine nor a script starting with #! (it starts \
          with `{}`); a WebAssembly module starts with \\0asm",
-        super::lines::excerpt(head.split(|b| *b == b'\n').next().unwrap_or_default(), 16)
+        crate::executor::lines::excerpt(head.split(|b| *b == b'\n').next().unwrap_or_default(), 16)
     )
 }
 

@@ -1,5 +1,9 @@
 //! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
 
+mod diagnose;
+mod spawn;
+mod stdout_tap;
+
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,12 +13,12 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
-use super::diagnose::{self, InputWatch};
 use super::lines::{LineError, LineReader, NoAnswer};
-use super::slot::Worker;
-use super::spawn::{Child, spawn};
-use super::stdout_tap::StdoutTap;
+use super::pool::Worker;
 use super::{AbortOnDrop, RunError, StartError, StartSpec, parse_ack};
+use diagnose::InputWatch;
+use spawn::{Child, spawn};
+use stdout_tap::StdoutTap;
 
 /// How long to wait for an exit status once the result channel has closed, and for a
 /// result already written by a child that has exited.

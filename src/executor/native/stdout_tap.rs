@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
 
-use super::AbortOnDrop;
+use crate::executor::AbortOnDrop;
+use crate::executor::lines::{LineBuffer, is_blank};
 use crate::lock;
 
 /// Keep this much of a line: enough to show one, and a flood costs nothing more.
@@ -21,12 +22,20 @@ pub struct StdoutTap {
     lines: Mutex<Lines>,
 }
 
-#[derive(Default)]
 struct Lines {
-    /// The start of the line being written.
-    current: Vec<u8>,
+    /// What was written, cut into lines of at most `KEEP` bytes.
+    pending: LineBuffer,
     /// The last complete line since `forget_lines`.
     last: Option<Bytes>,
+}
+
+impl Default for Lines {
+    fn default() -> Self {
+        Lines {
+            pending: LineBuffer::cutting(KEEP),
+            last: None,
+        }
+    }
 }
 
 impl StdoutTap {
@@ -92,22 +101,14 @@ impl StdoutTap {
 }
 
 impl Lines {
-    fn note(&mut self, mut bytes: &[u8]) {
-        while let Some(at) = memchr::memchr(b'\n', bytes) {
-            self.keep(&bytes[..at]);
-            if !crate::executor::lines::is_blank(&self.current) {
-                self.last = Some(Bytes::from(std::mem::take(&mut self.current)));
+    fn note(&mut self, bytes: &[u8]) {
+        self.pending.extend(bytes);
+        // A cutting buffer's lines always fit.
+        while let Ok(Some(line)) = self.pending.next_line(usize::MAX) {
+            if !is_blank(&line) {
+                self.last = Some(line.slice(..line.len() - 1));
             }
-            self.current.clear();
-            bytes = &bytes[at + 1..];
         }
-        self.keep(bytes);
-    }
-
-    fn keep(&mut self, bytes: &[u8]) {
-        let room = KEEP.saturating_sub(self.current.len());
-        self.current
-            .extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 }
 

@@ -24,7 +24,7 @@ impl WasmEngine {
         cache_dir: Option<&Path>,
         child: CompileChild,
     ) -> Result<Code, CompileError> {
-        let compiled = child.run(wasm, self.settings).await?;
+        let compiled = child.run(&self.compiler, wasm, self.settings).await?;
         let engine = self.engine.clone();
         let cached = cache_dir.map(|dir| dir.join(self.cache_name(digest)));
         let module = tokio::task::spawn_blocking(move || {
@@ -74,7 +74,7 @@ impl CompileError {
     pub fn into_start_error(self) -> crate::executor::StartError {
         match self.timed_out {
             Some(limit) => crate::executor::StartError::CompileTimedOut(limit),
-            None => crate::executor::StartError::Wasm(self.message),
+            None => super::WasmError::Compile(self.message).into(),
         }
     }
 }
@@ -94,9 +94,13 @@ pub struct CompileChild {
 }
 
 impl CompileChild {
-    async fn run(self, wasm: &Path, settings: EngineSettings) -> Result<Vec<u8>, CompileError> {
-        // Our own executable, even if its file was replaced or removed since we started.
-        let mut command = tokio::process::Command::new("/proc/self/exe");
+    async fn run(
+        self,
+        program: &Path,
+        wasm: &Path,
+        settings: EngineSettings,
+    ) -> Result<Vec<u8>, CompileError> {
+        let mut command = tokio::process::Command::new(program);
         command
             .arg("compile")
             .arg("--for-server")

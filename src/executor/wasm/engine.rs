@@ -1,7 +1,8 @@
-//! The wasmtime engines (one per compiler in use): their configuration and WASI linker.
+//! The wasmtime engines a runtime uses (one per compiler): their configuration, their WASI
+//! linkers, and the `Engines` value that owns them.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, Strategy,
@@ -10,8 +11,9 @@ use wasmtime::{
 use super::code::Code;
 use super::component::{self, ComponentHost};
 use super::descriptors;
-use super::host::Host;
-use super::ticker;
+use super::host::ModuleHost;
+use super::ticker::Ticker;
+use super::{StartError, WasmError, cache};
 use crate::config::{Codegen, EngineSettings};
 
 /// Core instances one component may be made of.
@@ -22,9 +24,111 @@ const MEMORIES_PER_INSTANCE: u32 = 4;
 
 pub struct WasmEngine {
     pub engine: Engine,
-    pub linker: Linker<Host>,
+    pub linker: Linker<ModuleHost>,
     pub components: wasmtime::component::Linker<ComponentHost>,
     pub settings: EngineSettings,
+    /// Advances the engine's epoch while its guests run.
+    pub ticker: Ticker,
+    /// The `wasmloop` executable whose `compile --for-server` compiles for this engine.
+    pub compiler: PathBuf,
+}
+
+/// The engines of one runtime, made from its settings: each compiler's engine is made
+/// once (the server makes them before it accepts) and lives as long as the runtime.
+/// Nothing here is process-wide, so runtimes with other settings can share a process.
+pub struct Engines {
+    /// What every engine's pool is sized for and caps its memories at; the compiler is
+    /// each engine's own.
+    settings: EngineSettings,
+    /// The compilers the runtime's code comes from: the quick one first if tiered.
+    tiers: (Codegen, Option<Codegen>),
+    /// One per compiler (`Codegen::index`). A failure (the pool's address space refused,
+    /// say) is not kept: the next `/init` tries again.
+    made: Mutex<[Option<Arc<WasmEngine>>; 2]>,
+    /// The id signed artifacts name for the engine the final code is made with.
+    artifact_id: OnceLock<Result<String, String>>,
+    ticker: Ticker,
+    compiler: PathBuf,
+}
+
+impl Engines {
+    pub fn new(config: &crate::config::Config) -> Engines {
+        let tiers = config.wasm_compiler.tiers();
+        Engines {
+            settings: config.engine_settings(tiers.1.unwrap_or(tiers.0)),
+            tiers,
+            made: Mutex::new([None, None]),
+            artifact_id: OnceLock::new(),
+            ticker: Ticker::default(),
+            compiler: config.compile_exe.clone(),
+        }
+    }
+
+    /// The compiler whose code serves first, and the one whose code replaces it later.
+    pub fn tiers(&self) -> (Codegen, Option<Codegen>) {
+        self.tiers
+    }
+
+    /// The compiler whose code an action ends up running.
+    pub fn final_tier(&self) -> Codegen {
+        self.tiers.1.unwrap_or(self.tiers.0)
+    }
+
+    /// The engine for `codegen`'s code, made on first use.
+    pub fn engine(&self, codegen: Codegen) -> Result<Arc<WasmEngine>, StartError> {
+        made_once(&self.made, codegen.index(), || {
+            WasmEngine::new(
+                EngineSettings {
+                    codegen,
+                    ..self.settings
+                },
+                &self.ticker,
+                &self.compiler,
+            )
+        })
+    }
+
+    /// What signed artifacts this runtime loads the code of: those `keys` signed for the
+    /// engine its final code is made with (none without a key).
+    pub fn trust(&self, keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
+        (!keys.is_empty()).then(|| crate::signing::Trust {
+            keys: keys.to_vec(),
+            engine: self
+                .artifact_id
+                .get_or_init(|| {
+                    artifact_engine_id(EngineSettings {
+                        codegen: self.final_tier(),
+                        ..self.settings
+                    })
+                })
+                .clone()
+                .unwrap_or_else(|e| format!("(no engine: {e})")),
+        })
+    }
+}
+
+/// What `made[index]` holds, or what `make` makes, kept only if it worked.
+fn made_once<T>(
+    made: &Mutex<[Option<Arc<T>>; 2]>,
+    index: usize,
+    make: impl FnOnce() -> wasmtime::Result<Arc<T>>,
+) -> Result<Arc<T>, StartError> {
+    let mut made = crate::lock(made);
+    if let Some(found) = &made[index] {
+        return Ok(found.clone());
+    }
+    let fresh = make().map_err(WasmError::Engine)?;
+    made[index] = Some(fresh.clone());
+    Ok(fresh)
+}
+
+/// The id of the engine code compiled with `settings` is for: what a signed artifact
+/// names, and what a runtime compares with its own.
+pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
+    // Compile children use this configuration (no pool: it does not change the code).
+    Engine::new(&config(settings, false))
+        .map(|engine| cache::engine_id(&engine))
+        .map_err(|e| format!("{e:#}"))
 }
 
 pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
@@ -58,7 +162,7 @@ pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
 
 /// `path_open`, the only way a module opens a descriptor, held to the instance's cap on
 /// open files (`descriptors`): past it, the guest gets `mfile` ("too many open files").
-fn count_opened_files(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+fn count_opened_files(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()> {
     use wasmtime::{AsContextMut, Caller, Extern};
     use wasmtime_wasi::WasiView;
     use wasmtime_wasi::p1::types::Errno;
@@ -67,7 +171,7 @@ fn count_opened_files(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
     linker.func_wrap_async(
         "wasi_snapshot_preview1",
         "path_open",
-        |mut caller: Caller<'_, Host>,
+        |mut caller: Caller<'_, ModuleHost>,
          (dir, dirflags, path, path_len, oflags, base, inheriting, fdflags, opened): (
             i32,
             i32,
@@ -117,7 +221,11 @@ fn count_opened_files(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
 }
 
 impl WasmEngine {
-    pub fn new(settings: EngineSettings) -> wasmtime::Result<Arc<WasmEngine>> {
+    pub fn new(
+        settings: EngineSettings,
+        ticker: &Ticker,
+        compiler: &Path,
+    ) -> wasmtime::Result<Arc<WasmEngine>> {
         // The pool reserves address space for every slot; hosts with strict overcommit
         // refuse that, and then instances are allocated one by one instead.
         let engine = Engine::new(&config(settings, true)).or_else(|e| {
@@ -130,7 +238,9 @@ impl WasmEngine {
             Engine::new(&config(settings, false))
         })?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut Host| &mut host.wasi)?;
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut ModuleHost| {
+            &mut host.wasi
+        })?;
         // The stock WASI functions, with our streams behind fds 0-2. A direct path of our
         // own for fd_read and fd_write on them (re-implementing wasmtime-wasi's glue) was
         // measured against this, pinned to one CPU, 30,000 hello activations, twice each:
@@ -142,12 +252,14 @@ impl WasmEngine {
         // microseconds get scarcer than the code, fd_write on fds 1 and 2 is the place.
         count_opened_files(&mut linker)?;
         let components = component::linker(&engine)?;
-        ticker::add(&engine)?;
+        ticker.add(&engine)?;
         Ok(Arc::new(WasmEngine {
             engine,
             linker,
             components,
             settings,
+            ticker: ticker.clone(),
+            compiler: compiler.to_owned(),
         }))
     }
 
@@ -172,5 +284,24 @@ impl WasmEngine {
                  with this runtime's `wasmloop compile --sign-key`"
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {
+        let made = Mutex::new([None, None]);
+        let failed = made_once(&made, 1, || Err(wasmtime::format_err!("no address space")));
+        assert!(
+            matches!(failed, Err(StartError::Wasm(WasmError::Engine(e))) if e.to_string() == "no address space")
+        );
+        assert_eq!(*made_once(&made, 1, || Ok(Arc::new(7))).unwrap(), 7);
+        let kept = made_once(&made, 1, || Ok(Arc::new(9))).unwrap();
+        assert_eq!(*kept, 7, "made once");
+        // The other compiler gets an engine of its own.
+        assert_eq!(*made_once(&made, 0, || Ok(Arc::new(8))).unwrap(), 8);
     }
 }

@@ -4,7 +4,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 /// What each store holds.
-pub struct Host {
+pub struct ModuleHost {
     pub wasi: WasiP1Ctx,
     pub limits: MemoryCap,
     /// The files it holds, against its cap.

@@ -15,6 +15,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -28,41 +29,48 @@ pub use code::{is_component, precompiled_backend, wasm_backend};
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::{ComponentHost, Outbound};
-pub use engine::WasmEngine;
-use host::{Host, MemoryCap};
-use streams::{GuestStderr, GuestStdin, GuestStdout, LineTooLong, Output};
+pub use engine::{Engines, WasmEngine, artifact_engine_id};
+use host::{MemoryCap, ModuleHost};
+use streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 
-use super::lines::NoAnswer;
-use super::slot::{End, PoolSize, Slot, Worker};
+use super::lines::{LineTooLong, NoAnswer};
+use super::pool::{End, Pool, PoolSize, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Config, EngineSettings};
 use crate::outbound::AllowList;
 
-/// The engine made with `settings`, made on first use and kept. A tiered action uses two
-/// (one per compiler). A failure (the pool's address space refused, say) is not kept: the
-/// next `/init` tries again.
-pub fn engine(settings: EngineSettings) -> Result<Arc<WasmEngine>, StartError> {
-    static ENGINES: Mutex<Vec<Arc<WasmEngine>>> = Mutex::new(Vec::new());
-    made_once(
-        &ENGINES,
-        |engine| engine.settings == settings,
-        || WasmEngine::new(settings),
-    )
-}
-
-/// What `made` holds that is `wanted`, or what `make` makes, kept only if it worked.
-fn made_once<T>(
-    made: &Mutex<Vec<Arc<T>>>,
-    wanted: impl Fn(&T) -> bool,
-    make: impl FnOnce() -> wasmtime::Result<Arc<T>>,
-) -> Result<Arc<T>, StartError> {
-    let mut made = crate::lock(made);
-    if let Some(found) = made.iter().find(|m| wanted(m)) {
-        return Ok(found.clone());
-    }
-    let fresh = make().map_err(|e| StartError::Wasm(format!("{e:#}")))?;
-    made.push(fresh.clone());
-    Ok(fresh)
+/// Why WebAssembly could not be made ready to run, by kind; the text is each kind's own.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmError {
+    /// The engine could not be made (the host refused the pool's address space, say).
+    #[error("{0:#}")]
+    Engine(wasmtime::Error),
+    /// The code is not a WASI command; the text says what it is instead.
+    #[error("{0}")]
+    NotACommand(String),
+    #[error("cannot link the module: {0:#}")]
+    LinkModule(wasmtime::Error),
+    #[error("cannot link the component: {0:#} (wasmloop provides WASI 0.2 and wasi:http)")]
+    LinkComponent(wasmtime::Error),
+    #[error("cannot preopen {} as /action: {error:#}", dir.display())]
+    Preopen {
+        dir: PathBuf,
+        error: wasmtime::Error,
+    },
+    /// The compiler's own message.
+    #[error("{0}")]
+    Compile(String),
+    /// Compiled, precompiled or signed code that does not load here; the text says why.
+    #[error("{0}")]
+    Load(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The thread loading the code panicked or was stopped.
+    #[error("loading the module stopped: {0}")]
+    Interrupted(tokio::task::JoinError),
 }
 
 /// Where the module comes from.
@@ -91,7 +99,7 @@ pub struct WasmSpec {
 
 /// Code linked against WASI, ready to instantiate.
 enum Pre {
-    Module(InstancePre<Host>),
+    Module(InstancePre<ModuleHost>),
     Component(CommandPre<ComponentHost>),
 }
 
@@ -112,9 +120,10 @@ pub async fn start(
     start: StartSpec,
     preopen: Option<PathBuf>,
     config: &Config,
+    engines: &Engines,
     size: PoolSize,
-) -> Result<Arc<Slot<Instance>>, StartError> {
-    let final_engine = engine(config.engine_settings(config.wasm_compiler.final_tier()))?;
+) -> Result<Arc<Pool<Instance>>, StartError> {
+    let final_engine = engines.engine(engines.final_tier())?;
     let linking = Link {
         start,
         preopen,
@@ -127,13 +136,13 @@ pub async fn start(
     };
     let serve = |engine, code: Code, linking: Link| async move {
         let spec = link(engine, &code, linking)?;
-        Ok::<_, StartError>(Arc::new(Slot::start(spec, size, End::of(config)).await?))
+        Ok::<_, StartError>(Arc::new(Pool::start(spec, size, End::of(config)).await?))
     };
     let (wasm, sha256) = match source {
         Source::Precompiled(path) => {
             let module = blocking({
                 let (engine, path) = (final_engine.clone(), path.to_owned());
-                move || engine.load_precompiled(&path)
+                move || engine.load_precompiled(&path).map_err(WasmError::Load)
             })
             .await?;
             return serve(final_engine, module, linking).await;
@@ -141,7 +150,7 @@ pub async fn start(
         Source::Signed(code) => {
             let code = blocking({
                 let (engine, path) = (final_engine.clone(), code.path());
-                move || engine.load_signed(&path)
+                move || engine.load_signed(&path).map_err(WasmError::Load)
             })
             .await?;
             tracing::debug!("signed precompiled code loaded: nothing to compile");
@@ -156,8 +165,7 @@ pub async fn start(
             blocking({
                 let path = wasm.to_owned();
                 move || {
-                    WasmDigest::of_file(&path)
-                        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+                    WasmDigest::of_file(&path).map_err(|source| WasmError::Read { path, source })
                 }
             })
             .await?
@@ -181,14 +189,14 @@ pub async fn start(
     if let Some(code) = lookup(&final_engine).await? {
         return serve(final_engine, code, linking).await;
     }
-    let (first, then) = config.wasm_compiler.tiers();
+    let (first, then) = engines.tiers();
     let compile_final = || final_engine.compile(wasm, &digest, cache_dir.as_deref(), child);
     if then.is_none() {
         let code = compile_final().await.map_err(compile_error)?;
         return serve(final_engine.clone(), code, linking).await;
     }
     // Not cached: it is soon replaced, and a later /init finds the final code instead.
-    let quick_engine = engine(config.engine_settings(first))?;
+    let quick_engine = engines.engine(first)?;
     let code = match quick_engine.compile(wasm, &digest, None, child).await {
         Ok(code) => code,
         // Winch lacks some proposals Cranelift has: then Cranelift's code serves at once.
@@ -234,7 +242,7 @@ struct Upgrade {
 }
 
 impl Upgrade {
-    async fn run(self, slot: std::sync::Weak<Slot<Instance>>) {
+    async fn run(self, slot: std::sync::Weak<Pool<Instance>>) {
         let compiled = self
             .engine
             .compile(
@@ -267,25 +275,21 @@ impl Upgrade {
 fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec, StartError> {
     let pre = match code {
         Code::Module(module) => {
-            check_command(module).map_err(StartError::Wasm)?;
+            check_command(module).map_err(WasmError::NotACommand)?;
             let pre = engine
                 .linker
                 .instantiate_pre(module)
-                .map_err(|e| StartError::Wasm(format!("cannot link the module: {e:#}")))?;
+                .map_err(WasmError::LinkModule)?;
             Pre::Module(pre)
         }
         Code::Component(component) => {
-            code::check_component_command(&engine.engine, component).map_err(StartError::Wasm)?;
+            code::check_component_command(&engine.engine, component)
+                .map_err(WasmError::NotACommand)?;
             let pre = engine
                 .components
                 .instantiate_pre(component)
                 .and_then(CommandPre::new)
-                .map_err(|e| {
-                    StartError::Wasm(format!(
-                        "cannot link the component: {e:#} (wasmloop provides WASI 0.2 and \
-                         wasi:http)"
-                    ))
-                })?;
+                .map_err(WasmError::LinkComponent)?;
             Pre::Component(pre)
         }
     };
@@ -301,12 +305,11 @@ fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec,
 
 /// File work and deserializing take a millisecond or so: off the async workers.
 async fn blocking<T: Send + 'static>(
-    job: impl FnOnce() -> Result<T, String> + Send + 'static,
+    job: impl FnOnce() -> Result<T, WasmError> + Send + 'static,
 ) -> Result<T, StartError> {
-    tokio::task::spawn_blocking(job)
+    Ok(tokio::task::spawn_blocking(job)
         .await
-        .map_err(|e| StartError::Wasm(format!("loading the module stopped: {e}")))?
-        .map_err(StartError::Wasm)
+        .map_err(WasmError::Interrupted)??)
 }
 
 /// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
@@ -330,35 +333,9 @@ pub fn sign_beside(
     Ok(())
 }
 
-/// What signed artifacts this runtime loads the code of: those its trusted keys signed
-/// for the engine its final code is made with (none without a key).
-pub fn trust(config: &Config) -> Option<crate::signing::Trust> {
-    (!config.trust_keys.is_empty()).then(|| crate::signing::Trust {
-        keys: config.trust_keys.clone(),
-        // The engine the final code is made for, as `wasmloop compile` made it.
-        engine: artifact_engine_id(config.engine_settings(config.wasm_compiler.final_tier()))
-            .unwrap_or_else(|e| format!("(no engine: {e})")),
-    })
-}
-
 /// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
 pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
     compile::compile_here(bytes, settings, true).map_err(|e| e.message)
-}
-
-/// The id of the engine code compiled with `settings` is for: what a signed artifact
-/// names, and what a runtime compares with its own. Made once per compiler.
-pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
-    static IDS: [std::sync::OnceLock<Result<String, String>>; 2] =
-        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
-    IDS[settings.codegen.index()]
-        .get_or_init(|| {
-            // Compile children use this configuration (no pool: it does not change the code).
-            wasmtime::Engine::new(&engine::config(settings, false))
-                .map(|engine| cache::engine_id(&engine))
-                .map_err(|e| format!("{e:#}"))
-        })
-        .clone()
 }
 
 impl Worker for Instance {
@@ -423,6 +400,8 @@ pub struct Instance {
     denials: Option<Arc<Mutex<crate::outbound::DenialLog>>>,
     /// What it holds open, against its caps.
     descriptors: descriptors::Descriptors,
+    /// Its engine's ticker, kept running while the guest runs.
+    ticker: ticker::Ticker,
 }
 
 impl Instance {
@@ -433,17 +412,15 @@ impl Instance {
         let stderr = GuestStderr::default();
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(stdin.clone())
-            .stdout(Output(stdout.clone()))
-            .stderr(Output(stderr.clone()))
+            .stdout(StdioOut(stdout.clone()))
+            .stderr(StdioOut(stderr.clone()))
             .envs(&spec.env)
             .args(&[&spec.main]);
         if let Some(dir) = &wasm.preopen {
             wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
-                .map_err(|e| {
-                    StartError::Wasm(format!(
-                        "cannot preopen {} as /action: {e:#}",
-                        dir.display()
-                    ))
+                .map_err(|error| WasmError::Preopen {
+                    dir: dir.clone(),
+                    error,
                 })?;
         }
         let limits = MemoryCap(engine.settings.memory_cap);
@@ -452,7 +429,7 @@ impl Instance {
         let preopens = usize::from(wasm.preopen.is_some());
         let guest: Guest = match &wasm.pre {
             Pre::Module(pre) => {
-                let host = Host {
+                let host = ModuleHost {
                     wasi: wasi.build_p1(),
                     limits,
                     descriptors: held.clone(),
@@ -502,9 +479,10 @@ impl Instance {
             ended: None,
             denials,
             descriptors: held,
+            ticker: engine.ticker.clone(),
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
-        let ticking = ticker::running();
+        let ticking = engine.ticker.running();
         let started = if spec.wait_for_ack {
             instance.wait_for_ack(spec).await
         } else {
@@ -577,7 +555,7 @@ impl Instance {
     }
 
     async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
-        let _ticking = ticker::running();
+        let _ticking = self.ticker.running();
         self.stdin.push(Bytes::from(line));
         std::future::poll_fn(|cx| {
             self.poll_guest(cx);
@@ -655,26 +633,5 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
                 _ => cause,
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {
-        let made = Mutex::new(Vec::new());
-        let odd = |n: &i32| n % 2 == 1;
-        let failed = made_once(&made, odd, || {
-            Err(wasmtime::format_err!("no address space"))
-        });
-        assert!(matches!(failed, Err(StartError::Wasm(e)) if e == "no address space"));
-        assert_eq!(*made_once(&made, odd, || Ok(Arc::new(7))).unwrap(), 7);
-        let kept = made_once(&made, odd, || Ok(Arc::new(9))).unwrap();
-        assert_eq!(*kept, 7, "made once");
-        // Other settings get an engine of their own.
-        let even = made_once(&made, |n| n % 2 == 0, || Ok(Arc::new(8))).unwrap();
-        assert_eq!(*even, 8);
     }
 }

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wasmtime_wasi::async_trait;
 
-use crate::executor::lines::is_blank;
+use crate::executor::lines::{LineBuffer, LineTooLong, is_blank};
 use crate::lock;
 use crate::protocol;
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
@@ -129,10 +129,8 @@ impl StdinStream for GuestStdin {
 }
 
 struct OutputState {
-    /// Bytes of the line being written.
-    partial: BytesMut,
-    /// How much of `partial` is known to hold no newline, so each byte is scanned once.
-    scanned: usize,
+    /// Bytes written and not yet cut into lines: the line being written.
+    pending: LineBuffer,
     lines: VecDeque<Bytes>,
     /// Bytes of the lines queued behind the first, which is the next answer.
     behind: usize,
@@ -143,10 +141,6 @@ struct OutputState {
     max: usize,
 }
 
-/// Why no line came out of the guest's stdout.
-#[derive(Debug, PartialEq, Eq)]
-pub struct LineTooLong(pub usize);
-
 /// The guest's stdout, which carries its results: complete lines are handed to the host.
 #[derive(Clone)]
 pub struct GuestStdout(Arc<Mutex<OutputState>>);
@@ -154,8 +148,7 @@ pub struct GuestStdout(Arc<Mutex<OutputState>>);
 impl GuestStdout {
     pub fn new(max_line: usize) -> Self {
         GuestStdout(Arc::new(Mutex::new(OutputState {
-            partial: BytesMut::new(),
-            scanned: 0,
+            pending: LineBuffer::default(),
             lines: VecDeque::new(),
             behind: 0,
             dropped: 0,
@@ -183,9 +176,7 @@ impl GuestStdout {
         for line in state.lines.drain(..) {
             dropped.extend_from_slice(&line);
         }
-        dropped.extend_from_slice(&state.partial);
-        state.partial.clear();
-        state.scanned = 0;
+        dropped.extend_from_slice(&state.pending.take_all());
         state.behind = 0;
         if state.dropped > 0 {
             protocol::log_stderr(&format!(
@@ -199,42 +190,33 @@ impl GuestStdout {
 
     /// What the guest has written since its last complete line.
     pub fn partial(&self) -> Bytes {
-        Bytes::copy_from_slice(&lock(&self.0).partial)
+        Bytes::copy_from_slice(lock(&self.0).pending.partial())
     }
 
     fn append(&self, bytes: &[u8]) {
         let mut state = lock(&self.0);
+        let state = &mut *state;
         if state.overflowed {
             return;
         }
-        state.partial.extend_from_slice(bytes);
+        state.pending.extend(bytes);
         loop {
-            let from = state.scanned;
-            match memchr::memchr(b'\n', &state.partial[from..]) {
-                Some(pos) => {
-                    let line = state.partial.split_to(from + pos + 1).freeze();
-                    state.scanned = 0;
-                    if line.len() - 1 > state.max {
-                        state.overflowed = true;
-                        break;
-                    }
-                    if !is_blank(&line) {
-                        if state.lines.is_empty() {
-                            state.lines.push_back(line);
-                        } else if state.behind + line.len() <= STRAY_KEPT {
-                            state.behind += line.len();
-                            state.lines.push_back(line);
-                        } else {
-                            state.dropped += line.len();
-                        }
+            match state.pending.next_line(state.max) {
+                Ok(Some(line)) if is_blank(&line) => {}
+                Ok(Some(line)) => {
+                    if state.lines.is_empty() {
+                        state.lines.push_back(line);
+                    } else if state.behind + line.len() <= STRAY_KEPT {
+                        state.behind += line.len();
+                        state.lines.push_back(line);
+                    } else {
+                        state.dropped += line.len();
                     }
                 }
-                None => {
-                    state.scanned = state.partial.len();
-                    if state.scanned > state.max {
-                        state.overflowed = true;
-                        state.partial = BytesMut::new();
-                    }
+                Ok(None) => break,
+                Err(LineTooLong(_)) => {
+                    state.overflowed = true;
+                    state.pending = LineBuffer::default();
                     break;
                 }
             }
@@ -326,14 +308,14 @@ impl Sink for GuestStderr {
 
 /// A `Sink` as the stream types wasmtime-wasi wants, written once for every sink.
 #[derive(Clone)]
-pub struct Output<S>(pub S);
+pub struct StdioOut<S>(pub S);
 
 #[async_trait]
-impl<S: Sink> Pollable for Output<S> {
+impl<S: Sink> Pollable for StdioOut<S> {
     async fn ready(&mut self) {}
 }
 
-impl<S: Sink> OutputStream for Output<S> {
+impl<S: Sink> OutputStream for StdioOut<S> {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
         self.0.accept(&bytes);
         Ok(())
@@ -348,7 +330,7 @@ impl<S: Sink> OutputStream for Output<S> {
     }
 }
 
-impl<S: Sink + Unpin> AsyncWrite for Output<S> {
+impl<S: Sink + Unpin> AsyncWrite for StdioOut<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         _: &mut Context<'_>,
@@ -367,13 +349,13 @@ impl<S: Sink + Unpin> AsyncWrite for Output<S> {
     }
 }
 
-impl<S: Sink> IsTerminal for Output<S> {
+impl<S: Sink> IsTerminal for StdioOut<S> {
     fn is_terminal(&self) -> bool {
         false
     }
 }
 
-impl<S: Sink + Unpin> StdoutStream for Output<S> {
+impl<S: Sink + Unpin> StdoutStream for StdioOut<S> {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
         Box::new(self.clone())
     }
@@ -390,7 +372,7 @@ mod tests {
     #[test]
     fn stdout_hands_back_whole_lines_however_they_are_written() {
         let stdout = GuestStdout::new(100);
-        let mut stream = Output(stdout.clone());
+        let mut stream = StdioOut(stdout.clone());
         stream.write(Bytes::from_static(b"{\"a\"")).unwrap();
         stream.write(Bytes::from_static(b":1}\n\n[1]\n{")).unwrap();
         let line = || stdout.take_line().unwrap().unwrap();
