@@ -171,19 +171,19 @@ pub fn zip_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
     out.into_inner()
 }
 
-/// One HTTP answer, with the framing already checked.
+/// One HTTP answer, with the framing already checked, and the checks tests make of it.
 #[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+pub struct Reply(wasmloop::harness::Reply);
+
+impl std::ops::Deref for Reply {
+    type Target = wasmloop::harness::Reply;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Reply {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
@@ -195,13 +195,6 @@ impl Reply {
             Value::String(text) => text.clone(),
             _ => panic!("no error in the body: {}", self.text()),
         }
-    }
-
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
     }
 
     /// Asserts the status and the exact body, which for errors ends with a newline.
@@ -225,17 +218,10 @@ impl Reply {
 /// Sends one request on a fresh connection and checks that the answer has a
 /// `Content-Length` matching its body (the platform needs it) and is not chunked.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Reply {
-    let wasmloop::harness::Reply {
-        status,
-        headers,
-        body,
-    } = wasmloop::harness::request(addr, method, path, body)
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let reply = Reply {
-        status,
-        headers,
-        body,
-    };
+    let reply = Reply(
+        wasmloop::harness::request(addr, method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}")),
+    );
     assert_eq!(
         reply.header("transfer-encoding"),
         None,

@@ -52,6 +52,35 @@ fn a_bare_module_sees_no_host_files() {
     assert!(reply.json()["error_kind"].is_string(), "{}", reply.text());
 }
 
+/// Engines belong to the server made from their settings, not to the process: two servers
+/// side by side in this process, each with its own cap and compiler.
+#[test]
+fn two_servers_in_one_process_each_keep_their_own_engine_settings() {
+    let small = Server::builder()
+        .in_process()
+        .args(&["--max-memory-bytes", "67108864", "--wasm-compiler", "winch"])
+        .start();
+    let large = Server::builder()
+        .in_process()
+        .args(&[
+            "--max-memory-bytes",
+            "268435456",
+            "--wasm-compiler",
+            "cranelift",
+        ])
+        .start();
+    small
+        .grow_wasm_guest_by(100)
+        .assert_error(400, "past its cap of 67108864 bytes (64 MiB)");
+    large
+        .grow_wasm_guest_by(100)
+        .assert(200, "{\"allocated_mib\":100}\n");
+    // The first server's instance was replaced, under its own cap still.
+    small
+        .run(json!({"mib": 100}))
+        .assert_error(400, "past its cap of 67108864 bytes (64 MiB)");
+}
+
 #[test]
 fn growing_past_the_memory_cap_fails_the_activation_not_the_server() {
     let server = Server::builder()
