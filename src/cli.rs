@@ -461,8 +461,17 @@ impl RuntimeArgs {
     /// The runtime's settings; fails on a trusted key that cannot be read (a mistake to
     /// hear about at start-up, not at the first signed `/init`).
     pub fn to_config(&self) -> anyhow::Result<Config> {
-        let defaults = Config::default();
         Ok(Config {
+            trust_keys: crate::signing::read_trusted(&self.trust_keys)?,
+            ..self.to_config_untrusting()
+        })
+    }
+
+    /// The settings without the trusted keys, which `-compile` (only packing an upload)
+    /// never reads.
+    pub fn to_config_untrusting(&self) -> Config {
+        let defaults = Config::default();
+        Config {
             action_dir: self
                 .action_dir
                 .clone()
@@ -488,7 +497,7 @@ impl RuntimeArgs {
             wasm_compiler: self.wasm_compiler,
             cache_dir: cache_dir(&self.cache_dir, self.no_cache, &defaults),
             allow_precompiled: self.allow_precompiled,
-            trust_keys: crate::signing::read_trusted(&self.trust_keys)?,
+            trust_keys: Vec::new(),
             allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
             max_queue: self.max_queue,
@@ -503,7 +512,7 @@ impl RuntimeArgs {
                 config::raise_open_file_limit(),
                 usize::from(self.concurrency),
             ),
-        })
+        }
     }
 }
 

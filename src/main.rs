@@ -272,7 +272,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
     std::io::stdin()
         .read_to_end(&mut input)
         .context("cannot read the upload on stdin")?;
-    let config = args.runtime.to_config()?;
+    let config = args.runtime.to_config_untrusting();
     let zip = async_runtime(None)?.block_on(wasmloop::local::compile_to_zip(
         input,
         &args.main,
