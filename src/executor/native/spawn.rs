@@ -126,19 +126,31 @@ pub fn spawn(
     let attributes = Attributes::new()?;
 
     let mut pid: libc::pid_t = 0;
-    // No safe wrapper for posix_spawn exists (rustix has none; std's Command forks when
-    // asked for a descriptor on fd 3, see above).
-    // SAFETY: every pointer is valid for the call: NUL-terminated strings, null-terminated
-    // arrays, and initialized actions and attributes. posix_spawn does not keep them.
-    let code = unsafe {
-        libc::posix_spawn(
-            &mut pid,
-            program.as_ptr(),
-            &actions.0,
-            &attributes.0,
-            argv.as_ptr(),
-            envp.as_ptr(),
-        )
+    let mut tries = 0;
+    let code = loop {
+        // No safe wrapper for posix_spawn exists (rustix has none; std's Command forks
+        // when asked for a descriptor on fd 3, see above).
+        // SAFETY: every pointer is valid for the call: NUL-terminated strings,
+        // null-terminated arrays, and initialized actions and attributes. posix_spawn does
+        // not keep them.
+        let code = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                program.as_ptr(),
+                &actions.0,
+                &attributes.0,
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        };
+        // "Text file busy": the executable was just written (unpacked, compiled), and a
+        // child forked meanwhile by another thread still holds it open for writing until
+        // it execs, microseconds later. Waiting a moment is the remedy.
+        if code != libc::ETXTBSY || tries == 50 {
+            break code;
+        }
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1));
     };
     if code != 0 {
         return Err(io::Error::from_raw_os_error(code));
