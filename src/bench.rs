@@ -38,6 +38,13 @@ pub enum Row {
     WasmLogs,
     /// The native hello asked to log a line on stdout as well as on stderr.
     PipeLogs,
+    /// The WebAssembly hello, a fresh instance per activation
+    /// (`--max-activations-per-instance 1`), made ahead while the last answer goes out.
+    WasmFresh,
+    /// The Rust hello component, a fresh instance per activation.
+    ComponentFresh,
+    /// The native hello, a fresh child per activation, started ahead.
+    PipeFresh,
 }
 
 impl Row {
@@ -52,6 +59,9 @@ impl Row {
             Row::Floor => "floor",
             Row::WasmLogs => "wasm-logs",
             Row::PipeLogs => "pipe-logs",
+            Row::WasmFresh => "wasm-fresh",
+            Row::ComponentFresh => "component-fresh",
+            Row::PipeFresh => "pipe-fresh",
         }
     }
 }
@@ -60,6 +70,8 @@ pub struct Options {
     pub hits: usize,
     pub warmup: usize,
     pub connections: usize,
+    /// The servers' `--concurrency`: instances (or children) serving at once.
+    pub concurrency: u16,
     pub rows: Vec<Row>,
     pub wasm: PathBuf,
     pub native: PathBuf,
@@ -173,7 +185,7 @@ impl Drop for Served {
     }
 }
 
-fn serve(file: &Path) -> anyhow::Result<Served> {
+fn serve(file: &Path, args: &[String]) -> anyhow::Result<Served> {
     let bytes = std::fs::read(file).with_context(|| {
         format!(
             "cannot read {} (build the examples first: see the README)",
@@ -186,7 +198,8 @@ fn serve(file: &Path) -> anyhow::Result<Served> {
         .command()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(logs.try_clone()?);
+        .stderr(logs.try_clone()?)
+        .args(args);
     let (child, addr) = launch.spawn().context("cannot start wasmloop serve")?;
     let mut served = Served { child, addr, logs };
     let answer = match crate::harness::init(addr, &bytes, crate::config::DEFAULT_MAIN) {
@@ -414,6 +427,12 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     }
     // Every server stays up until the end: the rows are measured in turns.
     let mut servers = Vec::new();
+    let args = ["--concurrency".to_owned(), options.concurrency.to_string()];
+    let fresh = [
+        &args[..],
+        &["--max-activations-per-instance".to_owned(), "1".to_owned()],
+    ]
+    .concat();
     let mut wasm = None;
     let mut targets = Vec::new();
     for row in &options.rows {
@@ -422,7 +441,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
                 let addr = match wasm {
                     Some(addr) => addr,
                     None => {
-                        let served = serve(&options.wasm)?;
+                        let served = serve(&options.wasm, &args)?;
                         let addr = served.addr;
                         servers.push(served);
                         wasm = Some(addr);
@@ -435,14 +454,26 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
                     (addr, "/run", true)
                 }
             }
-            Row::Pipe | Row::PipeLogs | Row::Python | Row::Component | Row::PythonComponent => {
+            Row::Pipe
+            | Row::PipeLogs
+            | Row::Python
+            | Row::Component
+            | Row::PythonComponent
+            | Row::WasmFresh
+            | Row::ComponentFresh
+            | Row::PipeFresh => {
                 let file = match row {
-                    Row::Pipe | Row::PipeLogs => &options.native,
+                    Row::Pipe | Row::PipeLogs | Row::PipeFresh => &options.native,
                     Row::Python => &options.python,
-                    Row::Component => &options.component,
+                    Row::Component | Row::ComponentFresh => &options.component,
+                    Row::WasmFresh => &options.wasm,
                     _ => &options.python_component,
                 };
-                let served = serve(file)?;
+                let lifetime = match row {
+                    Row::WasmFresh | Row::ComponentFresh | Row::PipeFresh => &fresh,
+                    _ => &args[..],
+                };
+                let served = serve(file, lifetime)?;
                 let addr = served.addr;
                 servers.push(served);
                 (addr, "/run", true)

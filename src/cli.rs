@@ -81,6 +81,9 @@ pub struct BenchArgs {
     /// Keep-alive connections sending at once.
     #[arg(long, short, default_value_t = 1)]
     pub connections: usize,
+    /// Instances (or children) each server runs at once (its --concurrency).
+    #[arg(long, default_value_t = config::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
     /// Which rows, in order.
     #[arg(
         long,
@@ -238,6 +241,10 @@ pub struct RunArgs {
     /// Compiler hook for uploads that are not executables, as for `serve`.
     #[arg(long, env = "OW_COMPILER")]
     pub compiler: Option<PathBuf>,
+    /// Activations one instance serves before a fresh one replaces it, as for `serve`
+    /// (1: each input meets a fresh instance; 0: no limit).
+    #[arg(long, value_name = "N", default_value_t = config::DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE)]
+    pub max_activations_per_instance: u32,
 }
 
 impl RunArgs {
@@ -255,6 +262,7 @@ impl RunArgs {
             cache_dir: cache_dir(&self.cache_dir, self.no_cache, &defaults),
             allow_precompiled: self.allow_precompiled,
             allow_outbound: self.outbound.allow_outbound.clone(),
+            max_activations_per_instance: self.max_activations_per_instance,
             sentinels: false,
             ..defaults
         }
@@ -378,6 +386,13 @@ pub struct RuntimeArgs {
     /// parallel; each keeps its own state.
     #[arg(long, env = "WASMLOOP_CONCURRENCY", default_value_t = config::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// Activations one instance (wasm) or child (native) serves before a fresh one replaces
+    /// it: 1 gives every activation a fresh instance, with nothing left over from the one
+    /// before; the fresh one is made while the last answer goes out. 0: no limit (each
+    /// instance lives as long as the action, keeping its state between activations).
+    #[arg(long, env = "WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE", value_name = "N",
+          default_value_t = config::DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE)]
+    pub max_activations_per_instance: u32,
     /// How many activations may wait when every instance is busy; beyond that, 429 with `Retry-After: 1`.
     #[arg(long, env = "WASMLOOP_MAX_QUEUE", default_value_t = config::DEFAULT_MAX_QUEUE)]
     pub max_queue: usize,
@@ -500,6 +515,7 @@ impl RuntimeArgs {
             trust_keys: Vec::new(),
             allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
+            max_activations_per_instance: self.max_activations_per_instance,
             max_queue: self.max_queue,
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,

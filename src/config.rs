@@ -36,6 +36,9 @@ pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
 /// them): four instances fit in the invoker's `nofile=1024` with room for the runtime.
 pub const DEFAULT_MAX_INSTANCE_FILES: usize = 64;
 pub const DEFAULT_MAX_INSTANCE_SOCKETS: usize = 128;
+/// Activations an instance (or child) serves before a fresh one replaces it: 0 is no
+/// limit, the ActionLoop's persistent model.
+pub const DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE: u32 = 0;
 /// The compiler unless told otherwise: `/init` answers soon, and the code gets fast.
 pub const DEFAULT_WASM_COMPILER: WasmCompiler = WasmCompiler::Tiered;
 /// Instances (or children) of an action at once: one, as the platform's own runtimes.
@@ -109,6 +112,9 @@ pub struct Config {
     pub allow_outbound: crate::outbound::AllowList,
     /// How many instances (wasm) or children (native) of the action may run at once.
     pub concurrency: usize,
+    /// Activations one instance (or child) serves before it is replaced by a fresh one
+    /// (0: no limit).
+    pub max_activations_per_instance: u32,
     /// How many activations may wait for one when all are busy; more get 429.
     pub max_queue: usize,
     /// Runtime-wide cap on one activation (the request's own deadline may be earlier).
@@ -332,6 +338,7 @@ impl Default for Config {
             trust_keys: Vec::new(),
             allow_outbound: crate::outbound::AllowList::default(),
             concurrency: usize::from(DEFAULT_CONCURRENCY),
+            max_activations_per_instance: DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE,
             max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),

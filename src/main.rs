@@ -245,6 +245,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         hits: args.hits,
         warmup: args.warmup,
         connections: args.connections,
+        concurrency: args.concurrency,
         rows: args.rows,
         wasm: args.wasm,
         native: args.native,

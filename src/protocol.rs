@@ -129,6 +129,11 @@ pub fn write_stderr(bytes: &[u8]) {
     let _ = std::io::stderr().lock().write_all(bytes);
 }
 
+/// The environment variables that name one activation, as an ActionLoop launcher sets
+/// them from each request line: never given to a worker from `/init`'s `env`.
+pub const PER_ACTIVATION_ENV: [&str; 3] =
+    ["__OW_ACTIVATION_ID", "__OW_DEADLINE", "__OW_TRANSACTION_ID"];
+
 /// Writes one line of our own on stderr (the few messages docs/protocol.md allows).
 pub fn log_stderr(message: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{message}");

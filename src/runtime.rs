@@ -100,6 +100,14 @@ pub struct Action {
     _prepared: Prepared,
 }
 
+impl Drop for Action {
+    /// Its last activation has ended (each holds the action): a successor being made ahead
+    /// is stopped before the folder it starts from is removed.
+    fn drop(&mut self) {
+        self.executor.abandon();
+    }
+}
+
 pub struct Runtime {
     config: Config,
     /// The wasm engines, made from `config` and kept for the runtime's life.

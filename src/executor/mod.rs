@@ -31,6 +31,10 @@ pub trait Executor: Send + Sync {
     /// end with `RunError::Stopped`), later activations are refused, and the future
     /// completes once no worker is left.
     fn stop(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+
+    /// Told when the action goes with no activation left (its folder goes with it): no
+    /// worker is made for it any more, not even one being made ahead.
+    fn abandon(&self);
 }
 
 /// An activation under way (boxed, so that `Executor` can be a trait object).
@@ -224,7 +228,12 @@ pub struct StartSpec {
 }
 
 impl StartSpec {
-    pub fn new(config: &Config, env: Vec<(String, String)>, main: String) -> Self {
+    /// What workers start with. The environment leaves out what belongs to one activation
+    /// (`protocol::PER_ACTIVATION_ENV`): the platform puts the first activation's values in
+    /// `/init`'s `env`, and an instance that serves more would read them, stale, from the
+    /// second activation on; each request line carries its own.
+    pub fn new(config: &Config, mut env: Vec<(String, String)>, main: String) -> Self {
+        env.retain(|(key, _)| !protocol::PER_ACTIVATION_ENV.contains(&key.as_str()));
         StartSpec {
             env,
             main,
@@ -257,6 +266,7 @@ pub async fn start(
     let size = pool::PoolSize {
         workers: config.concurrency,
         max_waiting: config.max_queue,
+        max_activations: std::num::NonZeroU32::new(config.max_activations_per_instance),
     };
     let source = match &prepared.entry {
         Entry::Native(exec) if backend != Backend::Native => {
@@ -275,9 +285,9 @@ pub async fn start(
                 start: spec,
                 pipe_size: native::pipe_size(size.workers),
             };
-            let slot: pool::Pool<native::Process> =
+            let pool: Arc<pool::Pool<native::Process>> =
                 pool::Pool::start(spec, size, pool::End::of(config)).await?;
-            return Ok(Arc::new(slot));
+            return Ok(pool);
         }
         Entry::Signed(code) => wasm::Source::Signed(code),
         Entry::Wasm(path) => wasm::Source::Wasm {

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -39,11 +39,14 @@ pub trait Worker: Sized + Send + 'static {
     fn others_queued(&mut self, _queued: bool) {}
 }
 
-/// How many workers, and how many activations may wait for one.
+/// How many workers, how many activations may wait for one, and how long a worker lives.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSize {
     pub workers: usize,
     pub max_waiting: usize,
+    /// Activations a worker serves before it is replaced by a fresh one (`None`: it serves
+    /// until it ends, the ActionLoop's own model).
+    pub max_activations: Option<std::num::NonZeroU32>,
 }
 
 /// How an activation's logs end, written before the next activation may start on the
@@ -93,8 +96,8 @@ impl End {
 /// What an activation leaves to its end: the permit it holds until then, and whether its
 /// worker has written the end already.
 #[derive(Default)]
-struct Ending<'a> {
-    permit: Option<tokio::sync::SemaphorePermit<'a>>,
+struct Ending {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
     written: bool,
 }
 
@@ -107,7 +110,11 @@ pub struct Pool<W: Worker> {
     generation: AtomicU64,
     size: PoolSize,
     end: End,
-    permits: tokio::sync::Semaphore,
+    /// One per worker that may exist: held by each activation until it has ended, and by
+    /// the making of a retired worker's successor until that is idle.
+    permits: Arc<tokio::sync::Semaphore>,
+    /// The pool itself, for the tasks that make successors.
+    me: Weak<Pool<W>>,
     /// Workers not serving anyone right now.
     idle: Mutex<Vec<Idle<W>>>,
     waiting: AtomicUsize,
@@ -125,6 +132,19 @@ struct Idle<W> {
     /// The spec it was made from.
     generation: u64,
     served: bool,
+    /// Activations it has answered.
+    activations: u32,
+}
+
+impl<W> Idle<W> {
+    fn new(worker: W, generation: u64) -> Self {
+        Idle {
+            worker,
+            generation,
+            served: false,
+            activations: 0,
+        }
+    }
 }
 
 /// Runs `future` until `deadline` (if any); running out of time is `RunError::TimedOut`.
@@ -151,23 +171,20 @@ impl Drop for Waiting<'_> {
 
 impl<W: Worker> Pool<W> {
     /// Starts the first worker: failing here fails `/init`.
-    pub async fn start(spec: W::Spec, size: PoolSize, end: End) -> Result<Self, StartError> {
+    pub async fn start(spec: W::Spec, size: PoolSize, end: End) -> Result<Arc<Self>, StartError> {
         let worker = W::start(&spec).await?;
-        Ok(Pool {
+        Ok(Arc::new_cyclic(|me| Pool {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
             size,
             end,
-            permits: tokio::sync::Semaphore::new(size.workers.max(1)),
-            idle: Mutex::new(vec![Idle {
-                worker,
-                generation: 0,
-                served: false,
-            }]),
+            permits: Arc::new(tokio::sync::Semaphore::new(size.workers.max(1))),
+            me: me.clone(),
+            idle: Mutex::new(vec![Idle::new(worker, 0)]),
             waiting: AtomicUsize::new(0),
             helper: std::sync::OnceLock::new(),
             stopping: tokio::sync::watch::Sender::new(false),
-        })
+        }))
     }
 
     /// Ties `task` to this slot: it is stopped when the slot goes (at once, if the slot
@@ -206,11 +223,37 @@ impl<W: Worker> Pool<W> {
 
     async fn start_worker(&self) -> Result<Idle<W>, StartError> {
         let (generation, spec) = self.current_spec();
-        Ok(Idle {
-            worker: W::start(&spec).await?,
-            generation,
-            served: false,
-        })
+        Ok(Idle::new(W::start(&spec).await?, generation))
+    }
+
+    /// Retires a worker that has served its activations: it is dropped now (freeing its
+    /// place), and its successor is made off the request's path, holding `permit` until
+    /// it is idle, so that the next activation finds it ready (or waits for it, instead
+    /// of making one of its own beside it).
+    fn retire(&self, entry: Idle<W>, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
+        tracing::debug!(
+            activations = entry.activations,
+            "worker retired after its activations: making a fresh one"
+        );
+        drop(entry);
+        let Some(pool) = self.me.upgrade() else {
+            return;
+        };
+        // Stopped with the pool (by `stop`, or when the action goes).
+        let mut stopping = self.stopping.subscribe();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let made = tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => return,
+                made = pool.start_worker() => made,
+            };
+            match made {
+                Ok(fresh) if !*pool.stopping.borrow() => lock(&pool.idle).push(fresh),
+                Ok(_) => {}
+                // The next activation tries again, and reports the failure.
+                Err(e) => tracing::debug!(error = %e, "cannot make a fresh worker ahead"),
+            }
+        });
     }
 
     /// From now on workers are made from `spec` (restarts, pool growth), once a first
@@ -226,11 +269,7 @@ impl<W: Worker> Pool<W> {
             *slot_spec = Arc::new(spec);
             self.generation.fetch_add(1, Ordering::AcqRel) + 1
         };
-        let mut fresh = Idle {
-            worker,
-            generation: current,
-            served: false,
-        };
+        let mut fresh = Idle::new(worker, current);
         let replaceable = |entry: &Idle<W>| !entry.served && entry.generation != current;
         let mut swapped = 0;
         loop {
@@ -286,6 +325,10 @@ where
         })
     }
 
+    fn abandon(&self) {
+        self.stopping.send_replace(true);
+    }
+
     fn stop(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             self.stopping.send_replace(true);
@@ -300,14 +343,14 @@ where
 }
 
 impl<W: Worker> Pool<W> {
-    async fn activate<'a>(
-        &'a self,
+    async fn activate(
+        &self,
         line: Vec<u8>,
         deadline: Option<Instant>,
-        ending: &mut Ending<'a>,
+        ending: &mut Ending,
     ) -> Result<Bytes, RunError> {
         // Only activations that find every worker busy count against the queue's bound.
-        let permit = match self.permits.try_acquire() {
+        let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
                 if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.size.max_waiting {
@@ -318,7 +361,11 @@ impl<W: Worker> Pool<W> {
                 let queued = Instant::now();
                 // Time spent queueing counts against the deadline too.
                 within(deadline, async {
-                    self.permits.acquire().await.map_err(|_| RunError::Stopped)
+                    self.permits
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| RunError::Stopped)
                 })
                 .await
                 .map_err(|e| match e {
@@ -360,7 +407,13 @@ impl<W: Worker> Pool<W> {
         // system call), not here as well.
         if matches!(result, Ok(_) | Err(RunError::NotAnObject)) {
             entry.served = true;
-            lock(&self.idle).push(entry);
+            entry.activations = entry.activations.saturating_add(1);
+            match self.size.max_activations {
+                Some(most) if entry.activations >= most.get() => {
+                    self.retire(entry, ending.permit.take())
+                }
+                _ => lock(&self.idle).push(entry),
+            }
         }
         result
     }
@@ -418,6 +471,7 @@ mod tests {
     const SIZE: PoolSize = PoolSize {
         workers: 2,
         max_waiting: 10,
+        max_activations: None,
     };
 
     #[tokio::test]
@@ -454,6 +508,71 @@ mod tests {
         let idle = lock(&slot.idle);
         assert_eq!(idle.len(), 1, "the old worker was swapped, not added to");
         assert!(idle.iter().all(|e| e.generation == 1 && e.worker.0 == 2));
+    }
+
+    /// A worker that answers how many activations it has served, made by a spec that
+    /// counts the workers made.
+    struct Counting(u32);
+
+    impl Worker for Counting {
+        type Spec = Arc<AtomicUsize>;
+
+        async fn start(made: &Self::Spec) -> Result<Self, StartError> {
+            made.fetch_add(1, Ordering::SeqCst);
+            Ok(Counting(0))
+        }
+
+        fn is_alive(&mut self) -> bool {
+            true
+        }
+
+        fn discard_stray_output(&mut self) -> Option<Bytes> {
+            None
+        }
+
+        async fn activate(&mut self, _line: Vec<u8>) -> Result<Bytes, RunError> {
+            self.0 += 1;
+            Ok(Bytes::from(format!("{{\"count\":{}}}\n", self.0)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_is_replaced_after_its_activations_by_one_made_ahead() {
+        let made = Arc::new(AtomicUsize::new(0));
+        // One worker at a time: the next activation waits for the successor.
+        let size = PoolSize {
+            workers: 1,
+            max_activations: std::num::NonZeroU32::new(2),
+            ..SIZE
+        };
+        let pool = Pool::<Counting>::start(made.clone(), size, End::Logs)
+            .await
+            .unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..5 {
+            let answer = pool.run(b"{}\n".to_vec(), None).await.unwrap();
+            answers.push(String::from_utf8(answer.to_vec()).unwrap());
+        }
+        assert_eq!(
+            answers,
+            [
+                "{\"count\":1}\n",
+                "{\"count\":2}\n",
+                "{\"count\":1}\n",
+                "{\"count\":2}\n",
+                "{\"count\":1}\n"
+            ]
+        );
+        // The third worker was made ahead, after the fourth answer, and waits idle.
+        let ready = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while lock(&pool.idle).len() != 1 || made.load(Ordering::SeqCst) != 3 {
+                tokio::task::yield_now().await;
+            }
+        });
+        assert!(ready.await.is_ok(), "made {}", made.load(Ordering::SeqCst));
+        // Stopping the pool waits for, and stops, a successor being made.
+        pool.stop().await;
+        assert!(lock(&pool.idle).is_empty());
     }
 
     /// A worker whose activations wait for a go-ahead, and which records what it was told
@@ -498,12 +617,11 @@ mod tests {
         let one = PoolSize {
             workers: 1,
             max_waiting: 10,
+            max_activations: None,
         };
-        let slot = Arc::new(
-            Pool::<Gated>::start((gate.clone(), told.clone()), one, End::Logs)
-                .await
-                .unwrap(),
-        );
+        let slot = Pool::<Gated>::start((gate.clone(), told.clone()), one, End::Logs)
+            .await
+            .unwrap();
         let runs: Vec<_> = (0..3)
             .map(|_| {
                 let slot = slot.clone();

@@ -161,7 +161,8 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         ])
         .args([
             "--rows",
-            "wasm,wasm-logs,component,pipe,pipe-logs,exec,python,python-component,floor",
+            "wasm,wasm-logs,wasm-fresh,component,component-fresh,pipe,pipe-logs,pipe-fresh,exec,python,\
+             python-component,floor",
             "--out",
         ])
         .arg(out.path())
@@ -184,9 +185,12 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
     for row in [
         "wasm",
         "wasm-logs",
+        "wasm-fresh",
         "component",
+        "component-fresh",
         "pipe",
         "pipe-logs",
+        "pipe-fresh",
         "exec",
         "python",
         "python-component",
@@ -201,7 +205,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         assert_eq!(cells.last(), Some(&"0"), "errors in {line}");
     }
     let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 10, "{csv}");
+    assert_eq!(csv.lines().count(), 13, "{csv}");
     let svg = std::fs::read_to_string(out.path().join("latency.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("python"),

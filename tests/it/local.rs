@@ -40,6 +40,17 @@ each_backend! {
         assert_eq!(String::from_utf8_lossy(&output.stdout), "{\"count\":1}\n{\"count\":2}\n");
     }
 
+    fn run_gives_each_input_a_fresh_instance_when_asked(backend: Backend) {
+        let guest = backend.guest("counter");
+        let path = guest.to_str().unwrap();
+        let output = wasmloop_run(&[path, "--max-activations-per-instance", "1"], "{}\n{}\n{}\n");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "{\"count\":1}\n{\"count\":1}\n{\"count\":1}\n"
+        );
+    }
+
     fn run_passes_the_actions_logs_through_and_writes_no_sentinel(backend: Backend) {
         let guest = backend.guest("echo");
         let output = wasmloop_run(&[guest.to_str().unwrap()], "{\"a\":1}\n{\"b\":2}\n");

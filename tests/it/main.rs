@@ -11,6 +11,7 @@ mod examples;
 mod faults;
 mod image;
 mod lifecycle;
+mod lifetimes;
 mod limits;
 mod local;
 mod mistakes;

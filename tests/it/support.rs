@@ -347,6 +347,8 @@ impl InProcess {
         config.compile_exe = PathBuf::from(env!("CARGO_BIN_EXE_wasmloop"));
         // The test's own stdout: sentinels would only clutter it.
         config.sentinels = false;
+        // Dropped, it stops at once (see `InProcess::drop`).
+        config.shutdown_timeout = Duration::ZERO;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -360,13 +362,15 @@ impl InProcess {
                 .unwrap();
             runtime.block_on(async {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let serving = wasmloop::server::run(listener, config, std::future::pending());
-                // Stopped as the invoker removes a container: at once, whatever it was
-                // doing (dropping the runtime drops the action, which kills its children).
-                tokio::select! {
-                    served = serving => served.expect("the server failed"),
-                    _ = stopped => {}
-                }
+                // Stopped as the invoker removes a container, at once: the runtime's own
+                // shutdown with no grace, which stops the action and its children (and
+                // any worker being made ahead) before its folder goes.
+                let stop = async {
+                    let _ = stopped.await;
+                };
+                wasmloop::server::run(listener, config, stop)
+                    .await
+                    .expect("the server failed");
             });
             runtime.shutdown_background();
         });

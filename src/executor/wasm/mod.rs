@@ -136,7 +136,7 @@ pub async fn start(
     };
     let serve = |engine, code: Code, linking: Link| async move {
         let spec = link(engine, &code, linking)?;
-        Ok::<_, StartError>(Arc::new(Pool::start(spec, size, End::of(config)).await?))
+        Pool::start(spec, size, End::of(config)).await
     };
     let (wasm, sha256) = match source {
         Source::Precompiled(path) => {

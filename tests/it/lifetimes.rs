@@ -1,0 +1,95 @@
+//! How long an instance lives (`--max-activations-per-instance`), and the activation's own
+//! values that never reach one stale.
+
+use serde_json::json;
+
+use crate::support::{Backend, Server};
+
+const OK: &str = "{\"ok\":true}\n";
+
+fn recycling(backend: Backend, guest: &str, args: &[&str]) -> Server {
+    let server = Server::builder().in_process().args(args).start();
+    server.init(&backend.init_guest(guest)).assert(200, OK);
+    server
+}
+
+fn count(server: &Server) -> u64 {
+    let reply = server.run(json!({}));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.json()["count"].as_u64().unwrap()
+}
+
+each_backend! {
+    fn with_one_activation_each_every_activation_meets_a_fresh_instance(backend: Backend) {
+        let server = recycling(backend, "counter", &["--max-activations-per-instance", "1"]);
+        let counts: Vec<u64> = (0..5).map(|_| count(&server)).collect();
+        assert_eq!(counts, [1, 1, 1, 1, 1], "nothing kept from the activation before");
+    }
+
+    fn an_instance_serves_its_activations_then_a_fresh_one_takes_over(backend: Backend) {
+        let server = recycling(backend, "counter", &["--max-activations-per-instance", "3"]);
+        let counts: Vec<u64> = (0..7).map(|_| count(&server)).collect();
+        assert_eq!(counts, [1, 2, 3, 1, 2, 3, 1]);
+    }
+
+    fn without_a_limit_an_instance_keeps_its_state(backend: Backend) {
+        let server = recycling(backend, "counter", &["--max-activations-per-instance", "0"]);
+        let counts: Vec<u64> = (0..4).map(|_| count(&server)).collect();
+        assert_eq!(counts, [1, 2, 3, 4]);
+    }
+
+    fn a_crash_in_a_fresh_instance_costs_only_its_own_activation(backend: Backend) {
+        let server = recycling(backend, "counter", &["--max-activations-per-instance", "1"]);
+        assert_eq!(count(&server), 1);
+        let crashed = server.run(json!({"exit": true}));
+        assert_eq!(crashed.status, 400, "{}", crashed.text());
+        assert_eq!(count(&server), 1);
+        assert_eq!(count(&server), 1);
+    }
+
+    fn parallel_activations_each_get_a_fresh_instance(backend: Backend) {
+        let server = recycling(
+            backend,
+            "counter",
+            &["--max-activations-per-instance", "1", "--concurrency", "4"],
+        );
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..16).map(|_| scope.spawn(|| count(&server))).collect();
+            for run in runs {
+                assert_eq!(run.join().unwrap(), 1);
+            }
+        });
+    }
+
+    fn the_init_envs_activation_values_never_reach_an_instance(backend: Backend) {
+        for limit in ["0", "1"] {
+            let server = Server::builder()
+                .in_process()
+                .args(&["--max-activations-per-instance", limit])
+                .start();
+            let mut init = backend.init_guest("context");
+            // As the platform sends it: the first activation's values, and the action's.
+            init["value"]["env"] = json!({
+                "__OW_ACTIVATION_ID": "first-activation",
+                "__OW_DEADLINE": "1700000000000",
+                "__OW_TRANSACTION_ID": "first-transaction",
+                "__OW_NAMESPACE": "ns",
+                "__OW_ACTION_NAME": "/ns/action",
+            });
+            server.init(&init).assert(200, OK);
+            for _ in 0..2 {
+                // A request line without them: what the action sees is absent, not stale.
+                let seen = server.run(json!({})).json();
+                assert_eq!(seen["activation_id"], json!(null), "limit {limit}: {seen}");
+                assert_eq!(seen["deadline"], json!(null), "limit {limit}: {seen}");
+                // Values that are the same for every activation stay.
+                assert_eq!(seen["namespace"], "ns", "limit {limit}: {seen}");
+                assert_eq!(seen["action_name"], "/ns/action", "limit {limit}: {seen}");
+            }
+            let body = json!({"value": {}, "activation_id": "second", "deadline": "42"});
+            let seen = server.post("/run", body.to_string().as_bytes()).json();
+            assert_eq!(seen["activation_id"], "second", "limit {limit}: {seen}");
+            assert_eq!(seen["deadline"], "42", "limit {limit}: {seen}");
+        }
+    }
+}
