@@ -241,6 +241,22 @@ pub struct RunArgs {
     /// Compiler hook for uploads that are not executables, as for `serve`.
     #[arg(long, env = "OW_COMPILER")]
     pub compiler: Option<PathBuf>,
+    /// The activation id every input's request line carries [default: a fresh 32-hex-digit
+    /// id for each, as the platform gives].
+    #[arg(long, value_name = "ID")]
+    pub activation_id: Option<String>,
+    /// The namespace the request lines name.
+    #[arg(long, default_value = "_")]
+    pub namespace: String,
+    /// The action name the request lines name [default: /NAMESPACE/ and the file's name
+    /// without its extension].
+    #[arg(long, value_name = "NAME")]
+    pub action_name: Option<String>,
+    /// Send each input line as the whole request line, as it is (for testing the raw
+    /// contract); otherwise each input is the `value` of a request line that also carries
+    /// `activation_id`, `deadline` (now + --timeout), `namespace` and `action_name`.
+    #[arg(long, conflicts_with_all = ["activation_id", "action_name"])]
+    pub raw: bool,
     /// Activations one instance serves before a fresh one replaces it, as for `serve`
     /// (1: each input meets a fresh instance; 0: no limit).
     #[arg(long, value_name = "N", default_value_t = config::DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE)]
@@ -248,6 +264,25 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// What each request line carries besides the input.
+    pub fn context(&self) -> crate::local::RequestContext {
+        let stem = self
+            .file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "action".to_owned());
+        crate::local::RequestContext {
+            activation_id: self.activation_id.clone(),
+            action_name: self
+                .action_name
+                .clone()
+                .unwrap_or_else(|| format!("/{}/{stem}", self.namespace)),
+            namespace: self.namespace.clone(),
+            timeout: self.timeout,
+            raw: self.raw,
+        }
+    }
+
     pub fn to_config(&self) -> Config {
         let defaults = Config::default();
         Config {

@@ -9,6 +9,61 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use crate::config::Config;
 use crate::runtime::{Action, Init, Runtime};
 
+/// What each input's request line carries besides its `value`, as the platform sends it.
+pub struct RequestContext {
+    /// The same id for every input; none: a fresh one each, as the platform gives.
+    pub activation_id: Option<String>,
+    pub namespace: String,
+    pub action_name: String,
+    /// Each activation's deadline is this far from when it is sent.
+    pub timeout: std::time::Duration,
+    /// Send each input line as the whole request line, as it is.
+    pub raw: bool,
+}
+
+impl RequestContext {
+    /// The request line for `input` (JSON text).
+    fn request(&self, input: &str) -> anyhow::Result<Vec<u8>> {
+        let value: Value = serde_json::from_str(input)
+            .map_err(|e| anyhow::anyhow!("the input is not JSON ({e}): {input}"))?;
+        if self.raw {
+            return Ok(input.as_bytes().to_vec());
+        }
+        let deadline = std::time::SystemTime::now() + self.timeout;
+        let deadline = deadline
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let activation_id = self
+            .activation_id
+            .clone()
+            .unwrap_or_else(fresh_activation_id);
+        Ok(json!({
+            "value": value,
+            "activation_id": activation_id,
+            "deadline": deadline.to_string(),
+            "namespace": self.namespace,
+            "action_name": self.action_name,
+        })
+        .to_string()
+        .into_bytes())
+    }
+}
+
+/// An id shaped as the platform's (32 hex digits), different for every activation.
+fn fresh_activation_id() -> String {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.update(
+        &MADE
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_le_bytes(),
+    );
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hasher.update(&now.map_or(0, |d| d.as_nanos()).to_le_bytes());
+    crate::hex(&hasher.finalize().as_bytes()[..16])
+}
+
 /// Where the inputs come from.
 pub enum Inputs {
     One(String),
@@ -25,11 +80,12 @@ pub async fn run(
     main: &str,
     env: Vec<(String, String)>,
     inputs: Inputs,
+    context: RequestContext,
     config: Config,
 ) -> anyhow::Result<()> {
     let runtime = Runtime::new(config);
     let outcome = tokio::select! {
-        outcome = init_and_run(&runtime, file, main, env, inputs) => outcome,
+        outcome = init_and_run(&runtime, file, main, env, inputs, &context) => outcome,
         () = crate::server::shutdown_signal() => {
             Err(anyhow::anyhow!("stopped by a signal (Ctrl-C or SIGTERM)"))
         }
@@ -45,6 +101,7 @@ async fn init_and_run(
     main: &str,
     env: Vec<(String, String)>,
     inputs: Inputs,
+    context: &RequestContext,
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let main = main.to_owned();
@@ -62,6 +119,7 @@ async fn init_and_run(
     let mut out = Results {
         stdout: tokio::io::stdout(),
         failures: 0,
+        context,
     };
     match inputs {
         Inputs::One(input) => {
@@ -94,12 +152,13 @@ async fn init_and_run(
 }
 
 /// Results to stdout, failures counted and told on stderr.
-struct Results {
+struct Results<'a> {
     stdout: tokio::io::Stdout,
     failures: usize,
+    context: &'a RequestContext,
 }
 
-impl Results {
+impl Results<'_> {
     /// Runs one input; false once stdout is closed.
     async fn activate(
         &mut self,
@@ -110,12 +169,9 @@ impl Results {
         let which = line
             .map(|n| format!("input line {n}: "))
             .unwrap_or_default();
-        let result = match serde_json::from_str::<Value>(input) {
-            Ok(value) => action
-                .activate(json!({ "value": value }).to_string().as_bytes())
-                .await
-                .map_err(anyhow::Error::from),
-            Err(e) => Err(anyhow::anyhow!("the input is not JSON ({e}): {input}")),
+        let result = match self.context.request(input) {
+            Ok(line) => action.activate(&line).await.map_err(anyhow::Error::from),
+            Err(e) => Err(e),
         };
         match result {
             Ok(result) => {

@@ -97,12 +97,13 @@ fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
 
 fn run_locally(args: RunArgs) -> anyhow::Result<()> {
     let config = args.to_config();
+    let context = args.context();
     let inputs = match args.input {
         Some(input) => wasmloop::local::Inputs::One(input),
         None => wasmloop::local::Inputs::Stdin,
     };
     async_runtime(None)?.block_on(wasmloop::local::run(
-        &args.file, &args.main, args.env, inputs, config,
+        &args.file, &args.main, args.env, inputs, context, config,
     ))
 }
 

@@ -399,6 +399,9 @@ impl<F: Future + Send + 'static> Drop for FinishOnDrop<F> {
     }
 }
 
+/// How close a deadline and `--timeout` may fall and still count as the same limit.
+const SAME_LIMIT: Duration = Duration::from_millis(10);
+
 /// What stops an activation: the request's own deadline or the runtime-wide `--timeout`.
 #[derive(Debug, PartialEq)]
 enum Limit {
@@ -423,7 +426,9 @@ impl Limit {
         });
         let from_timeout = timeout.map(|t| (now + t, Limit::Timeout(t)));
         match (from_deadline, from_timeout) {
-            (Some(d), Some(t)) => Some(if t.0 < d.0 { t } else { d }),
+            // A deadline within a moment of the timeout is one limit said twice (`wasmloop
+            // run` sends now + --timeout): the flag, which the user can change, is named.
+            (Some(d), Some(t)) => Some(if t.0 <= d.0 + SAME_LIMIT { t } else { d }),
             (d, t) => d.or(t),
         }
     }
@@ -470,6 +475,12 @@ mod tests {
         assert_eq!(
             Limit::earliest(Some(very_soon), Some(timeout)).unwrap().1,
             Limit::Deadline(very_soon)
+        );
+        // The same instant said twice, as `wasmloop run` sends it: the flag is named.
+        let same = in_ms(5_000);
+        assert_eq!(
+            Limit::earliest(Some(same), Some(timeout)).unwrap().1,
+            Limit::Timeout(timeout)
         );
     }
 }

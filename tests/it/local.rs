@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use serde_json::json;
+
 use crate::support::Backend;
 
 /// `wasmloop run ARGS`, its three standard streams piped.
@@ -38,6 +40,35 @@ each_backend! {
         let output = wasmloop_run(&[guest.to_str().unwrap()], "{}\n\n{\"again\":true}\n");
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         assert_eq!(String::from_utf8_lossy(&output.stdout), "{\"count\":1}\n{\"count\":2}\n");
+    }
+
+    fn run_sends_each_input_in_a_request_line_as_the_platform_does(backend: Backend) {
+        let guest = backend.guest("context");
+        let path = guest.to_str().unwrap();
+        let sent = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let output = wasmloop_run(&[path, "--timeout", "20s"], "{}\n{}\n");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let seen: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ids: Vec<&str> = seen.iter().map(|s| s["activation_id"].as_str().unwrap()).collect();
+        assert!(ids.iter().all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())), "{ids:?}");
+        assert_ne!(ids[0], ids[1], "each activation its own id");
+        let deadline: u128 = seen[0]["deadline"].as_str().unwrap().parse().unwrap();
+        assert!((sent + 19_000..sent + 60_000).contains(&deadline), "{deadline} against {sent}");
+        assert_eq!(seen[0]["namespace"], "_");
+        assert_eq!(seen[0]["action_name"], "/_/context");
+        // Fixed, or the input line as it is.
+        let fixed = wasmloop_run(&[path, "--activation-id", "abc", "--namespace", "ns"], "{}\n");
+        let fixed: serde_json::Value = serde_json::from_slice(&fixed.stdout).unwrap();
+        assert_eq!((&fixed["activation_id"], &fixed["action_name"]), (&json!("abc"), &json!("/ns/context")));
+        let raw = wasmloop_run(&[path, "--raw"], "{\"value\":{},\"activation_id\":\"r\"}\n");
+        let raw: serde_json::Value = serde_json::from_slice(&raw.stdout).unwrap();
+        assert_eq!((&raw["activation_id"], &raw["deadline"]), (&json!("r"), &json!(null)));
     }
 
     fn run_gives_each_input_a_fresh_instance_when_asked(backend: Backend) {
