@@ -428,6 +428,11 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE", value_name = "N",
           default_value_t = config::DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE)]
     pub max_activations_per_instance: u32,
+    /// Replace an instance (or child) whose memory grew past this many bytes (a wasm
+    /// instance's linear memories; a child's resident set) once its activation has ended;
+    /// the activation itself is answered as usual [default: never].
+    #[arg(long, env = "WASMLOOP_RECYCLE_ABOVE_MEMORY", value_name = "BYTES")]
+    pub recycle_above_memory: Option<u64>,
     /// How many activations may wait when every instance is busy; beyond that, 429 with `Retry-After: 1`.
     #[arg(long, env = "WASMLOOP_MAX_QUEUE", default_value_t = config::DEFAULT_MAX_QUEUE)]
     pub max_queue: usize,
@@ -551,6 +556,7 @@ impl RuntimeArgs {
             allow_outbound: self.outbound.allow_outbound.clone(),
             concurrency: usize::from(self.concurrency),
             max_activations_per_instance: self.max_activations_per_instance,
+            recycle_above_memory: self.recycle_above_memory,
             max_queue: self.max_queue,
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,

@@ -115,6 +115,9 @@ pub struct Config {
     /// Activations one instance (or child) serves before it is replaced by a fresh one
     /// (0: no limit).
     pub max_activations_per_instance: u32,
+    /// An instance (or child) holding more memory than this after an activation is
+    /// replaced by a fresh one (`--recycle-above-memory`).
+    pub recycle_above_memory: Option<u64>,
     /// How many activations may wait for one when all are busy; more get 429.
     pub max_queue: usize,
     /// Runtime-wide cap on one activation (the request's own deadline may be earlier).
@@ -339,6 +342,7 @@ impl Default for Config {
             allow_outbound: crate::outbound::AllowList::default(),
             concurrency: usize::from(DEFAULT_CONCURRENCY),
             max_activations_per_instance: DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE,
+            recycle_above_memory: None,
             max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),

@@ -267,6 +267,7 @@ pub async fn start(
         workers: config.concurrency,
         max_waiting: config.max_queue,
         max_activations: std::num::NonZeroU32::new(config.max_activations_per_instance),
+        recycle_above: config.recycle_above_memory,
     };
     let source = match &prepared.entry {
         Entry::Native(exec) if backend != Backend::Native => {

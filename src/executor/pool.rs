@@ -37,6 +37,12 @@ pub trait Worker: Sized + Send + 'static {
     /// Told before each activation whether others queue behind it: a worker may then keep
     /// the CPU it would otherwise offer its child.
     fn others_queued(&mut self, _queued: bool) {}
+
+    /// What it holds in memory now (its linear memories; a child's resident set), if
+    /// known: a worker past `--recycle-above-memory` is replaced once its activation ends.
+    fn memory_bytes(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// How many workers, how many activations may wait for one, and how long a worker lives.
@@ -47,6 +53,8 @@ pub struct PoolSize {
     /// Activations a worker serves before it is replaced by a fresh one (`None`: it serves
     /// until it ends, the ActionLoop's own model).
     pub max_activations: Option<std::num::NonZeroU32>,
+    /// A worker holding more memory than this after an activation is replaced.
+    pub recycle_above: Option<u64>,
 }
 
 /// How an activation's logs end, written before the next activation may start on the
@@ -224,6 +232,24 @@ impl<W: Worker> Pool<W> {
     async fn start_worker(&self) -> Result<Idle<W>, StartError> {
         let (generation, spec) = self.current_spec();
         Ok(Idle::new(W::start(&spec).await?, generation))
+    }
+
+    /// Whether `worker` holds more memory than `--recycle-above-memory` allows.
+    fn grew_too_large(&self, worker: &mut W) -> bool {
+        let Some(mark) = self.size.recycle_above else {
+            return false;
+        };
+        match worker.memory_bytes() {
+            Some(bytes) if bytes > mark => {
+                tracing::debug!(
+                    bytes,
+                    mark,
+                    "worker past --recycle-above-memory: replacing it"
+                );
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Retires a worker that has served its activations: it is dropped now (freeing its
@@ -408,11 +434,14 @@ impl<W: Worker> Pool<W> {
         if matches!(result, Ok(_) | Err(RunError::NotAnObject)) {
             entry.served = true;
             entry.activations = entry.activations.saturating_add(1);
-            match self.size.max_activations {
-                Some(most) if entry.activations >= most.get() => {
-                    self.retire(entry, ending.permit.take())
-                }
-                _ => lock(&self.idle).push(entry),
+            let served_all = self
+                .size
+                .max_activations
+                .is_some_and(|most| entry.activations >= most.get());
+            if served_all || self.grew_too_large(&mut entry.worker) {
+                self.retire(entry, ending.permit.take());
+            } else {
+                lock(&self.idle).push(entry);
             }
         }
         result
@@ -472,6 +501,7 @@ mod tests {
         workers: 2,
         max_waiting: 10,
         max_activations: None,
+        recycle_above: None,
     };
 
     #[tokio::test]
@@ -618,6 +648,7 @@ mod tests {
             workers: 1,
             max_waiting: 10,
             max_activations: None,
+            recycle_above: None,
         };
         let slot = Pool::<Gated>::start((gate.clone(), told.clone()), one, End::Logs)
             .await

@@ -61,6 +61,23 @@ each_backend! {
         });
     }
 
+    fn an_instance_that_grew_past_the_mark_is_replaced_once_it_has_answered(backend: Backend) {
+        let server = recycling(backend, "grows_and_counts", &["--recycle-above-memory", "33554432"]);
+        let grow = |mib: u64| {
+            let reply = server.run(json!({ "mib": mib }));
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let seen = reply.json();
+            (seen["count"].as_u64().unwrap(), seen["kept_mib"].as_u64().unwrap())
+        };
+        // Below the mark, the instance and what it keeps stay.
+        assert_eq!(grow(1), (1, 1));
+        assert_eq!(grow(1), (2, 2));
+        // Past it, the activation is answered as usual; the next meets a fresh instance.
+        assert_eq!(grow(40), (3, 42));
+        assert_eq!(grow(0), (1, 0));
+        assert_eq!(grow(0), (2, 0));
+    }
+
     fn the_init_envs_activation_values_never_reach_an_instance(backend: Backend) {
         for limit in ["0", "1"] {
             let server = Server::builder()

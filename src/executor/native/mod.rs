@@ -69,6 +69,13 @@ impl Worker for Process {
         self.alone = !queued;
     }
 
+    /// Its resident set, from /proc (read only when `--recycle-above-memory` asks).
+    fn memory_bytes(&mut self) -> Option<u64> {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.pid())).ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        Some(pages * rustix::param::page_size() as u64)
+    }
+
     async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         self.stdout.forget_lines();
         let result = self.exchange(&line, self.max_result).await;

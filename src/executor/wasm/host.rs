@@ -1,5 +1,8 @@
 //! What each store holds: the guest's WASI context (its stdio among it) and its memory cap.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::p1::WasiP1Ctx;
 
@@ -16,23 +19,31 @@ pub struct ModuleHost {
 /// Caps an instance's linear memory. Growing past the cap traps (the activation fails,
 /// the next gets a fresh instance) with a message that names the cap and the flag: a
 /// `memory.grow` that quietly returns -1 makes most guests abort with a vaguer one.
-pub struct MemoryCap(pub usize);
+pub struct MemoryCap {
+    pub cap: usize,
+    /// The bytes of all its linear memories, as they were made and grown: read by the
+    /// instance's owner, outside the store (`--recycle-above-memory`).
+    pub total: Arc<AtomicUsize>,
+}
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.0 {
+        if desired > self.cap {
             wasmtime::bail!(
                 "the instance's memory would grow to {desired} bytes, past its cap of {} bytes \
                  ({} MiB): raise --max-memory-bytes, or make the action use less",
-                self.0,
-                self.0 >> 20
+                self.cap,
+                self.cap >> 20
             );
         }
+        // Asked for a memory's first size too (from 0), so the sum is every memory's size.
+        self.total
+            .fetch_add(desired.saturating_sub(current), Ordering::Relaxed);
         Ok(true)
     }
 

@@ -353,6 +353,10 @@ impl Worker for Instance {
         self.stdout.discard()
     }
 
+    fn memory_bytes(&mut self) -> Option<u64> {
+        Some(self.memory.load(std::sync::atomic::Ordering::Relaxed) as u64)
+    }
+
     async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         // The result's cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
@@ -402,6 +406,8 @@ pub struct Instance {
     descriptors: descriptors::Descriptors,
     /// Its engine's ticker, kept running while the guest runs.
     ticker: ticker::Ticker,
+    /// The bytes of its linear memories.
+    memory: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Instance {
@@ -423,7 +429,11 @@ impl Instance {
                     error,
                 })?;
         }
-        let limits = MemoryCap(engine.settings.memory_cap);
+        let memory = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let limits = MemoryCap {
+            cap: engine.settings.memory_cap,
+            total: memory.clone(),
+        };
         let mut denials = None;
         let held = descriptors::Descriptors::new(wasm.descriptors, stderr.clone());
         let preopens = usize::from(wasm.preopen.is_some());
@@ -480,6 +490,7 @@ impl Instance {
             denials,
             descriptors: held,
             ticker: engine.ticker.clone(),
+            memory,
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
         let ticking = engine.ticker.running();
