@@ -257,10 +257,6 @@ impl<W: Worker> Pool<W> {
     /// it is idle, so that the next activation finds it ready (or waits for it, instead
     /// of making one of its own beside it).
     fn retire(&self, entry: Idle<W>, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
-        tracing::debug!(
-            activations = entry.activations,
-            "worker retired after its activations: making a fresh one"
-        );
         drop(entry);
         let Some(pool) = self.me.upgrade() else {
             return;
@@ -438,7 +434,13 @@ impl<W: Worker> Pool<W> {
                 .size
                 .max_activations
                 .is_some_and(|most| entry.activations >= most.get());
-            if served_all || self.grew_too_large(&mut entry.worker) {
+            if served_all {
+                tracing::debug!(
+                    activations = entry.activations,
+                    "worker retired after its activations: making a fresh one"
+                );
+                self.retire(entry, ending.permit.take());
+            } else if self.grew_too_large(&mut entry.worker) {
                 self.retire(entry, ending.permit.take());
             } else {
                 lock(&self.idle).push(entry);
