@@ -17,6 +17,12 @@ pub trait Worker: Sized + Send + 'static {
 
     fn start(spec: &Self::Spec) -> impl Future<Output = Result<Self, StartError>> + Send;
 
+    /// Starts a successor made ahead of its activation, once the action has started
+    /// before (a worker may skip checks that only matter at `/init`).
+    fn start_ahead(spec: &Self::Spec) -> impl Future<Output = Result<Self, StartError>> + Send {
+        Self::start(spec)
+    }
+
     /// False once the worker has ended on its own (exited, trapped).
     fn is_alive(&mut self) -> bool;
 
@@ -234,6 +240,11 @@ impl<W: Worker> Pool<W> {
         Ok(Idle::new(W::start(&spec).await?, generation))
     }
 
+    async fn start_successor(&self) -> Result<Idle<W>, StartError> {
+        let (generation, spec) = self.current_spec();
+        Ok(Idle::new(W::start_ahead(&spec).await?, generation))
+    }
+
     /// Whether `worker` holds more memory than `--recycle-above-memory` allows.
     fn grew_too_large(&self, worker: &mut W) -> bool {
         let Some(mark) = self.size.recycle_above else {
@@ -267,7 +278,7 @@ impl<W: Worker> Pool<W> {
             let _permit = permit;
             let made = tokio::select! {
                 _ = stopping.wait_for(|stop| *stop) => return,
-                made = pool.start_worker() => made,
+                made = pool.start_successor() => made,
             };
             match made {
                 Ok(fresh) if !*pool.stopping.borrow() => lock(&pool.idle).push(fresh),

@@ -54,7 +54,14 @@ impl Worker for Process {
     type Spec = NativeSpec;
 
     async fn start(spec: &NativeSpec) -> Result<Self, StartError> {
-        Process::spawn(spec).await
+        Process::spawn(spec, true).await
+    }
+
+    /// Without the start probe: it tells `/init` about an action that cannot start, and
+    /// this one has; a successor that dies at once fails its activation like any child
+    /// that dies, and the next gets a fresh one. Its ack, if asked for, is still read.
+    async fn start_ahead(spec: &NativeSpec) -> Result<Self, StartError> {
+        Process::spawn(spec, false).await
     }
 
     fn is_alive(&mut self) -> bool {
@@ -132,7 +139,7 @@ pub fn install_as(fd: RawFd, target: RawFd) -> std::io::Result<()> {
 }
 
 impl Process {
-    async fn spawn(native: &NativeSpec) -> Result<Process, StartError> {
+    async fn spawn(native: &NativeSpec, probe: bool) -> Result<Process, StartError> {
         let (exec, spec) = (&native.exec, &native.start);
         let (results_read, results_write) =
             cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
@@ -163,7 +170,7 @@ impl Process {
         };
         if spec.wait_for_ack {
             process.wait_for_ack(spec).await?;
-        } else {
+        } else if probe {
             process.probe(spec.start_probe).await?;
         }
         Ok(process)
