@@ -577,20 +577,18 @@ impl Server {
 
     /// A server in this process initialized with one of the test actions.
     pub fn in_process_with_guest(backend: Backend, name: &str) -> Server {
-        let server = Server::in_process();
-        server
-            .init(&backend.init_guest(name))
-            .assert(200, "{\"ok\":true}\n");
-        server
+        Server::in_process().initialized_with(backend, name)
     }
 
     /// A server initialized with one of the test actions.
     pub fn with_guest(backend: Backend, name: &str) -> Server {
-        let server = Server::start();
-        server
-            .init(&backend.init_guest(name))
+        Server::start().initialized_with(backend, name)
+    }
+
+    fn initialized_with(self, backend: Backend, name: &str) -> Server {
+        self.init(&backend.init_guest(name))
             .assert(200, "{\"ok\":true}\n");
-        server
+        self
     }
 
     pub fn post(&self, path: &str, body: &[u8]) -> Reply {
