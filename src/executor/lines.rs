@@ -282,10 +282,6 @@ impl LineBuffer {
         &self.buf[self.cut.as_ref().map_or(0, |cut| cut.complete)..]
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-
     /// Everything buffered, complete lines and partial line alike; the buffer is empty
     /// after (a cut line's remainder is still skipped).
     pub fn take_all(&mut self) -> BytesMut {

@@ -139,14 +139,13 @@ pub struct Pool<W: Worker> {
     stopping: tokio::sync::watch::Sender<bool>,
 }
 
-/// An idle worker, and whether it has served an activation: from then on it holds the
-/// action's state (counters, caches, connections), which only its own end may lose.
+/// An idle worker, and how many activations it has answered: once it has served one, it
+/// holds the action's state (counters, caches, connections), which only its own end may
+/// lose.
 struct Idle<W> {
     worker: W,
     /// The spec it was made from.
     generation: u64,
-    served: bool,
-    /// Activations it has answered.
     activations: u32,
 }
 
@@ -155,9 +154,12 @@ impl<W> Idle<W> {
         Idle {
             worker,
             generation,
-            served: false,
             activations: 0,
         }
+    }
+
+    fn served(&self) -> bool {
+        self.activations > 0
     }
 }
 
@@ -235,14 +237,16 @@ impl<W: Worker> Pool<W> {
         found
     }
 
-    async fn start_worker(&self) -> Result<Idle<W>, StartError> {
+    /// A worker made from the current spec; `ahead` of its activation for a retired
+    /// worker's successor (see `Worker::start_ahead`).
+    async fn start_worker(&self, ahead: bool) -> Result<Idle<W>, StartError> {
         let (generation, spec) = self.current_spec();
-        Ok(Idle::new(W::start(&spec).await?, generation))
-    }
-
-    async fn start_successor(&self) -> Result<Idle<W>, StartError> {
-        let (generation, spec) = self.current_spec();
-        Ok(Idle::new(W::start_ahead(&spec).await?, generation))
+        let worker = if ahead {
+            W::start_ahead(&spec).await?
+        } else {
+            W::start(&spec).await?
+        };
+        Ok(Idle::new(worker, generation))
     }
 
     /// Whether `worker` holds more memory than `--recycle-above-memory` allows.
@@ -278,7 +282,7 @@ impl<W: Worker> Pool<W> {
             let _permit = permit;
             let made = tokio::select! {
                 _ = stopping.wait_for(|stop| *stop) => return,
-                made = pool.start_successor() => made,
+                made = pool.start_worker(true) => made,
             };
             match made {
                 Ok(fresh) if !*pool.stopping.borrow() => lock(&pool.idle).push(fresh),
@@ -303,7 +307,7 @@ impl<W: Worker> Pool<W> {
             self.generation.fetch_add(1, Ordering::AcqRel) + 1
         };
         let mut fresh = Idle::new(worker, current);
-        let replaceable = |entry: &Idle<W>| !entry.served && entry.generation != current;
+        let replaceable = |entry: &Idle<W>| !entry.served() && entry.generation != current;
         let mut swapped = 0;
         loop {
             let unserved = {
@@ -322,7 +326,7 @@ impl<W: Worker> Pool<W> {
             if !lock(&self.idle).iter().any(replaceable) {
                 return Ok(swapped);
             }
-            match self.start_worker().await {
+            match self.start_worker(false).await {
                 Ok(worker) => fresh = worker,
                 Err(e) => {
                     // The new spec has worked once: activations will start their own.
@@ -414,7 +418,7 @@ impl<W: Worker> Pool<W> {
             Some(idle) => idle,
             None => {
                 within(deadline, async {
-                    self.start_worker().await.map_err(RunError::Restart)
+                    self.start_worker(false).await.map_err(RunError::Restart)
                 })
                 .await?
             }
@@ -439,7 +443,6 @@ impl<W: Worker> Pool<W> {
         // is asked once, by `take_idle` before its next activation (for a child, a waitpid
         // system call), not here as well.
         if matches!(result, Ok(_) | Err(RunError::NotAnObject)) {
-            entry.served = true;
             entry.activations = entry.activations.saturating_add(1);
             let served_all = self
                 .size

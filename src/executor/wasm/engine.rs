@@ -14,7 +14,7 @@ use super::descriptors;
 use super::host::ModuleHost;
 use super::ticker::Ticker;
 use super::{StartError, WasmError, cache};
-use crate::config::{Codegen, EngineSettings};
+use crate::config::{Codegen, EngineSettings, WasmCompiler};
 
 /// Core instances one component may be made of.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
@@ -40,8 +40,8 @@ pub struct Engines {
     /// What every engine's pool is sized for and caps its memories at; the compiler is
     /// each engine's own.
     settings: EngineSettings,
-    /// The compilers the runtime's code comes from: the quick one first if tiered.
-    tiers: (Codegen, Option<Codegen>),
+    /// The compilers the runtime's code comes from.
+    wasm_compiler: WasmCompiler,
     /// One per compiler (`Codegen::index`). A failure (the pool's address space refused,
     /// say) is not kept: the next `/init` tries again.
     made: Mutex<[Option<Arc<WasmEngine>>; 2]>,
@@ -53,10 +53,9 @@ pub struct Engines {
 
 impl Engines {
     pub fn new(config: &crate::config::Config) -> Engines {
-        let tiers = config.wasm_compiler.tiers();
         Engines {
-            settings: config.engine_settings(tiers.1.unwrap_or(tiers.0)),
-            tiers,
+            settings: config.engine_settings(config.wasm_compiler.final_tier()),
+            wasm_compiler: config.wasm_compiler,
             made: Mutex::new([None, None]),
             artifact_id: OnceLock::new(),
             ticker: Ticker::default(),
@@ -66,12 +65,12 @@ impl Engines {
 
     /// The compiler whose code serves first, and the one whose code replaces it later.
     pub fn tiers(&self) -> (Codegen, Option<Codegen>) {
-        self.tiers
+        self.wasm_compiler.tiers()
     }
 
     /// The compiler whose code an action ends up running.
     pub fn final_tier(&self) -> Codegen {
-        self.tiers.1.unwrap_or(self.tiers.0)
+        self.wasm_compiler.final_tier()
     }
 
     /// The engine for `codegen`'s code, made on first use.

@@ -15,7 +15,6 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
