@@ -22,6 +22,11 @@ const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 /// module that defines its own (most have one or two).
 const MEMORIES_PER_INSTANCE: u32 = 4;
 
+/// Of each linear memory and table slot, what stays resident between instances (only
+/// where pages written can be told from the others; otherwise all of it would be zeroed).
+const KEEP_RESIDENT_MEMORY: usize = 4 << 20;
+const KEEP_RESIDENT_TABLE: usize = 64 << 10;
+
 pub struct WasmEngine {
     pub engine: Engine,
     pub linker: Linker<ModuleHost>,
@@ -133,6 +138,9 @@ pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
 pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
+    // A trap's message is all an activation's error and the logs show; capturing the wasm
+    // stack also runs each time a fresh instance is dropped mid-read (`future dropped`).
+    config.wasm_backtrace_max_frames(None);
     config.strategy(match settings.codegen {
         Codegen::Cranelift => Strategy::Cranelift,
         Codegen::Winch => Strategy::Winch,
@@ -154,6 +162,16 @@ pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
             .total_tables(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
             .total_stacks(slots)
             .max_memory_size(settings.memory_cap);
+        // A fresh instance per activation (`--max-activations-per-instance 1`) takes a slot
+        // each time. Reset with `madvise`, a slot's pages fault in again on the next
+        // instance and every reset flushes the TLB: about half a fresh module's cost. With
+        // PAGEMAP_SCAN (Linux 6.7) only the pages the guest wrote are copied back, and
+        // they stay resident: a slot keeps at most this much of its last guest's memory.
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.pagemap_scan(wasmtime::Enabled::Yes)
+                .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
+                .table_keep_resident(KEEP_RESIDENT_TABLE);
+        }
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
@@ -250,6 +268,7 @@ impl WasmEngine {
         // which boxes a future per readiness check and copies each buffer): where the
         // microseconds get scarcer than the code, fd_write on fds 1 and 2 is the place.
         count_opened_files(&mut linker)?;
+        super::environ::serve_to_modules(&mut linker)?;
         let components = component::linker(&engine)?;
         ticker.add(&engine)?;
         Ok(Arc::new(WasmEngine {
