@@ -134,6 +134,43 @@ pub fn write_stderr(bytes: &[u8]) {
 pub const PER_ACTIVATION_ENV: [&str; 3] =
     ["__OW_ACTIVATION_ID", "__OW_DEADLINE", "__OW_TRANSACTION_ID"];
 
+/// What a request line carries beside `value`, as an ActionLoop launcher puts it in the
+/// environment: `activation_id` as `__OW_ACTIVATION_ID`, strings verbatim, anything else as
+/// its JSON text. Nothing for a line that is no JSON object.
+pub fn activation_env(line: &[u8]) -> Vec<(String, String)> {
+    struct Beside(Vec<(String, String)>);
+    impl<'de> serde::Deserialize<'de> for Beside {
+        fn deserialize<D: serde::Deserializer<'de>>(from: D) -> Result<Self, D::Error> {
+            from.deserialize_map(Beside(Vec::new()))
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Beside {
+        type Value = Beside;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            mut self,
+            mut map: A,
+        ) -> Result<Beside, A::Error> {
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                // The parameters may be large, and are the action's, not the environment's.
+                if key == "value" {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+                let text = match map.next_value::<Value>()? {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                self.0.push((format!("__OW_{}", key.to_uppercase()), text));
+            }
+            Ok(self)
+        }
+    }
+    serde_json::from_slice::<Beside>(line).map_or_else(|_| Vec::new(), |beside| beside.0)
+}
+
 /// Writes one line of our own on stderr (the few messages docs/protocol.md allows).
 pub fn log_stderr(message: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{message}");
@@ -142,6 +179,23 @@ pub fn log_stderr(message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_line_gives_the_environment_a_launcher_sets() {
+        let line = br#"{"value":{"big":[1,2]},"activation_id":"a1","deadline":1700000000000,"action_name":"/_/hello","transaction_id":"t\"x"}"#;
+        assert_eq!(
+            activation_env(line),
+            [
+                ("__OW_ACTIVATION_ID", "a1"),
+                ("__OW_DEADLINE", "1700000000000"),
+                ("__OW_ACTION_NAME", "/_/hello"),
+                ("__OW_TRANSACTION_ID", "t\"x"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        assert!(activation_env(b"[1]").is_empty());
+        assert!(activation_env(br#"{"value":{}}"#).is_empty());
+    }
 
     #[test]
     fn env_values_that_are_not_strings_become_json_text() {

@@ -225,6 +225,9 @@ pub struct StartSpec {
     pub ack_timeout: Duration,
     pub start_probe: Duration,
     pub max_result_bytes: usize,
+    /// Each worker serves one activation (`--max-activations-per-instance 1`): it may
+    /// be given that activation's values in its environment.
+    pub fresh: bool,
 }
 
 impl StartSpec {
@@ -241,6 +244,7 @@ impl StartSpec {
             ack_timeout: config.ack_timeout,
             start_probe: config.start_probe,
             max_result_bytes: config.max_result_bytes,
+            fresh: config.max_activations_per_instance == 1,
         }
     }
 }

@@ -23,6 +23,21 @@ pub trait Worker: Sized + Send + 'static {
         Self::start(spec)
     }
 
+    /// Whether each worker must start once its activation has come, to be given that
+    /// activation's values (`StartSpec::fresh`, for a worker that cannot learn them
+    /// later): then none is made ahead.
+    fn starts_on_arrival(_spec: &Self::Spec) -> bool {
+        false
+    }
+
+    /// Starts the worker for the activation whose request is `line`.
+    fn start_on_arrival(
+        spec: &Self::Spec,
+        _line: &[u8],
+    ) -> impl Future<Output = Result<Self, StartError>> + Send {
+        Self::start_ahead(spec)
+    }
+
     /// False once the worker has ended on its own (exited, trapped).
     fn is_alive(&mut self) -> bool;
 
@@ -267,12 +282,11 @@ impl<W: Worker> Pool<W> {
         }
     }
 
-    /// Retires a worker that has served its activations: it is dropped now (freeing its
-    /// place), and its successor is made off the request's path, holding `permit` until
-    /// it is idle, so that the next activation finds it ready (or waits for it, instead
-    /// of making one of its own beside it).
+    /// Retires a worker that has served its activations: it is dropped, then its
+    /// successor is made, both off the request's path (the answer goes out first), holding
+    /// `permit` until the successor is idle, so that the next activation finds it ready
+    /// (or waits for it, instead of making one of its own beside it).
     fn retire(&self, entry: Idle<W>, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
-        drop(entry);
         let Some(pool) = self.me.upgrade() else {
             return;
         };
@@ -280,6 +294,11 @@ impl<W: Worker> Pool<W> {
         let mut stopping = self.stopping.subscribe();
         tokio::spawn(async move {
             let _permit = permit;
+            // Its place (a pool slot, a process) is free before the successor takes one.
+            drop(entry);
+            if W::starts_on_arrival(&pool.current_spec().1) {
+                return;
+            }
             let made = tokio::select! {
                 _ = stopping.wait_for(|stop| *stop) => return,
                 made = pool.start_worker(true) => made,
@@ -414,13 +433,27 @@ impl<W: Worker> Pool<W> {
         ending.permit = Some(permit);
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
         // A worker that died while idle is replaced before this activation.
-        let mut entry = match self.take_idle() {
-            Some(idle) => idle,
-            None => {
-                within(deadline, async {
-                    self.start_worker(false).await.map_err(RunError::Restart)
-                })
-                .await?
+        let (generation, spec) = self.current_spec();
+        let mut entry = if W::starts_on_arrival(&spec) {
+            // The one made at `/init` has no activation's values: it only showed that the
+            // action starts.
+            drop(std::mem::take(&mut *lock(&self.idle)));
+            within(deadline, async {
+                let worker = W::start_on_arrival(&spec, &line).await;
+                worker
+                    .map(|worker| Idle::new(worker, generation))
+                    .map_err(RunError::Restart)
+            })
+            .await?
+        } else {
+            match self.take_idle() {
+                Some(idle) => idle,
+                None => {
+                    within(deadline, async {
+                        self.start_worker(false).await.map_err(RunError::Restart)
+                    })
+                    .await?
+                }
             }
         };
         let worker = &mut entry.worker;

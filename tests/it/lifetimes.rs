@@ -78,6 +78,29 @@ each_backend! {
         assert_eq!(grow(0), (2, 0));
     }
 
+    fn a_fresh_instance_reads_its_own_activations_values_in_its_environment(backend: Backend) {
+        let server = recycling(backend, "env_as_given", &["--max-activations-per-instance", "1"]);
+        for id in ["a1", "a2", "a3"] {
+            let body = json!({"value": {}, "activation_id": id, "deadline": "42"});
+            let reply = server.post("/run", body.to_string().as_bytes());
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            // Read as it started too: a prepared instance waits for the values there.
+            assert_eq!(reply.json(), json!({"at_start": id, "now": id}));
+        }
+    }
+
+    fn an_instance_serving_several_has_no_activations_values_in_its_env(backend: Backend) {
+        for limit in ["0", "3"] {
+            let server =
+                recycling(backend, "env_as_given", &["--max-activations-per-instance", limit]);
+            for id in ["a1", "a2", "a3", "a4"] {
+                let body = json!({"value": {}, "activation_id": id});
+                let seen = server.post("/run", body.to_string().as_bytes()).json();
+                assert_eq!(seen, json!({"at_start": null, "now": null}), "limit {limit}");
+            }
+        }
+    }
+
     fn the_init_envs_activation_values_never_reach_an_instance(backend: Backend) {
         for limit in ["0", "1"] {
             let server = Server::builder()

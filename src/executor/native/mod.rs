@@ -54,14 +54,24 @@ impl Worker for Process {
     type Spec = NativeSpec;
 
     async fn start(spec: &NativeSpec) -> Result<Self, StartError> {
-        Process::spawn(spec, true).await
+        Process::spawn(spec, &[], true).await
     }
 
     /// Without the start probe: it tells `/init` about an action that cannot start, and
     /// this one has; a successor that dies at once fails its activation like any child
     /// that dies, and the next gets a fresh one. Its ack, if asked for, is still read.
     async fn start_ahead(spec: &NativeSpec) -> Result<Self, StartError> {
-        Process::spawn(spec, false).await
+        Process::spawn(spec, &[], false).await
+    }
+
+    /// A child's environment is fixed as it starts: one made ahead could not have its
+    /// activation's values, so a fresh child starts on its activation's arrival.
+    fn starts_on_arrival(spec: &NativeSpec) -> bool {
+        spec.start.fresh
+    }
+
+    async fn start_on_arrival(spec: &NativeSpec, line: &[u8]) -> Result<Self, StartError> {
+        Process::spawn(spec, &crate::protocol::activation_env(line), false).await
     }
 
     fn is_alive(&mut self) -> bool {
@@ -139,20 +149,29 @@ pub fn install_as(fd: RawFd, target: RawFd) -> std::io::Result<()> {
 }
 
 impl Process {
-    async fn spawn(native: &NativeSpec, probe: bool) -> Result<Process, StartError> {
+    /// Starts the child with the action's environment and `activation`'s values.
+    async fn spawn(
+        native: &NativeSpec,
+        activation: &[(String, String)],
+        probe: bool,
+    ) -> Result<Process, StartError> {
         let (exec, spec) = (&native.exec, &native.start);
         let (results_read, results_write) =
             cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
         let (stdin_read, stdin_write) = cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
         let (stdout_read, stdout_write) =
             cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
-        let child = spawn(exec, &spec.env, &stdin_read, &results_write, &stdout_write).map_err(
-            |error| {
+        let env = if activation.is_empty() {
+            std::borrow::Cow::Borrowed(&spec.env)
+        } else {
+            std::borrow::Cow::Owned([spec.env.as_slice(), activation].concat())
+        };
+        let child =
+            spawn(exec, &env, &stdin_read, &results_write, &stdout_write).map_err(|error| {
                 let cause = diagnose::spawn_failure(exec, &spec.main, &error);
                 crate::protocol::log_stderr(&format!("wasmloop: cannot start the action: {cause}"));
                 StartError::Spawn { error, cause }
-            },
-        )?;
+            })?;
         // Our copies of the child's ends must go, or we would never see end-of-file on
         // fd 3 (nor the child on its stdin).
         drop((stdin_read, results_write, stdout_write));

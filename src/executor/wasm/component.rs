@@ -41,6 +41,8 @@ pub struct ComponentHost {
     pub limits: MemoryCap,
     /// Folders preopened for it: descriptors it holds without opening them.
     pub preopens: usize,
+    /// What it reads as its environment.
+    pub environ: super::environ::Environ,
 }
 
 impl WasiView for ComponentHost {
@@ -84,6 +86,7 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<ComponentHos
     tcp_create_socket::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
     udp_create_socket::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
     count_opened_files(&mut linker)?;
+    super::environ::serve_to_components(&mut linker)?;
     linker.allow_shadowing(false);
     Ok(linker)
 }

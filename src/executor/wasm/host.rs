@@ -14,6 +14,8 @@ pub struct ModuleHost {
     pub descriptors: super::descriptors::Descriptors,
     /// Folders preopened for it: descriptors it holds without opening them.
     pub preopens: usize,
+    /// What it reads as its environment.
+    pub environ: super::environ::Environ,
 }
 
 /// Caps an instance's linear memory. Growing past the cap traps (the activation fails,

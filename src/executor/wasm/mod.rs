@@ -7,6 +7,7 @@ mod compile;
 mod component;
 pub mod descriptors;
 mod engine;
+mod environ;
 mod host;
 mod streams;
 mod ticker;
@@ -29,6 +30,7 @@ use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::{ComponentHost, Outbound};
 pub use engine::{Engines, WasmEngine, artifact_engine_id};
+use environ::Environ;
 use host::{MemoryCap, ModuleHost};
 use streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 
@@ -91,6 +93,8 @@ pub struct WasmSpec {
     engine: Arc<WasmEngine>,
     pre: Pre,
     start: StartSpec,
+    /// The action's environment, which every instance's guest reads (`Environ`).
+    env: Arc<[(String, String)]>,
     preopen: Option<PathBuf>,
     outbound: Arc<AllowList>,
     descriptors: descriptors::Caps,
@@ -295,6 +299,7 @@ fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec,
     Ok(WasmSpec {
         engine,
         pre,
+        env: Arc::from(linking.start.env.clone()),
         start: linking.start,
         preopen: linking.preopen,
         outbound: linking.outbound,
@@ -407,6 +412,8 @@ pub struct Instance {
     ticker: ticker::Ticker,
     /// The bytes of its linear memories.
     memory: Arc<std::sync::atomic::AtomicUsize>,
+    /// What its guest reads as its environment.
+    environ: Environ,
 }
 
 impl Instance {
@@ -419,8 +426,8 @@ impl Instance {
         wasi.stdin(stdin.clone())
             .stdout(StdioOut(stdout.clone()))
             .stderr(StdioOut(stderr.clone()))
-            .envs(&spec.env)
             .args(&[&spec.main]);
+        let environ = Environ::new(wasm.env.clone(), spec.fresh, !spec.wait_for_ack);
         if let Some(dir) = &wasm.preopen {
             wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
                 .map_err(|error| WasmError::Preopen {
@@ -443,6 +450,7 @@ impl Instance {
                     limits,
                     descriptors: held.clone(),
                     preopens,
+                    environ: environ.clone(),
                 };
                 let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
@@ -467,6 +475,7 @@ impl Instance {
                     outbound,
                     limits,
                     preopens,
+                    environ: environ.clone(),
                 };
                 let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
@@ -490,6 +499,7 @@ impl Instance {
             descriptors: held,
             ticker: engine.ticker.clone(),
             memory,
+            environ,
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
         let ticking = engine.ticker.running();
@@ -520,7 +530,8 @@ impl Instance {
         Poll::Pending
     }
 
-    /// Without an ack, the guest is started once it first waits for input.
+    /// Without an ack, the guest is started once it first waits for input (or, fresh, for
+    /// its activation's values: see `Environ`).
     async fn wait_until_idle(&mut self, spec: &StartSpec) -> Result<(), StartError> {
         let idle = std::future::poll_fn(|cx| {
             self.poll_guest(cx);
@@ -528,7 +539,7 @@ impl Instance {
                 Some(detail) => Poll::Ready(Err(StartError::GuestExited {
                     detail: detail.clone(),
                 })),
-                None if self.stdin.has_waited() => Poll::Ready(Ok(())),
+                None if self.stdin.has_waited() || self.environ.is_waiting() => Poll::Ready(Ok(())),
                 None => self.later(),
             }
         });
@@ -566,6 +577,7 @@ impl Instance {
 
     async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         let _ticking = self.ticker.running();
+        self.environ.arrive(&line);
         self.stdin.push(Bytes::from(line));
         std::future::poll_fn(|cx| {
             self.poll_guest(cx);

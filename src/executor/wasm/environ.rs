@@ -1,0 +1,227 @@
+//! The environment a guest reads: the action's, and in a fresh instance its activation's values.
+
+// wasmtime-wasi fixes an environment when the store is made, before a prepared instance's
+// activation has come; wasi-libc (Rust, C) reads it on the first `getenv`, Go's runtime as
+// it starts. So WASI's environment calls are answered here, when the guest makes them.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+
+use wasmtime::component::Linker as ComponentLinker;
+use wasmtime::{Caller, Extern, Linker};
+use wasmtime_wasi::p1::types::Errno;
+
+use super::component::ComponentHost;
+use super::host::ModuleHost;
+
+/// One instance's environment. Shared by its store (which answers the guest) and the
+/// instance (which tells it the activation's values).
+#[derive(Clone)]
+pub struct Environ(Arc<Mutex<State>>);
+
+struct State {
+    /// The action's variables: the same for every activation.
+    base: Arc<[(String, String)]>,
+    /// What the fresh instance's activation carries beside `value`, as `__OW_*`; `None`
+    /// until it has come (and always in an instance that serves several activations).
+    activation: Option<Vec<(String, String)>>,
+    /// A fresh instance (one activation) whose guest, reading its environment before its
+    /// activation has come, waits for it, so that it reads the values, not their absence.
+    hold: bool,
+    /// The guest waits here (the start of a prepared instance ends there too).
+    waiter: Option<Waker>,
+}
+
+impl Environ {
+    /// `fresh`: the instance serves one activation, whose values it gets. `can_wait`: its
+    /// start may stop at the first environment read (not when an ack must come first:
+    /// guests read the environment to learn that they must send one).
+    pub fn new(base: Arc<[(String, String)]>, fresh: bool, can_wait: bool) -> Environ {
+        Environ(Arc::new(Mutex::new(State {
+            base,
+            // An instance that serves several never gets one's values: they would be
+            // stale from the next activation on.
+            activation: (!fresh).then(Vec::new),
+            hold: fresh && can_wait,
+            waiter: None,
+        })))
+    }
+
+    /// The activation has come: a fresh instance's guest reads its values from now on.
+    pub fn arrive(&self, request_line: &[u8]) {
+        let mut state = crate::lock(&self.0);
+        if state.activation.is_none() {
+            state.activation = Some(crate::protocol::activation_env(request_line));
+            if let Some(waiter) = state.waiter.take() {
+                waiter.wake();
+            }
+        }
+    }
+
+    /// Whether the guest waits for its activation's values (it has started, as far as
+    /// it can before its activation).
+    pub fn is_waiting(&self) -> bool {
+        crate::lock(&self.0).waiter.is_some()
+    }
+
+    /// The variables, once they can be told.
+    async fn read(&self) -> Vec<(String, String)> {
+        std::future::poll_fn(|cx| {
+            let mut state = crate::lock(&self.0);
+            match &state.activation {
+                None if state.hold => {
+                    state.waiter = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                activation => {
+                    let mut vars = state.base.to_vec();
+                    vars.extend(activation.iter().flatten().cloned());
+                    state.waiter = None;
+                    Poll::Ready(vars)
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// `environ_sizes_get` and `environ_get` for modules, from the instance's `Environ`.
+pub fn serve_to_modules(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    linker.func_wrap_async(
+        "wasi_snapshot_preview1",
+        "environ_sizes_get",
+        |mut caller: Caller<'_, ModuleHost>, (count_at, size_at): (i32, i32)| {
+            Box::new(async move {
+                let vars = caller.data().environ.clone().read().await;
+                let size: usize = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+                Ok(errno(with_memory(&mut caller, |memory| {
+                    put_u32(memory, count_at, vars.len())?;
+                    put_u32(memory, size_at, size)
+                })))
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        "wasi_snapshot_preview1",
+        "environ_get",
+        |mut caller: Caller<'_, ModuleHost>, (pointers_at, strings_at): (i32, i32)| {
+            Box::new(async move {
+                let vars = caller.data().environ.clone().read().await;
+                Ok(errno(with_memory(&mut caller, |memory| {
+                    let (mut pointer, mut string) = (pointers_at as u32, strings_at as u32);
+                    for (key, value) in &vars {
+                        put_u32(memory, pointer as i32, string as usize)?;
+                        pointer = pointer.checked_add(4).ok_or(Errno::Overflow)?;
+                        for part in [key.as_bytes(), b"=", value.as_bytes(), b"\0"] {
+                            put(memory, string, part)?;
+                            string = u32::try_from(part.len())
+                                .ok()
+                                .and_then(|len| string.checked_add(len))
+                                .ok_or(Errno::Overflow)?;
+                        }
+                    }
+                    Ok(())
+                })))
+            })
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The WASI 0.2 environment interface as wasmtime-wasi registers it (earlier 0.2 versions'
+/// imports resolve to it).
+const ENVIRONMENT: &str = "wasi:cli/environment@0.2.12";
+
+/// `get-environment` for components, from the instance's `Environ`.
+pub fn serve_to_components(linker: &mut ComponentLinker<ComponentHost>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    linker.instance(ENVIRONMENT)?.func_wrap_async(
+        "get-environment",
+        |store: wasmtime::StoreContextMut<'_, ComponentHost>, (): ()| {
+            let environ = store.data().environ.clone();
+            Box::new(async move { Ok((environ.read().await,)) })
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+fn errno(result: Result<(), Errno>) -> i32 {
+    i32::from(u16::from(result.err().unwrap_or(Errno::Success)))
+}
+
+/// Runs `write` on the module's memory (`fault` without one).
+fn with_memory(
+    caller: &mut Caller<'_, ModuleHost>,
+    write: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+) -> Result<(), Errno> {
+    match caller.get_export("memory") {
+        Some(Extern::Memory(memory)) => write(memory.data_mut(caller)),
+        _ => Err(Errno::Fault),
+    }
+}
+
+fn put_u32(memory: &mut [u8], at: i32, value: usize) -> Result<(), Errno> {
+    let value = u32::try_from(value).map_err(|_| Errno::Overflow)?;
+    put(memory, at as u32, &value.to_le_bytes())
+}
+
+/// Writes `bytes` at `at`, or `fault` if they do not fit in the guest's memory.
+fn put(memory: &mut [u8], at: u32, bytes: &[u8]) -> Result<(), Errno> {
+    let start = at as usize;
+    memory
+        .get_mut(start..start.saturating_add(bytes.len()))
+        .ok_or(Errno::Fault)?
+        .copy_from_slice(bytes);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use super::*;
+
+    fn base() -> Arc<[(String, String)]> {
+        Arc::from(vec![("__OW_NAMESPACE".to_owned(), "_".to_owned())])
+    }
+
+    fn now(environ: &Environ) -> Option<Vec<(String, String)>> {
+        let waker = Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut read = std::pin::pin!(environ.read());
+        match read.as_mut().poll(&mut cx) {
+            Poll::Ready(vars) => Some(vars),
+            Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn a_fresh_instance_waits_for_its_activation_and_reads_its_values() {
+        let environ = Environ::new(base(), true, true);
+        assert_eq!(now(&environ), None, "read before the activation came");
+        assert!(environ.is_waiting());
+        environ.arrive(br#"{"value":{"x":1},"activation_id":"a1","deadline":"17"}"#);
+        let vars = now(&environ).expect("the values have come");
+        assert!(!environ.is_waiting());
+        assert!(vars.contains(&("__OW_NAMESPACE".to_owned(), "_".to_owned())));
+        assert!(vars.contains(&("__OW_ACTIVATION_ID".to_owned(), "a1".to_owned())));
+        assert!(vars.contains(&("__OW_DEADLINE".to_owned(), "17".to_owned())));
+        assert!(!vars.iter().any(|(k, _)| k == "__OW_VALUE"));
+    }
+
+    #[test]
+    fn an_instance_that_serves_several_never_has_an_activations_values() {
+        let environ = Environ::new(base(), false, true);
+        environ.arrive(br#"{"value":{},"activation_id":"a1"}"#);
+        assert_eq!(now(&environ), Some(base().to_vec()));
+    }
+
+    #[test]
+    fn a_fresh_instance_that_must_ack_first_reads_without_waiting() {
+        let environ = Environ::new(base(), true, false);
+        assert_eq!(now(&environ), Some(base().to_vec()));
+    }
+}
