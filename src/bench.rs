@@ -124,6 +124,9 @@ pub struct Measured {
     pub errors: usize,
     /// What the first wrong answer was, and what was expected instead.
     pub first_wrong: Option<String>,
+    /// The serving process's resident set once the row was measured, its action's
+    /// children included (none for a server we do not start).
+    pub resident: Option<u64>,
 }
 
 impl Measured {
@@ -349,6 +352,8 @@ struct Target {
     check: bool,
     /// Whether its requests ask the hello to log more.
     logs: bool,
+    /// The server's process, if it is one of ours.
+    pid: Option<u32>,
 }
 
 /// How many slices each row's hits are measured in.
@@ -395,6 +400,7 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
                 elapsed: driven.elapsed,
                 errors: driven.errors,
                 first_wrong: driven.first_wrong,
+                resident: t.pid.and_then(resident_bytes),
             }
         })
         .collect())
@@ -422,6 +428,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             path,
             check: options.payload.expect.is_some(),
             logs: false,
+            pid: None,
         };
         return measure(&[target], &options).await;
     }
@@ -436,18 +443,19 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     let mut wasm = None;
     let mut targets = Vec::new();
     for row in &options.rows {
+        let mut server = None;
         let (addr, path, check) = match row {
             Row::Wasm | Row::Floor | Row::WasmLogs => {
-                let addr = match wasm {
-                    Some(addr) => addr,
+                let at = match wasm {
+                    Some(at) => at,
                     None => {
-                        let served = serve(&options.wasm, &args)?;
-                        let addr = served.addr;
-                        servers.push(served);
-                        wasm = Some(addr);
-                        addr
+                        servers.push(serve(&options.wasm, &args)?);
+                        wasm = Some(servers.len() - 1);
+                        servers.len() - 1
                     }
                 };
+                let addr = servers[at].addr;
+                server = Some(at);
                 if *row == Row::Floor {
                     (addr, "/floor", false)
                 } else {
@@ -476,6 +484,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
                 let served = serve(file, lifetime)?;
                 let addr = served.addr;
                 servers.push(served);
+                server = Some(servers.len() - 1);
                 (addr, "/run", true)
             }
             Row::Exec => (serve_exec(options.native.clone()).await?, "/run", true),
@@ -486,6 +495,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             path,
             check,
             logs: matches!(row, Row::WasmLogs | Row::PipeLogs),
+            pid: server.map(|at| servers[at].child.id()),
         });
     }
     let rows = measure(&targets, &options).await?;
@@ -496,12 +506,12 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     Ok(rows)
 }
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "Label", "Hits", "Average", "Median", "90% Line", "95% Line", "99% Line", "Min", "Max",
-    "req/s", "Errors",
+    "req/s", "Errors", "RSS MiB",
 ];
 
-fn cells(m: &Measured) -> [String; 11] {
+fn cells(m: &Measured) -> [String; 12] {
     let us = |v: f64| format!("{v:.0}");
     [
         m.label.clone(),
@@ -515,6 +525,9 @@ fn cells(m: &Measured) -> [String; 11] {
         us(m.micros[m.micros.len() - 1]),
         format!("{:.0}", m.per_second()),
         m.errors.to_string(),
+        m.resident.map_or("-".to_owned(), |bytes| {
+            format!("{:.1}", bytes as f64 / f64::from(1 << 20))
+        }),
     ]
 }
 
@@ -534,7 +547,10 @@ pub fn table(rows: &[Measured]) -> String {
         }
         out.push('\n');
     }
-    out.push_str("(latencies in µs)\n");
+    out.push_str(
+        "(latencies in µs; RSS: the server's resident set after its rows, its action's \
+         children included)\n",
+    );
     for row in rows.iter().filter(|r| r.errors > 0) {
         if let Some(first) = &row.first_wrong {
             out.push_str(&format!(
@@ -546,6 +562,26 @@ pub fn table(rows: &[Measured]) -> String {
         }
     }
     out
+}
+
+/// What `pid` and its descendants hold resident now (Linux; `None` elsewhere).
+fn resident_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let own = pages * rustix::param::page_size() as u64;
+    let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .filter_map(resident_bytes)
+        .sum();
+    Some(own + children)
 }
 
 /// Where a Linux guest says how long an idle CPU polls before halting.
