@@ -1,5 +1,5 @@
-//! The WebAssembly backend: one long-lived wasmtime instance per action, fed request lines
-//! on its WASI stdin and answering on its stdout. The only code that touches wasmtime.
+//! The WebAssembly backend: wasmtime instances of an action (kept, or fresh per activation), fed
+//! request lines on their WASI stdin and answering on their stdout. The only code touching wasmtime.
 
 mod cache;
 mod code;
