@@ -89,6 +89,18 @@ each_backend! {
         }
     }
 
+    fn a_fresh_instance_that_must_ack_reads_its_environment_without_waiting(backend: Backend) {
+        // The guest reads the environment to learn that it must ack, before its activation:
+        // waiting there for the activation's values would hold back the ack for good.
+        let server = Server::builder()
+            .env("OW_WAIT_FOR_ACK", "1")
+            .args(&["--max-activations-per-instance", "1"])
+            .start();
+        server.init(&backend.init_guest("counter")).assert(200, OK);
+        let counts: Vec<u64> = (0..3).map(|_| count(&server)).collect();
+        assert_eq!(counts, [1, 1, 1]);
+    }
+
     fn an_instance_serving_several_has_no_activations_values_in_its_env(backend: Backend) {
         for limit in ["0", "3"] {
             let server =

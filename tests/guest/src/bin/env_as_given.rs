@@ -11,6 +11,9 @@ fn main() {
     for line in std::io::stdin().lock().lines() {
         let _request = line.unwrap();
         let now = env("__OW_ACTIVATION_ID");
-        write_raw(&mut *out, &json!({ "at_start": at_start, "now": now }).to_string());
+        write_raw(
+            &mut *out,
+            &json!({ "at_start": at_start, "now": now }).to_string(),
+        );
     }
 }
