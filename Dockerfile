@@ -7,6 +7,9 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# `wasmloop new` embeds the SDKs and the templates.
+COPY sdk ./sdk
+COPY templates ./templates
 # Without `wasmloop bench` (its HTTP client, progress bar and plots): 0.7 MB and 12
 # crates less, for a command the image never runs.
 RUN cargo build --release --locked --no-default-features --bin wasmloop

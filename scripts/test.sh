@@ -25,9 +25,13 @@ wasm-examples/build.sh
 component-examples/build.sh
 
 cargo fmt --check
-for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/markdown component-examples/rust; do
+for crate in tests/guest native-examples/rust wasm-examples/rust wasm-examples/markdown component-examples/rust sdk/rust; do
   cargo fmt --check --manifest-path "$crate/Cargo.toml"
 done
+rustfmt --check --edition 2021 templates/rust/src/main.rs
+# The SDKs `wasmloop new` puts in each project: their own tests and lints.
+cargo clippy --all-targets --locked --manifest-path sdk/rust/Cargo.toml -- -D warnings
+cargo test --locked --manifest-path sdk/rust/Cargo.toml
 cargo clippy --all-targets --locked -- -D warnings
 # The image builds without the bench feature: it must build, and lint, that way too.
 cargo clippy --locked --no-default-features -- -D warnings

@@ -46,6 +46,8 @@ pub enum Command {
     /// Make a key pair for signed artifacts: DIR/sign.key (keep it secret) and
     /// DIR/verify.key (give it to runtimes as --trust-key).
     Keygen(KeygenArgs),
+    /// Write a hello action project for a language, with its SDK, into a new folder.
+    New(NewArgs),
     /// Compare the backends: the same hello through each, over real HTTP, in one table.
     #[cfg(feature = "bench")]
     Bench(BenchArgs),
@@ -302,6 +304,20 @@ impl RunArgs {
             ..defaults
         }
     }
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(arg_required_else_help = true)]
+pub struct NewArgs {
+    /// The action's language.
+    #[arg(value_enum, required_unless_present = "list")]
+    pub language: Option<crate::template::Language>,
+    /// The folder to make (it must not exist, or be empty).
+    #[arg(required_unless_present = "list")]
+    pub dir: Option<PathBuf>,
+    /// Say what each template makes, and make nothing.
+    #[arg(long)]
+    pub list: bool,
 }
 
 #[derive(Debug, Clone, Args)]

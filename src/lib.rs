@@ -56,6 +56,7 @@ pub mod protocol;
 pub mod runtime;
 pub mod server;
 pub mod signing;
+pub mod template;
 
 /// `bytes` in lower-case hex: digests in cache names, keys and signatures.
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -6,7 +6,9 @@ use anyhow::Context;
 use clap::Parser;
 #[cfg(feature = "bench")]
 use wasmloop::cli::BenchArgs;
-use wasmloop::cli::{Cli, Command, CompileArgs, KeygenArgs, OwCompileArgs, RunArgs, ServeArgs};
+use wasmloop::cli::{
+    Cli, Command, CompileArgs, KeygenArgs, NewArgs, OwCompileArgs, RunArgs, ServeArgs,
+};
 use wasmloop::config::ChildRole;
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Serve(args)) => serve(args, debug),
         Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::Run(args)) => run_locally(args),
+        Some(Command::New(args)) => new_project(args),
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Keygen(args)) => keygen(args),
         #[cfg(feature = "bench")]
@@ -133,6 +136,19 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
         }
     };
     written.with_context(|| format!("cannot write {}", args.output.display()))
+}
+
+fn new_project(args: NewArgs) -> anyhow::Result<()> {
+    let (Some(language), Some(dir), false) = (args.language, &args.dir, args.list) else {
+        print!("{}", wasmloop::template::list());
+        return Ok(());
+    };
+    let name = wasmloop::template::create(language, dir)?;
+    println!(
+        "made {name} in {}: its README.md says how to build, try and deploy it",
+        dir.display()
+    );
+    Ok(())
 }
 
 fn keygen(args: KeygenArgs) -> anyhow::Result<()> {

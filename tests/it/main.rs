@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod authoring;
 mod built_in;
 mod component;
 mod contract;
