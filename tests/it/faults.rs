@@ -296,3 +296,25 @@ fn an_init_that_cannot_start_before_its_deadline_says_so_in_time() {
         "not the 60 s --ack-timeout"
     );
 }
+
+/// A wasm guest runs only while polled: one that yielded between its answer and a stray
+/// line writes the stray one before it reads the next request, not after it.
+fn a_stray_line_after_a_pause_is_not_the_next_answer(backend: Backend) {
+    let server = Server::with_guest(backend, "strays_after_a_pause");
+    for n in 1..=3 {
+        server
+            .run(json!({"n": n}))
+            .assert(200, &format!("{{\"n\":{n}}}\n"));
+    }
+    server.wait_stderr("dropped output the action wrote after its result");
+}
+
+#[test]
+fn a_wasm_guests_stray_line_after_a_pause_is_not_the_next_answer() {
+    a_stray_line_after_a_pause_is_not_the_next_answer(Backend::Wasm);
+}
+
+#[test]
+fn a_components_stray_line_after_a_pause_is_not_the_next_answer() {
+    a_stray_line_after_a_pause_is_not_the_next_answer(Backend::Component);
+}

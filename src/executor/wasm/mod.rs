@@ -362,6 +362,7 @@ impl Worker for Instance {
     }
 
     async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        self.settle().await;
         // The result's cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
         // Lines it wrote after its answer, before waiting for the next request, go to the
@@ -573,6 +574,33 @@ impl Instance {
         tokio::time::timeout(spec.ack_timeout, ack)
             .await
             .unwrap_or(Err(StartError::AckTimeout(spec.ack_timeout)))
+    }
+
+    /// Runs the guest back to its read of stdin, if its last answer came before it got
+    /// there: a guest that yielded (an epoch tick) between two writes, its answer and a
+    /// stray line, writes the stray one here, where it is discarded as stray, instead of
+    /// ahead of the next answer. A guest still busy with the last activation's work holds
+    /// this one back meanwhile (within its deadline), as a busy instance does.
+    async fn settle(&mut self) {
+        // Where a guest waits between activations (a fresh one may wait for its values).
+        let parked =
+            |me: &Self| me.ended.is_some() || me.stdin.is_waiting() || me.environ.is_waiting();
+        if parked(self) {
+            return;
+        }
+        let _ticking = self.ticker.running();
+        std::future::poll_fn(|cx| {
+            self.poll_guest(cx);
+            if parked(self) {
+                Poll::Ready(())
+            } else {
+                self.later()
+            }
+        })
+        .await;
+        if let Some(stray) = self.stdout.discard() {
+            super::lines::report_stray(&stray);
+        }
     }
 
     async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
