@@ -237,6 +237,15 @@ pub struct RunArgs {
     pub no_cache: bool,
     #[command(flatten)]
     pub outbound: OutboundArgs,
+    /// A verify key (from `wasmloop keygen`) whose signed artifacts' precompiled code is
+    /// loaded without compiling, as `serve --trust-key` does (repeatable).
+    #[arg(
+        long = "trust-key",
+        env = "WASMLOOP_TRUST_KEY",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
+    pub trust_keys: Vec<PathBuf>,
     /// Accept a module precompiled by `wasmloop compile` (its machine code runs unchecked).
     #[arg(long)]
     pub allow_precompiled: bool,
@@ -285,9 +294,11 @@ impl RunArgs {
         }
     }
 
-    pub fn to_config(&self) -> Config {
+    /// The run's settings; fails on a trusted key that cannot be read.
+    pub fn to_config(&self) -> anyhow::Result<Config> {
         let defaults = Config::default();
-        Config {
+        Ok(Config {
+            trust_keys: crate::signing::read_trusted(&self.trust_keys)?,
             compiler: hook(&self.compiler),
             path_env: std::env::var("PATH").ok(),
             wait_for_ack: self.wait_for_ack.then(|| "1".to_owned()),
@@ -302,7 +313,7 @@ impl RunArgs {
             max_activations_per_instance: self.max_activations_per_instance,
             sentinels: false,
             ..defaults
-        }
+        })
     }
 }
 
@@ -661,7 +672,7 @@ mod tests {
         let Some(Command::Run(run)) = cli.command else {
             panic!("not run")
         };
-        let config = run.to_config();
+        let config = run.to_config().unwrap();
         assert_eq!(config.timeout, Some(Duration::from_secs(30)));
         assert_eq!(config.wasm_compiler, config::WasmCompiler::Tiered);
         assert!(!config.sentinels);

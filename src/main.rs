@@ -99,7 +99,7 @@ fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
 }
 
 fn run_locally(args: RunArgs) -> anyhow::Result<()> {
-    let config = args.to_config();
+    let config = args.to_config()?;
     let context = args.context();
     let inputs = match args.input {
         Some(input) => wasmloop::local::Inputs::One(input),

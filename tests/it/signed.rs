@@ -253,6 +253,34 @@ fn a_trusted_signature_loads_the_code_for_modules_and_components() {
 }
 
 #[test]
+fn wasmloop_run_trusts_a_key_as_serve_does() {
+    let keys = tempfile::tempdir().unwrap();
+    let (sign, verify) = keygen(keys.path());
+    let upload = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        upload.path(),
+        artifact(&Backend::Wasm.guest("echo"), &sign, &[]),
+    )
+    .unwrap();
+    let path = upload.path().to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let args = [
+            &["run", "-v", path, "--no-cache", "--input", "{\"n\":1}"],
+            extra,
+        ]
+        .concat();
+        let ran = wasmloop(&args);
+        assert_eq!(String::from_utf8_lossy(&ran.stdout), "{\"n\":1}\n");
+        String::from_utf8_lossy(&ran.stderr).into_owned()
+    };
+    let trusted = run(&["--trust-key", verify.to_str().unwrap()]);
+    assert!(trusted.contains(LOADED), "{trusted}");
+    assert!(!trusted.contains("module compiled"), "{trusted}");
+    let untrusted = run(&[]);
+    assert!(untrusted.contains("module compiled"), "{untrusted}");
+}
+
+#[test]
 fn altered_code_another_key_or_another_engine_is_compiled_from_the_module_instead() {
     let keys = tempfile::tempdir().unwrap();
     let (sign, verify) = keygen(keys.path());
