@@ -312,6 +312,7 @@ impl RunArgs {
             allow_outbound: self.outbound.allow_outbound.clone(),
             max_activations_per_instance: self.max_activations_per_instance,
             sentinels: false,
+            one_shot: true,
             ..defaults
         })
     }
@@ -588,6 +589,7 @@ impl RuntimeArgs {
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,
             sentinels: defaults.sentinels,
+            one_shot: false,
             backends: self.backends.clone(),
             max_instance_files: self.max_instance_files,
             max_instance_sockets: self.max_instance_sockets,

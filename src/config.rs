@@ -126,6 +126,11 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
     pub sentinels: bool,
+    /// The runtime serves one local run and ends (`wasmloop run`): a background tier-up
+    /// would never finish, so a tiered compiler's quick code is what it serves and keeps in
+    /// the compile cache for the next run; and each compile is told on stderr, where a
+    /// person reads.
+    pub one_shot: bool,
     /// The backends an upload may run on (`--backends`); others are refused at `/init`.
     pub backends: Vec<Backend>,
     /// Files each WebAssembly instance may hold open.
@@ -347,6 +352,7 @@ impl Default for Config {
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
+            one_shot: false,
             backends: Backend::defaults(),
             max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
             max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,

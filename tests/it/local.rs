@@ -92,7 +92,13 @@ each_backend! {
             String::from_utf8_lossy(&output.stdout),
             format!("{out}{{\"a\":1}}\n{out}{{\"b\":2}}\n")
         );
-        assert_eq!(String::from_utf8_lossy(&output.stderr), err.repeat(2));
+        // Besides the action's logs, only the word that the code was compiled (wasm).
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let logs: String = stderr
+            .split_inclusive('\n')
+            .filter(|line| !line.starts_with("wasmloop: compiled the action with "))
+            .collect();
+        assert_eq!(logs, err.repeat(2));
     }
 
     fn run_passes_the_input_flag_and_env(backend: Backend) {
@@ -290,4 +296,52 @@ fn run_removes_its_action_folder_when_stopped() {
     assert!(rest.contains("stopped by a signal"), "{rest}");
     assert_eq!(folders(), 0, "the action's folder is gone");
     drop(stdin);
+}
+
+#[test]
+fn run_compiles_into_the_cache_once_and_says_so() {
+    let cache = tempfile::tempdir().unwrap();
+    for backend in [Backend::Wasm, Backend::Component] {
+        let guest = backend.guest("echo");
+        let run = || {
+            let ran = run_command(&[
+                guest.to_str().unwrap(),
+                "--cache-dir",
+                cache.path().to_str().unwrap(),
+                "--input",
+                "{\"n\":1}",
+            ])
+            .env_clear()
+            .output()
+            .unwrap();
+            assert_eq!(String::from_utf8_lossy(&ran.stdout), "{\"n\":1}\n");
+            String::from_utf8_lossy(&ran.stderr).into_owned()
+        };
+        // The quick code (a tier-up would never finish in one run), kept.
+        let first = run();
+        assert!(
+            first.contains("wasmloop: compiled the action with winch in ")
+                && first.contains(&format!(
+                    "kept for the next run in {}",
+                    cache.path().display()
+                )),
+            "{backend:?}: {first}"
+        );
+        let second = run();
+        assert!(!second.contains("compiled"), "{backend:?}: {second}");
+    }
+}
+
+#[test]
+fn run_without_a_cache_compiles_the_quick_code_and_says_nothing_is_kept() {
+    let guest = Backend::Wasm.guest("echo");
+    let ran = run_command(&[guest.to_str().unwrap(), "--no-cache", "--input", "{}"])
+        .env_clear()
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert!(
+        said.contains("compiled the action with winch in ") && said.contains("(no compile cache"),
+        "{said}"
+    );
 }

@@ -24,24 +24,36 @@ impl WasmEngine {
         cache_dir: Option<&Path>,
         child: CompileChild,
     ) -> Result<Code, CompileError> {
+        let (began, tell) = (std::time::Instant::now(), child.tell);
         let compiled = child.run(&self.compiler, wasm, self.settings).await?;
         let engine = self.engine.clone();
         let cached = cache_dir.map(|dir| dir.join(self.cache_name(digest)));
-        let module = tokio::task::spawn_blocking(move || {
+        let (module, kept) = tokio::task::spawn_blocking(move || {
             // Mapped from the cache file when there is one: its code is then file-backed
             // memory, shared with other processes loading the same file.
             if let Some(path) = cached.filter(|path| store_in_cache(&compiled, path)) {
                 // SAFETY: the file holds what our own executable just compiled.
                 if let Ok(code) = unsafe { Code::deserialize_file(&engine, &path) } {
-                    return Ok(code);
+                    return Ok((code, Some(path)));
                 }
             }
             // SAFETY: the bytes are what our own executable just compiled.
-            unsafe { Code::deserialize(&engine, &compiled) }
+            unsafe { Code::deserialize(&engine, &compiled) }.map(|code| (code, None))
         })
         .await
         .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
         .map_err(|e| CompileError::fatal(format!("cannot load the compiled module: {e:#}")))?;
+        if tell {
+            let kept = match kept {
+                Some(path) => format!("; kept for the next run in {}", path.display()),
+                None => " (no compile cache: --no-cache, or no usable --cache-dir)".to_owned(),
+            };
+            crate::protocol::log_stderr(&format!(
+                "wasmloop: compiled the action with {} in {:.1} s{kept}",
+                self.settings.codegen.name(),
+                began.elapsed().as_secs_f64()
+            ));
+        }
         tracing::debug!(
             wasm = %wasm.display(),
             codegen = self.settings.codegen.name(),
@@ -91,6 +103,8 @@ pub struct CompileChild {
     pub deadline: tokio::time::Instant,
     /// The `--compile-timeout` the deadline comes from, for the message.
     pub timeout: Duration,
+    /// Say on stderr that the code was compiled, and whether it was kept (`Config::one_shot`).
+    pub tell: bool,
 }
 
 impl CompileChild {

@@ -186,6 +186,7 @@ pub async fn start(
         role: ChildRole::Foreground,
         deadline: tokio::time::Instant::now() + config.compile_timeout,
         timeout: config.compile_timeout,
+        tell: config.one_shot,
     };
     let compile_error = CompileError::into_start_error;
     // The final code may be in the cache already: then there is nothing to tier.
@@ -198,9 +199,19 @@ pub async fn start(
         let code = compile_final().await.map_err(compile_error)?;
         return serve(final_engine.clone(), code, linking).await;
     }
-    // Not cached: it is soon replaced, and a later /init finds the final code instead.
     let quick_engine = engines.engine(first)?;
-    let code = match quick_engine.compile(wasm, &digest, None, child).await {
+    // A one-shot run (`wasmloop run`) ends before a tier-up could: its quick code is what
+    // it serves and keeps, for the next run. A server's is soon replaced, and a later
+    // /init finds the final code instead.
+    let one_shot = config.one_shot;
+    if one_shot && let Some(code) = lookup(&quick_engine).await? {
+        return serve(quick_engine, code, linking).await;
+    }
+    let quick_cache = cache_dir.as_deref().filter(|_| one_shot);
+    let code = match quick_engine
+        .compile(wasm, &digest, quick_cache, child)
+        .await
+    {
         Ok(code) => code,
         // Winch lacks some proposals Cranelift has: then Cranelift's code serves at once.
         Err(e) if e.not_for_winch => {
@@ -213,6 +224,9 @@ pub async fn start(
         }
         Err(e) => return Err(compile_error(e)),
     };
+    if one_shot {
+        return serve(quick_engine, code, linking).await;
+    }
     let slot = serve(quick_engine, code, linking.clone()).await?;
     let later = Upgrade {
         engine: final_engine,
@@ -225,6 +239,7 @@ pub async fn start(
             role: ChildRole::Background,
             deadline: tokio::time::Instant::now() + config.background_compile_timeout,
             timeout: config.background_compile_timeout,
+            tell: false,
         },
         linking,
     };
