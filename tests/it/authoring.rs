@@ -166,7 +166,14 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
         ]
     );
     let stderr = String::from_utf8_lossy(&ran.stderr);
-    assert!(stderr.contains(panicked), "{stderr}");
+    // The activation's error says what happened, quoting what the guest logged last.
+    assert!(
+        stderr.contains(&format!(
+            "input line 2: command exited: the action panicked or aborted (wasm trap: wasm \
+             `unreachable` instruction executed); its last log line: `{panicked}`"
+        )),
+        "{stderr}"
+    );
     assert!(!ran.status.success(), "the panicked input counts as failed");
 }
 

@@ -125,7 +125,8 @@ each_backend! {
         let expected = match backend {
             Backend::Native => "command exited: signal: 6",
             Backend::Wasm | Backend::Component => {
-                "command exited: wasm trap: wasm `unreachable` instruction executed"
+                "command exited: the action panicked or aborted (wasm trap: wasm `unreachable` \
+                 instruction executed)"
             }
         };
         assert!(reply.error().starts_with(expected), "{}", reply.text());

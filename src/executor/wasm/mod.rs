@@ -535,7 +535,14 @@ impl Instance {
         if self.ended.is_none()
             && let Poll::Ready(result) = self.guest.as_mut().poll(cx)
         {
-            self.ended = Some(exit_reason(result));
+            let mut reason = exit_reason(result);
+            // What the guest said last tells why (a panic's message and place, say).
+            if reason.starts_with(ABORTED)
+                && let Some(line) = self.stderr.last_line()
+            {
+                reason = format!("{reason}; its last log line: `{}`", line.escape_debug());
+            }
+            self.ended = Some(reason);
             self.stderr.flush();
         }
     }
@@ -668,6 +675,10 @@ fn guest_store<T: Send + 'static>(
     store
 }
 
+/// How a guest that panicked (Rust's `panic = "abort"` on wasm), called `abort()` (C) or
+/// otherwise gave up ends: with an `unreachable` instruction.
+const ABORTED: &str = "the action panicked or aborted";
+
 /// How `_start` ended, in words for the `command exited: ...` error.
 fn exit_reason(result: wasmtime::Result<()>) -> String {
     match result {
@@ -678,6 +689,9 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
                 return format!("exit status: {}", exit.0);
             }
             if let Some(trap) = e.downcast_ref::<Trap>() {
+                if *trap == Trap::UnreachableCodeReached {
+                    return format!("{ABORTED} ({trap})");
+                }
                 return trap.to_string();
             }
             // The top level is "error while executing at wasm backtrace: ..." with the

@@ -244,7 +244,28 @@ const STDERR_BATCH: usize = 64 * 1024;
 /// printed in pieces then reaches the logs whole, not torn by another instance's output,
 /// for one system call instead of one per piece.
 #[derive(Clone, Default)]
-pub struct GuestStderr(Arc<Mutex<Vec<u8>>>);
+pub struct GuestStderr(Arc<Mutex<Vec<u8>>>, Arc<Mutex<LastLine>>);
+
+/// The last line the guest logged (its start, up to `LAST_LINE_KEPT` bytes): what it said
+/// last tells why it ended (a panic's message, an uncaught exception).
+#[derive(Default)]
+struct LastLine(Vec<u8>);
+
+const LAST_LINE_KEPT: usize = 300;
+
+impl LastLine {
+    /// Keeps the last non-empty line of `written`, if it has one.
+    fn keep_from(&mut self, written: &[u8]) {
+        let mut lines = written
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.trim_ascii().is_empty());
+        if let Some(line) = lines.next_back() {
+            self.0.clear();
+            self.0
+                .extend_from_slice(&line[..line.len().min(LAST_LINE_KEPT)]);
+        }
+    }
+}
 
 impl GuestStderr {
     /// Writes out the complete lines, keeping a partial last line for later.
@@ -252,8 +273,18 @@ impl GuestStderr {
         let mut pending = lock(&self.0);
         if let Some(last) = memchr::memrchr(b'\n', &pending) {
             write_stderr(&pending[..=last]);
+            lock(&self.1).keep_from(&pending[..=last]);
             pending.drain(..=last);
         }
+    }
+
+    /// The last line the guest logged, written out or not yet, if it logged any.
+    pub fn last_line(&self) -> Option<String> {
+        let mut last = std::mem::take(&mut *lock(&self.1));
+        last.keep_from(&lock(&self.0));
+        let line = (!last.0.is_empty()).then(|| String::from_utf8_lossy(&last.0).into_owned());
+        *lock(&self.1) = last;
+        line
     }
 
     /// A line of the runtime's own about this instance, after the lines the guest finished
@@ -265,13 +296,16 @@ impl GuestStderr {
 
     /// Writes out everything: the logs must be out before the activation's sentinel.
     pub fn flush(&self) {
-        write_out(&mut lock(&self.0));
+        let mut pending = lock(&self.0);
+        lock(&self.1).keep_from(&pending);
+        write_out(&mut pending);
     }
 
     /// Writes out everything followed by `tail` (the activation's stderr sentinel), in one
     /// write: each costs a few µs on a virtual machine.
     pub fn flush_with(&self, tail: &[u8]) {
         let mut pending = lock(&self.0);
+        lock(&self.1).keep_from(&pending);
         pending.extend_from_slice(tail);
         write_out(&mut pending);
     }
@@ -296,11 +330,13 @@ impl Sink for GuestStderr {
     fn accept(&self, bytes: &[u8]) {
         let mut pending = lock(&self.0);
         if pending.is_empty() && bytes.len() >= STDERR_BATCH {
+            lock(&self.1).keep_from(bytes);
             write_stderr(bytes);
             return;
         }
         pending.extend_from_slice(bytes);
         if pending.len() >= STDERR_BATCH {
+            lock(&self.1).keep_from(&pending);
             write_out(&mut pending);
         }
     }
