@@ -186,6 +186,21 @@ impl ServeArgs {
     }
 }
 
+/// Whose signed artifacts load without compiling: the same flag for `serve` and `run`.
+#[derive(Debug, Clone, Args)]
+pub struct TrustArgs {
+    /// A verify key (from `wasmloop keygen`) whose signed artifacts' precompiled code is
+    /// loaded without compiling (repeatable; the variable takes a comma-separated list).
+    /// Other uploads, and artifacts it did not sign, are compiled as usual.
+    #[arg(
+        long = "trust-key",
+        env = "WASMLOOP_TRUST_KEY",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
+    pub trust_keys: Vec<PathBuf>,
+}
+
 /// Where components may connect: the same flag for `serve` and `run`.
 #[derive(Debug, Clone, Args)]
 pub struct OutboundArgs {
@@ -237,15 +252,8 @@ pub struct RunArgs {
     pub no_cache: bool,
     #[command(flatten)]
     pub outbound: OutboundArgs,
-    /// A verify key (from `wasmloop keygen`) whose signed artifacts' precompiled code is
-    /// loaded without compiling, as `serve --trust-key` does (repeatable).
-    #[arg(
-        long = "trust-key",
-        env = "WASMLOOP_TRUST_KEY",
-        value_name = "FILE",
-        value_delimiter = ','
-    )]
-    pub trust_keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Accept a module precompiled by `wasmloop compile` (its machine code runs unchecked).
     #[arg(long)]
     pub allow_precompiled: bool,
@@ -298,7 +306,7 @@ impl RunArgs {
     pub fn to_config(&self) -> anyhow::Result<Config> {
         let defaults = Config::default();
         Ok(Config {
-            trust_keys: crate::signing::read_trusted(&self.trust_keys)?,
+            trust_keys: crate::signing::read_trusted(&self.trust.trust_keys)?,
             compiler: hook(&self.compiler),
             path_env: std::env::var("PATH").ok(),
             wait_for_ack: self.wait_for_ack.then(|| "1".to_owned()),
@@ -473,16 +481,8 @@ pub struct RuntimeArgs {
     pub shutdown_timeout: Duration,
     #[command(flatten)]
     pub outbound: OutboundArgs,
-    /// A verify key (from `wasmloop keygen`) whose signed artifacts' precompiled code is
-    /// loaded without compiling (repeatable; the variable takes a comma-separated list).
-    /// Other uploads, and artifacts it did not sign, are compiled as usual.
-    #[arg(
-        long = "trust-key",
-        env = "WASMLOOP_TRUST_KEY",
-        value_name = "FILE",
-        value_delimiter = ','
-    )]
-    pub trust_keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
     /// only for uploads you trust.
     #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED", value_parser = clap::builder::FalseyValueParser::new())]
@@ -545,7 +545,7 @@ impl RuntimeArgs {
     /// hear about at start-up, not at the first signed `/init`).
     pub fn to_config(&self) -> anyhow::Result<Config> {
         Ok(Config {
-            trust_keys: crate::signing::read_trusted(&self.trust_keys)?,
+            trust_keys: crate::signing::read_trusted(&self.trust.trust_keys)?,
             ..self.to_config_untrusting()
         })
     }

@@ -1,9 +1,8 @@
 //! `wasmloop new`: a template builds with its language's own tools and answers the hello on
 //! every backend it reaches; its SDK's error and panic paths, as an author meets them.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::json;
 
@@ -62,22 +61,12 @@ fn cargo_build(project: &Path, target: Option<&str>, file: &str) -> PathBuf {
 
 /// `wasmloop run FILE` with one input per line of `inputs`.
 fn wasmloop_run(file: &Path, inputs: &str) -> Output {
-    let mut child = Command::new(WASMLOOP)
+    let mut command = Command::new(WASMLOOP);
+    command
         .arg("run")
         .arg(file)
-        .args(["--activation-id", "abc", "--no-cache"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(inputs.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+        .args(["--activation-id", "abc", "--no-cache"]);
+    crate::support::output_with_input(&mut command, inputs)
 }
 
 #[test]

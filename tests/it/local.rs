@@ -20,18 +20,12 @@ fn run_command(args: &[&str]) -> Command {
 }
 
 fn wasmloop_run(args: &[&str], stdin: &str) -> Output {
-    let mut child = run_command(args)
-        .env_clear()
-        .env("WASMLOOP_NO_CACHE", "true")
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    crate::support::output_with_input(
+        run_command(args)
+            .env_clear()
+            .env("WASMLOOP_NO_CACHE", "true"),
+        stdin,
+    )
 }
 
 each_backend! {

@@ -138,6 +138,23 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Runs `command` (its three standard streams piped) with `stdin` as its input, to its end.
+pub fn output_with_input(command: &mut Command, stdin: &str) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 pub fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
