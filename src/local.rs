@@ -104,6 +104,14 @@ async fn init_and_run(
     context: &RequestContext,
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    // The upload is only its bytes from here on: its name says what its author meant.
+    if file.extension().is_some_and(|ext| ext == "wasm")
+        && crate::action::detect::detect(&bytes) == crate::action::detect::Kind::Elf
+    {
+        anyhow::bail!(crate::executor::wasm::elf_named_wasm(
+            &file.display().to_string()
+        ));
+    }
     let main = main.to_owned();
     runtime
         .install(Init {

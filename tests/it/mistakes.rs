@@ -271,3 +271,46 @@ fn a_python_action_runs_the_function_init_names() {
         .run(json!({"x": 1}))
         .assert(200, "{\"niam\":{\"x\":1}}\n");
 }
+
+/// What both refusals of a Linux executable named as WebAssembly say.
+const ELF_NAMED_WASM: &str = "is a Linux executable (ELF), not WebAssembly: build it for \
+                              WebAssembly (`cargo build --target wasm32-wasip1`";
+
+#[test]
+fn a_linux_executable_named_exec_wasm_in_a_zip_is_refused_with_how_to_build_for_wasm() {
+    let native = read(&Backend::Native.guest("echo"));
+    let server = Server::in_process();
+    let reply = server.init(&init_binary(&zip_of(&[("exec.wasm", &native, 0o755)])));
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert!(
+        reply
+            .error()
+            .contains(&format!("exec.wasm {ELF_NAMED_WASM}")),
+        "{}",
+        reply.text()
+    );
+}
+
+#[test]
+fn wasmloop_run_never_runs_a_linux_executable_named_wasm_natively() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("hello.wasm");
+    std::fs::copy(Backend::Native.guest("echo"), &named).unwrap();
+    let ran = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .arg("run")
+        .arg(&named)
+        .args(["--input", "{}"])
+        .output()
+        .unwrap();
+    assert!(!ran.status.success());
+    assert!(
+        ran.stdout.is_empty(),
+        "it ran: {}",
+        String::from_utf8_lossy(&ran.stdout)
+    );
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert!(
+        said.contains(&format!("hello.wasm {ELF_NAMED_WASM}")),
+        "{said}"
+    );
+}

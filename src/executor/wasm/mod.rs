@@ -161,6 +161,16 @@ pub async fn start(
         }
         Source::Wasm { path, sha256 } => (path, sha256),
     };
+    // Named as WebAssembly, built for Linux: compiling it would only say its header is wrong.
+    if blocking({
+        let path = wasm.to_owned();
+        move || Ok(is_elf(&path))
+    })
+    .await?
+    {
+        let name = wasm.file_name().unwrap_or_default().to_string_lossy();
+        return Err(WasmError::NotACommand(elf_named_wasm(&name)).into());
+    }
     // The child compiles from the file: here its bytes are only needed for their digest.
     let digest = match sha256 {
         Some(hex) => WasmDigest(hex.to_owned()),
@@ -329,6 +339,27 @@ async fn blocking<T: Send + 'static>(
     Ok(tokio::task::spawn_blocking(job)
         .await
         .map_err(WasmError::Interrupted)??)
+}
+
+/// Whether the file at `path` is a Linux executable (ELF).
+pub fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok()
+        && crate::action::detect::detect(&magic) == crate::action::detect::Kind::Elf
+}
+
+/// What to do about a Linux executable named as WebAssembly (`name`), which is never run
+/// natively: its name says what its author meant.
+pub fn elf_named_wasm(name: &str) -> String {
+    format!(
+        "{name} is a Linux executable (ELF), not WebAssembly: build it for WebAssembly \
+         (`cargo build --target wasm32-wasip1`, `GOOS=wasip1 GOARCH=wasm go build`, `clang \
+         --target=wasm32-wasi`), or, to run it natively, name it `exec` (in a zip) or give it \
+         a name without `.wasm`"
+    )
 }
 
 /// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
