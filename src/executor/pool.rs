@@ -23,12 +23,10 @@ pub trait Worker: Sized + Send + 'static {
         Self::start(spec)
     }
 
-    /// Whether each worker must start once its activation has come, to be given that
-    /// activation's values (`StartSpec::fresh`, for a worker that cannot learn them
-    /// later): then none is made ahead.
-    fn starts_on_arrival(_spec: &Self::Spec) -> bool {
-        false
-    }
+    /// Whether a fresh worker (one activation each) must start once its activation has
+    /// come, to be given that activation's values (a worker that cannot learn them later):
+    /// then none is made ahead.
+    const FRESH_STARTS_ON_ARRIVAL: bool = false;
 
     /// Starts the worker for the activation whose request is `line`.
     fn start_on_arrival(
@@ -264,6 +262,12 @@ impl<W: Worker> Pool<W> {
         Ok(Idle::new(worker, generation))
     }
 
+    /// Whether each worker is started for its activation, with its values (see
+    /// `Worker::FRESH_STARTS_ON_ARRIVAL`).
+    fn starts_on_arrival(&self) -> bool {
+        W::FRESH_STARTS_ON_ARRIVAL && self.size.max_activations.is_some_and(|n| n.get() == 1)
+    }
+
     /// Whether `worker` holds more memory than `--recycle-above-memory` allows.
     fn grew_too_large(&self, worker: &mut W) -> bool {
         let Some(mark) = self.size.recycle_above else {
@@ -296,7 +300,7 @@ impl<W: Worker> Pool<W> {
             let _permit = permit;
             // Its place (a pool slot, a process) is free before the successor takes one.
             drop(entry);
-            if W::starts_on_arrival(&pool.current_spec().1) {
+            if pool.starts_on_arrival() {
                 return;
             }
             let made = tokio::select! {
@@ -433,11 +437,11 @@ impl<W: Worker> Pool<W> {
         ending.permit = Some(permit);
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
         // A worker that died while idle is replaced before this activation.
-        let (generation, spec) = self.current_spec();
-        let mut entry = if W::starts_on_arrival(&spec) {
+        let mut entry = if self.starts_on_arrival() {
             // The one made at `/init` has no activation's values: it only showed that the
             // action starts.
             drop(std::mem::take(&mut *lock(&self.idle)));
+            let (generation, spec) = self.current_spec();
             within(deadline, async {
                 let worker = W::start_on_arrival(&spec, &line).await;
                 worker

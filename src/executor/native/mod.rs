@@ -66,9 +66,7 @@ impl Worker for Process {
 
     /// A child's environment is fixed as it starts: one made ahead could not have its
     /// activation's values, so a fresh child starts on its activation's arrival.
-    fn starts_on_arrival(spec: &NativeSpec) -> bool {
-        spec.start.fresh
-    }
+    const FRESH_STARTS_ON_ARRIVAL: bool = true;
 
     async fn start_on_arrival(spec: &NativeSpec, line: &[u8]) -> Result<Self, StartError> {
         Process::spawn(spec, &crate::protocol::activation_env(line), false).await

@@ -566,14 +566,7 @@ impl Instance {
         if self.ended.is_none()
             && let Poll::Ready(result) = self.guest.as_mut().poll(cx)
         {
-            let mut reason = exit_reason(result);
-            // What the guest said last tells why (a panic's message and place, say).
-            if reason.starts_with(ABORTED)
-                && let Some(line) = self.stderr.last_line()
-            {
-                reason = format!("{reason}; its last log line: `{}`", line.escape_debug());
-            }
-            self.ended = Some(reason);
+            self.ended = Some(exit_reason(result, &self.stderr));
             self.stderr.flush();
         }
     }
@@ -706,12 +699,9 @@ fn guest_store<T: Send + 'static>(
     store
 }
 
-/// How a guest that panicked (Rust's `panic = "abort"` on wasm), called `abort()` (C) or
-/// otherwise gave up ends: with an `unreachable` instruction.
-const ABORTED: &str = "the action panicked or aborted";
-
-/// How `_start` ended, in words for the `command exited: ...` error.
-fn exit_reason(result: wasmtime::Result<()>) -> String {
+/// How `_start` ended, in words for the `command exited: ...` error; `stderr` holds what
+/// the guest logged.
+fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String {
     match result {
         Ok(()) => "the guest returned from _start".to_owned(),
         Err(e) => {
@@ -720,8 +710,14 @@ fn exit_reason(result: wasmtime::Result<()>) -> String {
                 return format!("exit status: {}", exit.0);
             }
             if let Some(trap) = e.downcast_ref::<Trap>() {
+                // How a guest that panicked (Rust's `panic = "abort"` on wasm), called
+                // `abort()` (C) or otherwise gave up ends. What it said last tells why (a
+                // panic's message and place, say).
                 if *trap == Trap::UnreachableCodeReached {
-                    return format!("{ABORTED} ({trap})");
+                    let said = stderr.last_line().map_or_else(String::new, |line| {
+                        format!("; its last log line: `{}`", line.escape_debug())
+                    });
+                    return format!("the action panicked or aborted ({trap}){said}");
                 }
                 return trap.to_string();
             }

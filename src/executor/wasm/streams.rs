@@ -244,47 +244,47 @@ const STDERR_BATCH: usize = 64 * 1024;
 /// printed in pieces then reaches the logs whole, not torn by another instance's output,
 /// for one system call instead of one per piece.
 #[derive(Clone, Default)]
-pub struct GuestStderr(Arc<Mutex<Vec<u8>>>, Arc<Mutex<LastLine>>);
+pub struct GuestStderr(Arc<Mutex<Held>>);
 
-/// The last line the guest logged (its start, up to `LAST_LINE_KEPT` bytes): what it said
-/// last tells why it ended (a panic's message, an uncaught exception).
 #[derive(Default)]
-struct LastLine(Vec<u8>);
+struct Held {
+    /// What the guest wrote that is not out yet.
+    pending: Vec<u8>,
+    /// The last line that went out (its start, up to `LAST_LINE_KEPT` bytes): what the
+    /// guest said last tells why it ended (a panic's message and place).
+    last_line: Vec<u8>,
+}
 
 const LAST_LINE_KEPT: usize = 300;
 
-impl LastLine {
-    /// Keeps the last non-empty line of `written`, if it has one.
-    fn keep_from(&mut self, written: &[u8]) {
-        let mut lines = written
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.trim_ascii().is_empty());
-        if let Some(line) = lines.next_back() {
-            self.0.clear();
-            self.0
-                .extend_from_slice(&line[..line.len().min(LAST_LINE_KEPT)]);
-        }
+/// Keeps the last non-empty line of `written` in `kept`, if it has one.
+fn keep_last_line(kept: &mut Vec<u8>, written: &[u8]) {
+    let mut lines = written
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty());
+    if let Some(line) = lines.next_back() {
+        kept.clear();
+        kept.extend_from_slice(&line[..line.len().min(LAST_LINE_KEPT)]);
     }
 }
 
 impl GuestStderr {
     /// Writes out the complete lines, keeping a partial last line for later.
     pub fn flush_lines(&self) {
-        let mut pending = lock(&self.0);
-        if let Some(last) = memchr::memrchr(b'\n', &pending) {
-            write_stderr(&pending[..=last]);
-            lock(&self.1).keep_from(&pending[..=last]);
-            pending.drain(..=last);
+        let held = &mut *lock(&self.0);
+        if let Some(last) = memchr::memrchr(b'\n', &held.pending) {
+            keep_last_line(&mut held.last_line, &held.pending[..=last]);
+            write_stderr(&held.pending[..=last]);
+            held.pending.drain(..=last);
         }
     }
 
     /// The last line the guest logged, written out or not yet, if it logged any.
     pub fn last_line(&self) -> Option<String> {
-        let mut last = std::mem::take(&mut *lock(&self.1));
-        last.keep_from(&lock(&self.0));
-        let line = (!last.0.is_empty()).then(|| String::from_utf8_lossy(&last.0).into_owned());
-        *lock(&self.1) = last;
-        line
+        let held = lock(&self.0);
+        let mut line = held.last_line.clone();
+        keep_last_line(&mut line, &held.pending);
+        (!line.is_empty()).then(|| String::from_utf8_lossy(&line).into_owned())
     }
 
     /// A line of the runtime's own about this instance, after the lines the guest finished
@@ -296,29 +296,27 @@ impl GuestStderr {
 
     /// Writes out everything: the logs must be out before the activation's sentinel.
     pub fn flush(&self) {
-        let mut pending = lock(&self.0);
-        lock(&self.1).keep_from(&pending);
-        write_out(&mut pending);
+        write_out(&mut lock(&self.0), b"");
     }
 
     /// Writes out everything followed by `tail` (the activation's stderr sentinel), in one
     /// write: each costs a few µs on a virtual machine.
     pub fn flush_with(&self, tail: &[u8]) {
-        let mut pending = lock(&self.0);
-        lock(&self.1).keep_from(&pending);
-        pending.extend_from_slice(tail);
-        write_out(&mut pending);
+        write_out(&mut lock(&self.0), tail);
     }
 }
 
-/// Writes out `pending` and empties it, giving back what a burst of logs made it grow to.
-fn write_out(pending: &mut Vec<u8>) {
-    if !pending.is_empty() {
-        write_stderr(pending);
-        pending.clear();
+/// Writes out what is pending, followed by `tail` (ours, not the guest's), and empties it,
+/// giving back what a burst of logs made it grow to.
+fn write_out(held: &mut Held, tail: &[u8]) {
+    keep_last_line(&mut held.last_line, &held.pending);
+    held.pending.extend_from_slice(tail);
+    if !held.pending.is_empty() {
+        write_stderr(&held.pending);
+        held.pending.clear();
     }
-    if pending.capacity() > 2 * STDERR_BATCH {
-        *pending = Vec::new();
+    if held.pending.capacity() > 2 * STDERR_BATCH {
+        held.pending = Vec::new();
     }
 }
 
@@ -328,16 +326,15 @@ fn write_stderr(bytes: &[u8]) {
 
 impl Sink for GuestStderr {
     fn accept(&self, bytes: &[u8]) {
-        let mut pending = lock(&self.0);
-        if pending.is_empty() && bytes.len() >= STDERR_BATCH {
-            lock(&self.1).keep_from(bytes);
+        let held = &mut *lock(&self.0);
+        if held.pending.is_empty() && bytes.len() >= STDERR_BATCH {
+            keep_last_line(&mut held.last_line, bytes);
             write_stderr(bytes);
             return;
         }
-        pending.extend_from_slice(bytes);
-        if pending.len() >= STDERR_BATCH {
-            lock(&self.1).keep_from(&pending);
-            write_out(&mut pending);
+        held.pending.extend_from_slice(bytes);
+        if held.pending.len() >= STDERR_BATCH {
+            write_out(held, b"");
         }
     }
 }
