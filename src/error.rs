@@ -109,7 +109,7 @@ impl Error {
             Error::Run(RunError::Busy(_)) => StatusCode::TOO_MANY_REQUESTS,
             Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
             Error::Run(
-                RunError::NotAnObject
+                RunError::NotAnObject(_)
                 | RunError::NotJson(_)
                 | RunError::NoAnswer(_)
                 | RunError::ResultTooLong(_)
@@ -176,7 +176,7 @@ mod tests {
                 "command exited: exit status: 3",
             ),
             (
-                Error::Run(RunError::NotAnObject),
+                Error::Run(RunError::NotAnObject(bytes::Bytes::new())),
                 502,
                 "The action did not return a dictionary or array.",
             ),

@@ -405,8 +405,8 @@ const SAME_LIMIT: Duration = Duration::from_millis(10);
 /// What stops an activation: the request's own deadline or the runtime-wide `--timeout`.
 #[derive(Debug, PartialEq)]
 enum Limit {
-    /// Epoch milliseconds, from the request.
-    Deadline(u64),
+    /// The request's deadline: how far after the request's arrival it fell.
+    Deadline(Duration),
     Timeout(Duration),
 }
 
@@ -419,10 +419,8 @@ impl Limit {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let from_deadline = deadline_ms.filter(|ms| *ms > now_ms).map(|ms| {
-            (
-                now + Duration::from_millis(ms - now_ms),
-                Limit::Deadline(ms),
-            )
+            let left = Duration::from_millis(ms - now_ms);
+            (now + left, Limit::Deadline(left))
         });
         let from_timeout = timeout.map(|t| (now + t, Limit::Timeout(t)));
         match (from_deadline, from_timeout) {
@@ -433,13 +431,22 @@ impl Limit {
         }
     }
 
-    /// Said to the client: which limit it was.
+    /// Said to the client: which limit it was, as the time the activation had (the
+    /// deadline's epoch milliseconds mean nothing to a reader).
     fn describe(&self) -> String {
         match self {
-            Limit::Deadline(ms) => format!("its deadline ({ms} ms since the epoch)"),
+            Limit::Deadline(left) => format!(
+                "its deadline, {} after it arrived",
+                humantime::format_duration(rounded_to_ms(*left))
+            ),
             Limit::Timeout(t) => format!("--timeout {}", humantime::format_duration(*t)),
         }
     }
+}
+
+/// A duration as a reader wants it said: to the millisecond.
+fn rounded_to_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -463,18 +470,22 @@ mod tests {
             Limit::Timeout(timeout)
         );
         let soon = in_ms(60_000);
-        assert_eq!(
-            Limit::earliest(Some(soon), None).unwrap().1,
-            Limit::Deadline(soon)
-        );
+        let deadline = |limit: Option<(Instant, Limit)>| match limit.unwrap().1 {
+            Limit::Deadline(left) => left,
+            other => panic!("{other:?}"),
+        };
+        let left = deadline(Limit::earliest(Some(soon), None));
+        assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59), "{left:?}");
         assert_eq!(
             Limit::earliest(Some(soon), Some(timeout)).unwrap().1,
             Limit::Timeout(timeout)
         );
         let very_soon = in_ms(1_000);
+        let left = deadline(Limit::earliest(Some(very_soon), Some(timeout)));
+        assert!(left <= Duration::from_secs(1), "{left:?}");
         assert_eq!(
-            Limit::earliest(Some(very_soon), Some(timeout)).unwrap().1,
-            Limit::Deadline(very_soon)
+            Limit::Deadline(Duration::from_micros(2_999_600)).describe(),
+            "its deadline, 2s 999ms after it arrived"
         );
         // The same instant said twice, as `wasmloop run` sends it: the flag is named.
         let same = in_ms(5_000);

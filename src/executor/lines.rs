@@ -22,7 +22,7 @@ pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
         return Ok(line);
     }
     match serde_json::from_slice::<IgnoredAny>(&line) {
-        Ok(_) => Err(RunError::NotAnObject),
+        Ok(_) => Err(RunError::NotAnObject(line)),
         Err(_) => Err(RunError::NotJson(line)),
     }
 }
@@ -43,6 +43,8 @@ pub fn excerpt(bytes: &[u8], max: usize) -> String {
     for c in text.chars().take(max) {
         if c.is_control() {
             out.extend(c.escape_default());
+        } else if is_invisible(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             out.push(c);
         }
@@ -53,12 +55,49 @@ pub fn excerpt(bytes: &[u8], max: usize) -> String {
     out
 }
 
+/// Characters that print as nothing (or as a plain space) and so hide in a quoted line:
+/// byte-order marks, zero-width and directional marks, non-breaking and odd spaces.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00a0}' | '\u{00ad}' | '\u{034f}' | '\u{061c}' | '\u{115f}' | '\u{1160}'
+        | '\u{17b4}' | '\u{17b5}' | '\u{180e}' | '\u{2000}'..='\u{200f}'
+        | '\u{2028}'..='\u{202f}' | '\u{205f}'..='\u{206f}' | '\u{3000}' | '\u{3164}'
+        | '\u{feff}' | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}')
+}
+
 /// How long a line of the action's output may be in our own messages.
 const EXCERPT: usize = 120;
+
+/// Tells the logs that an action's answer was JSON but not an object or array, and what
+/// it was. The HTTP body keeps the fixed message.
+pub fn report_not_an_object(line: &[u8]) {
+    let what = match line.trim_ascii_start().first() {
+        Some(b'"') => "a JSON string",
+        Some(b't' | b'f') => "a JSON boolean",
+        Some(b'n') => "JSON null",
+        _ => "a JSON number",
+    };
+    crate::protocol::log_stderr(&format!(
+        "wasmloop: the action's answer is {what}, not an object or array: `{}`. Return a \
+         JSON object, such as {{\"result\": ...}}",
+        excerpt(line, EXCERPT)
+    ));
+}
 
 /// Tells the logs that an action's answer was not JSON, and what it was: usually a log
 /// line written where only results go. The HTTP body keeps the fixed message.
 pub fn report_not_json(line: &[u8]) {
+    if let Some(rest) = line.strip_prefix("\u{feff}".as_bytes()) {
+        crate::protocol::log_stderr(&format!(
+            "wasmloop: the action's answer starts with a byte-order mark (\\ufeff), which JSON \
+             does not allow, so it was not taken as its result: `{}`. Write the result \
+             without it (an encoder set to UTF-8 with BOM, or a BOM pasted into the source)",
+            excerpt(line, EXCERPT)
+        ));
+        if is_json_result(rest) {
+            return;
+        }
+    }
     crate::protocol::log_stderr(&format!(
         "wasmloop: the action's answer is not JSON, so it was not taken as its result: `{}`. \
          Only result lines go on the result channel (stdout in a WebAssembly action, fd 3 in \
@@ -488,11 +527,11 @@ mod tests {
         assert!(check_result(Bytes::from_static(b" [1]\n")).is_ok());
         assert!(matches!(
             check_result(Bytes::from_static(b"null\n")),
-            Err(RunError::NotAnObject)
+            Err(RunError::NotAnObject(_))
         ));
         assert!(matches!(
             check_result(Bytes::from_static(b"\"s\"\n")),
-            Err(RunError::NotAnObject)
+            Err(RunError::NotAnObject(_))
         ));
         assert!(matches!(
             check_result(Bytes::from_static(b"oops\n")),
@@ -551,6 +590,8 @@ mod tests {
             format!("{}…", "x".repeat(10))
         );
         assert_eq!(excerpt(b"\xff!", 10), "\u{fffd}!");
+        // Invisible characters are shown, as JSON would escape them.
+        assert_eq!(excerpt("\u{feff}{}\u{200b}".as_bytes(), 10), "\\ufeff{}\\u200b");
     }
 
     #[tokio::test]

@@ -57,8 +57,9 @@ const RUN_START_LIMIT: &str = "; under `wasmloop run`, --timeout";
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The process could not be spawned (missing file, not executable, bad format); the
-    /// cause says which, and what to change.
-    #[error("{}: {cause}", protocol::MSG_COMMAND_EXITED)]
+    /// cause says which, and what to change. Nothing ran, so nothing "exited": the cause
+    /// alone is said.
+    #[error("{cause}")]
     Spawn {
         #[source]
         error: std::io::Error,
@@ -185,9 +186,9 @@ pub enum RunError {
     /// The action exited (or closed its result channel) during the activation.
     #[error("{}{}", protocol::MSG_COMMAND_EXITED, detail(.0))]
     Exited(Option<String>),
-    /// The result line is JSON, but neither an object nor an array.
+    /// The result line (here) is JSON, but neither an object nor an array.
     #[error("{}", protocol::MSG_NOT_AN_OBJECT)]
-    NotAnObject,
+    NotAnObject(Bytes),
     /// The result line (here) is not JSON at all (a stray log line?): same message, but
     /// the worker is out of step and gets replaced.
     #[error("{}", protocol::MSG_NOT_AN_OBJECT)]

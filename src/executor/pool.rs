@@ -469,8 +469,10 @@ impl<W: Worker> Pool<W> {
             lines::check_result(worker.activate(line).await?)
         })
         .await;
-        if let Err(RunError::NotJson(line)) = &result {
-            lines::report_not_json(line);
+        match &result {
+            Err(RunError::NotJson(line)) => lines::report_not_json(line),
+            Err(RunError::NotAnObject(line)) => lines::report_not_an_object(line),
+            _ => {}
         }
         worker.end_activation(self.end);
         ending.written = true;
@@ -479,7 +481,7 @@ impl<W: Worker> Pool<W> {
         // instance), and a later activation starts a fresh one. Whether it is still alive
         // is asked once, by `take_idle` before its next activation (for a child, a waitpid
         // system call), not here as well.
-        if matches!(result, Ok(_) | Err(RunError::NotAnObject)) {
+        if matches!(result, Ok(_) | Err(RunError::NotAnObject(_))) {
             entry.activations = entry.activations.saturating_add(1);
             let served_all = self
                 .size

@@ -177,7 +177,7 @@ fn an_upload_that_is_not_executable_fails_to_start() {
     let reply = server.init(&init_text("print('no compiler here')"));
     reply.assert_error(
         502,
-        "cannot start action: command exited: it is neither an executable for this machine \
+        "cannot start action: it is neither an executable for this machine \
          nor a script starting with #! (it starts with `print('no compil…`)",
     );
 }

@@ -44,6 +44,34 @@ fn a_native_result_printed_on_stdout_is_pointed_out() {
 }
 
 each_backend! {
+    fn a_result_that_is_not_an_object_is_said_with_what_it_was(backend: Backend) {
+        let server = Server::with_guest(backend, "non_object");
+        let cases = [
+            ("\"hello\"", "is a JSON string, not an object or array: `\"hello\"`"),
+            ("42", "is a JSON number, not an object or array: `42`"),
+            ("null", "is JSON null, not an object or array: `null`"),
+        ];
+        for (n, (raw, said)) in cases.into_iter().enumerate() {
+            // The body is the contract's, word for word; the logs say what came.
+            server.run(json!({"raw": raw})).assert(502, NOT_AN_OBJECT);
+            server.wait_sentinels(n + 1);
+            let stderr = server.stderr();
+            assert!(stderr.contains(&format!("wasmloop: the action's answer {said}")), "{stderr}");
+        }
+        server.run(json!({"raw": "\u{feff}{\"a\":1}"})).assert(502, NOT_AN_OBJECT);
+        server.wait_sentinels(4);
+        let stderr = server.stderr();
+        assert!(
+            stderr.contains(
+                "wasmloop: the action's answer starts with a byte-order mark (\\ufeff), which \
+                 JSON does not allow, so it was not taken as its result: `\\ufeff{\"a\":1}`"
+            ),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("write logs on stderr"), "not blamed on a log line: {stderr}");
+        server.run(json!({"raw": "{\"fine\":1}"})).assert(200, "{\"fine\":1}\n");
+    }
+
     fn a_result_without_its_newline_is_pointed_out(backend: Backend) {
         let server = Server::with_guest(backend, "no_newline");
         let channel = backend.result_channel();
@@ -105,7 +133,9 @@ each_backend! {
             + 300;
         let body = json!({"value": {}, "deadline": deadline.to_string()});
         let reply = server.post("/run", body.to_string().as_bytes());
-        reply.assert_error(504, &format!("the action did not start within its deadline ({deadline} ms since the epoch): it waited "));
+        // Said as the time it had, not as the deadline's epoch milliseconds.
+        reply.assert_error(504, "the action did not start within its deadline, ");
+        reply.assert_error(504, "ms after it arrived: it waited ");
         reply.assert_error(504, " ms for a busy instance and was never started (see --concurrency)");
         assert_eq!(busy.join().unwrap().status, 200, "the busy one was left alone");
     }
@@ -159,7 +189,7 @@ fn an_archive_without_entry_point_says_what_it_looked_for_and_found() {
     body["value"]["main"] = json!("niam");
     server.init(&body).assert_error(
         502,
-        "cannot start action: command exited: the upload has no entry point: looked for \
+        "cannot start action: the upload has no entry point: looked for \
          `exec`, `exec.wasm` and `niam.wasm`, and it holds lib/, main.py. Name the executable",
     );
     // And the logs say so too.
@@ -183,7 +213,7 @@ fn base64_code_sent_without_binary_true_is_decoded_or_pointed_out() {
     body["value"]["binary"] = json!(false);
     server.init(&body).assert_error(
         502,
-        "cannot start action: command exited: the code is base64 text (of an ELF executable), \
+        "cannot start action: the code is base64 text (of an ELF executable), \
          taken as it is because the /init request does not say \"binary\": true",
     );
 }
@@ -312,5 +342,63 @@ fn wasmloop_run_never_runs_a_linux_executable_named_wasm_natively() {
     assert!(
         said.contains(&format!("hello.wasm {ELF_NAMED_WASM}")),
         "{said}"
+    );
+}
+
+/// What the logs say of an answer that is JSON but not an object, or JSON behind a mark.
+const NOT_AN_OBJECT: &str = "{\"error\":\"The action did not return a dictionary or array.\"}\n";
+
+
+#[test]
+fn webassembly_text_is_told_as_such_with_how_to_convert_it() {
+    let server = Server::in_process();
+    let reply = server.init(&init_text(";; mine\n(module (func (export \"_start\")))\n"));
+    reply.assert_error(
+        502,
+        "cannot start action: it is WebAssembly text (.wat), not a binary module: convert it \
+         with `wasm-tools parse",
+    );
+    assert!(!reply.error().contains("command exited"), "nothing ran: {}", reply.text());
+}
+
+#[test]
+fn a_zip_whose_only_module_has_another_name_is_told_the_main_that_picks_it() {
+    let module = read(&Backend::Wasm.guest("echo"));
+    let zip = zip_of(&[("hello.wasm", &module, 0o644)]);
+    let server = Server::in_process();
+    server.init(&init_binary(&zip)).assert_error(
+        502,
+        "cannot start action: the upload has no entry point: looked for `exec`, `exec.wasm` \
+         and `main.wasm`, and it holds hello.wasm. To run hello.wasm, give the action \
+         \"main\": \"hello\"",
+    );
+    // And that `main` does pick it.
+    let server = Server::in_process();
+    let mut body = init_binary(&zip);
+    body["value"]["main"] = json!("hello");
+    server.init(&body).assert(200, OK);
+    server.run(json!({"a": 1})).assert(200, "{\"a\":1}\n");
+}
+
+/// A module of one function type and one import, `gojs`.`x`: what Go's GOOS=js builds
+/// import from, with none of the rest.
+const GOJS_MODULE: &[u8] = b"\0asm\x01\0\0\0\x01\x04\x01\x60\0\0\x02\x0a\x01\x04gojs\x01x\0\0";
+/// A module exporting one function, `add`, and no `_start`: a library.
+const LIBRARY_MODULE: &[u8] =
+    b"\0asm\x01\0\0\0\x01\x04\x01\x60\0\0\x03\x02\x01\0\x07\x07\x01\x03add\0\0\x0a\x04\x01\x02\0\x0b";
+
+#[test]
+fn a_module_for_the_browser_or_a_library_is_told_how_to_build_a_command() {
+    let server = Server::in_process();
+    server.init(&init_binary(GOJS_MODULE)).assert_error(
+        502,
+        "cannot start action: the module was built by Go for a browser (GOOS=js: it imports \
+         `gojs`), not for WASI: build it with `GOOS=wasip1 GOARCH=wasm go build`",
+    );
+    let server = Server::in_process();
+    server.init(&init_binary(LIBRARY_MODULE)).assert_error(
+        502,
+        "cannot start action: the module exports no `_start`: it is a library (it exports \
+         `add`), not a command. Build a program with a `main` instead",
     );
 }

@@ -152,7 +152,7 @@ fn each_action_gets_a_fresh_folder() {
     let server = Server::in_process();
     server
         .init(&init_text("print('not executable')"))
-        .assert_error(502, "cannot start action: command exited: ");
+        .assert_error(502, "cannot start action: it is neither an executable");
     assert_eq!(action_folders(&server), 0);
     server
         .init(&init_binary(&read(&Backend::Native.guest("echo"))))

@@ -131,11 +131,26 @@ fn no_entry(folder: Option<&Path>, main: &str) -> String {
         n if n > 12 => format!("{}, and {} more", found[..12].join(", "), n - 12),
         _ => found.join(", "),
     };
-    format!(
+    let looked_for = format!(
         "the upload has no entry point: looked for `exec`, `exec.wasm` and `{main}.wasm`, and \
-         it holds {holds}. Name the executable `exec` (or the WebAssembly module `exec.wasm` or \
-         `{main}.wasm`) at the top of the archive"
-    )
+         it holds {holds}."
+    );
+    // One module under another name: the `main` that picks it is the change to make.
+    let modules: Vec<&str> = found
+        .iter()
+        .filter_map(|name| name.strip_suffix(".wasm"))
+        .collect();
+    match modules.as_slice() {
+        [module] => format!(
+            "{looked_for} To run {module}.wasm, give the action \"main\": \"{module}\" (`wsk \
+             action create ... --main {module}`; `wasmloop run --main {module}`), or name it \
+             `exec.wasm`"
+        ),
+        _ => format!(
+            "{looked_for} Name the executable `exec` (or the WebAssembly module `exec.wasm` or \
+             `{main}.wasm`) at the top of the archive"
+        ),
+    }
 }
 
 /// The interpreter a script's #! line names, or the loader an ELF file asks for.
@@ -192,7 +207,7 @@ fn elf_interpreter(elf: &[u8]) -> Option<String> {
 
 /// ENOEXEC: neither a program for this machine nor a script.
 fn not_executable(exec: &Path) -> String {
-    let mut head = vec![0; 64];
+    let mut head = vec![0; 1024];
     let n = std::fs::File::open(exec)
         .and_then(|mut f| io::Read::read(&mut f, &mut head))
         .unwrap_or(0);
@@ -202,6 +217,12 @@ fn not_executable(exec: &Path) -> String {
             "the code is base64 text (of {kind}), taken as it is because the /init request does \
              not say \"binary\": true; send binary code with \"binary\": true"
         );
+    }
+    if is_wasm_text(&head) {
+        return "it is WebAssembly text (.wat), not a binary module: convert it with \
+                `wasm-tools parse action.wat -o action.wasm` (or wabt's `wat2wasm`) and give \
+                the .wasm"
+            .to_owned();
     }
     if detect::detect(&head) == Kind::Elf {
         return "it is an ELF executable for another machine or system: build it for this one \
@@ -213,6 +234,24 @@ fn not_executable(exec: &Path) -> String {
          with `{}`); a WebAssembly module starts with \\0asm",
         crate::executor::lines::excerpt(head.split(|b| *b == b'\n').next().unwrap_or_default(), 16)
     )
+}
+
+/// Whether `head` starts as WebAssembly text does: `(module` or `(component`, after blank
+/// space and `;;` line comments.
+fn is_wasm_text(head: &[u8]) -> bool {
+    let mut rest = head;
+    loop {
+        rest = rest.trim_ascii_start();
+        match rest.strip_prefix(b";;") {
+            Some(comment) => match comment.iter().position(|b| *b == b'\n') {
+                Some(end) => rest = &comment[end..],
+                None => return false,
+            },
+            None => break,
+        }
+    }
+    let word: &[u8] = rest.strip_prefix(b"(").unwrap_or_default().trim_ascii_start();
+    word.starts_with(b"module") || word.starts_with(b"component")
 }
 
 /// What base64 text at the start of an upload encodes, if it looks like one.
@@ -290,6 +329,28 @@ mod tests {
                 && message.contains("it holds lib/, main.py."),
             "{message}"
         );
+    }
+
+    #[test]
+    fn one_module_under_another_name_gets_the_main_that_picks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("hello.wasm"), "").unwrap();
+        let exec = dir.path().join("exec");
+        let error = io::Error::from(io::ErrorKind::NotFound);
+        let message = spawn_failure(&exec, "main", &error);
+        assert!(
+            message.contains("it holds hello.wasm. To run hello.wasm, give the action \"main\": \"hello\""),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn webassembly_text_is_told_from_other_text() {
+        assert!(is_wasm_text(b"(module (func (export \"_start\")))"));
+        assert!(is_wasm_text(b";; a comment\n  ( component\n"));
+        assert!(!is_wasm_text(b"print('(module')"));
+        assert!(!is_wasm_text(b";; only a comment"));
+        assert!(!is_wasm_text(b""));
     }
 
     #[test]

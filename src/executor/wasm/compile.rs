@@ -233,14 +233,49 @@ pub fn compile_here(
         .map_err(|e| CompileError::fatal(format!("cannot serialize the compiled code: {e:#}")))
 }
 
-/// A command module: exports `_start` taking and returning nothing.
+/// A command module: exports `_start` taking and returning nothing. Without one, the
+/// message says what the module is instead, which tells how it was built wrong.
 pub fn check_command(module: &Module) -> Result<(), String> {
     match module.get_export("_start") {
         Some(ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0 => Ok(()),
         Some(_) => Err("the module's `_start` export is not a function of no arguments".to_owned()),
-        None => Err(
-            "the module exports no `_start`: build it as a WASI command (wasm32-wasip1)".to_owned(),
+        None if module.imports().any(|import| import.module() == "gojs") => Err(
+            "the module was built by Go for a browser (GOOS=js: it imports `gojs`), not for \
+             WASI: build it with `GOOS=wasip1 GOARCH=wasm go build`"
+                .to_owned(),
         ),
+        None => {
+            let functions: Vec<&str> = module
+                .exports()
+                .filter(|export| matches!(export.ty(), ExternType::Func(_)))
+                .map(|export| export.name())
+                .collect();
+            Err(if functions.is_empty() {
+                "the module exports no `_start`: build it as a WASI command (a program with a \
+                 `main`: `cargo build --target wasm32-wasip1` of a binary crate, `clang \
+                 --target=wasm32-wasi` of a C file with `main`, `GOOS=wasip1 GOARCH=wasm go \
+                 build` of package main)"
+                    .to_owned()
+            } else {
+                format!(
+                    "the module exports no `_start`: it is a library (it exports {}), not a \
+                     command. Build a program with a `main` instead: in Rust a binary crate \
+                     (`src/main.rs`, no `crate-type = [\"cdylib\"]`), in C a file with \
+                     `main` built without `-mexec-model=reactor` or `-nostartfiles`, in Go \
+                     package main without `-buildmode=c-shared`",
+                    quoted_list(&functions, 4)
+                )
+            })
+        }
+    }
+}
+
+/// Up to `most` names, back-quoted, and how many more.
+fn quoted_list(names: &[&str], most: usize) -> String {
+    let shown: Vec<String> = names.iter().take(most).map(|n| format!("`{n}`")).collect();
+    match names.len().saturating_sub(most) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
     }
 }
 
