@@ -97,7 +97,7 @@ where
 {
     let mut out = ResultChannel::open();
     if std::env::var("__OW_WAIT_FOR_ACK").is_ok_and(|v| !v.is_empty()) {
-        out.send(b"{\"ok\":true}\n");
+        out.send(b"{\"ok\":true}");
     }
     panics::report();
     let api_host = std::env::var("__OW_API_HOST").unwrap_or_default();
@@ -119,7 +119,6 @@ where
         }
         // The action's own logs are out before its answer, and so before the activation ends.
         let _ = std::io::stderr().flush();
-        answer.push(b'\n');
         if !out.send(&answer) {
             break;
         }
