@@ -27,12 +27,17 @@ fn main() {
         .filter(|path| path.extension().is_some_and(|ext| ext == "wit"))
         .collect();
     files.sort();
-    let mut code = String::from("/// The WASI WIT packages components are built against: (file name, text).\n");
+    let mut code = String::from(
+        "/// The WASI WIT packages components are built against: (file name, text).\n",
+    );
     code.push_str("pub const WIT_DEPS: &[(&str, &str)] = &[\n");
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
         let name = file.file_name().unwrap().to_string_lossy();
-        code.push_str(&format!("    ({name:?}, include_str!({:?})),\n", file.display().to_string()));
+        code.push_str(&format!(
+            "    ({name:?}, include_str!({:?})),\n",
+            file.display().to_string()
+        ));
     }
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("wit_deps.rs");
@@ -41,13 +46,14 @@ fn main() {
 
 /// The version of the crate Cargo.lock pins.
 fn locked_version(lock: &Path) -> String {
-    let text = std::fs::read_to_string(lock).expect("Cargo.lock is read for the WIT crate's version");
+    let text =
+        std::fs::read_to_string(lock).expect("Cargo.lock is read for the WIT crate's version");
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
-        if line == format!("name = \"{CRATE}\"") {
-            if let Some(version) = lines.next().and_then(|l| l.strip_prefix("version = \"")) {
-                return version.trim_end_matches('"').to_owned();
-            }
+        if line == format!("name = \"{CRATE}\"")
+            && let Some(version) = lines.next().and_then(|l| l.strip_prefix("version = \""))
+        {
+            return version.trim_end_matches('"').to_owned();
         }
     }
     panic!("Cargo.lock has no {CRATE}: wasmloop depends on it")
@@ -59,13 +65,15 @@ fn find_wit_deps(version: &str) -> Option<PathBuf> {
         std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")),
     ];
     homes.into_iter().flatten().find_map(|home| {
-        std::fs::read_dir(home.join("registry/src")).ok()?.find_map(|index| {
-            let deps = index
-                .ok()?
-                .path()
-                .join(format!("{CRATE}-{version}"))
-                .join("wit/deps");
-            deps.is_dir().then_some(deps)
-        })
+        std::fs::read_dir(home.join("registry/src"))
+            .ok()?
+            .find_map(|index| {
+                let deps = index
+                    .ok()?
+                    .path()
+                    .join(format!("{CRATE}-{version}"))
+                    .join("wit/deps");
+                deps.is_dir().then_some(deps)
+            })
     })
 }

@@ -56,10 +56,12 @@ cp -r "$(dirname "$http_crate")/wit/deps" "$wit/deps"
 for action in hello fetch; do
   echo "building component-examples/python/$action.py" >&2
   (cd "$here/python" && componentize-py -d "$wit" -w action componentize "$action" \
-    -o "$out/$action-python.wasm" >/dev/null)
+    -p . -p "$root/sdk/python" -o "$out/$action-python.wasm" >/dev/null)
   echo "building component-examples/js/$action.js" >&2
-  (cd "$here/js" && node_modules/.bin/componentize-js "$action.js" --wit "$wit" \
-    --world-name action -o "$out/$action-js.wasm" >/dev/null)
+  # From the root: componentize-js reads only files under its working folder, and the
+  # examples import ../../sdk/js.
+  (cd "$root" && "$here/js/node_modules/.bin/componentize-js" "$here/js/$action.js" \
+    --wit "$wit" --world-name action -o "$out/$action-js.wasm" >/dev/null)
 done
 
 echo "component examples are in $out" >&2

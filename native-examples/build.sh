@@ -51,11 +51,13 @@ cargo build --quiet --release --manifest-path "$here/rust/Cargo.toml" \
   --target-dir "${CARGO_TARGET_DIR:-$here/rust/target}/native-examples"
 cp "${CARGO_TARGET_DIR:-$here/rust/target}/native-examples/release/hello" "$out/hello-rust"
 
-echo "building native-examples/c" >&2
-cc -O2 -Wall -Wextra -o "$out/hello-c" "$here/c/hello.c"
+# The C and Go hellos are on their SDKs, whose one source builds for both backends: the
+# sources are the WebAssembly examples'.
+echo "building native-examples/c (from wasm-examples/c/hello.c)" >&2
+cc -O2 -Wall -Wextra -o "$out/hello-c" "$here/../wasm-examples/c/hello.c"
 
-echo "building native-examples/go" >&2
-(cd "$here/go" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -trimpath -ldflags=-s -o "$out/hello-go" .)
+echo "building native-examples/go (from wasm-examples/go)" >&2
+(cd "$here/../wasm-examples/go" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -trimpath -ldflags=-s -o "$out/hello-go" .)
 
 cp "$here/shell/hello.sh" "$out/hello-sh"
 chmod +x "$out/hello-sh"

@@ -475,7 +475,10 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let left = deadline(Limit::earliest(Some(soon), None));
-        assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59), "{left:?}");
+        assert!(
+            left <= Duration::from_secs(60) && left > Duration::from_secs(59),
+            "{left:?}"
+        );
         assert_eq!(
             Limit::earliest(Some(soon), Some(timeout)).unwrap().1,
             Limit::Timeout(timeout)

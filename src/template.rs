@@ -10,6 +10,8 @@ pub enum Language {
     Rust,
     Go,
     C,
+    Python,
+    Js,
 }
 
 /// One file of a template: its path in the project, and its text (`{{name}}` is the
@@ -59,6 +61,21 @@ const C: &[File] = &[
     file!("sdk/wasmloop.h", "sdk/c/wasmloop.h"),
 ];
 
+const PYTHON: &[File] = &[
+    file!("app.py", "templates/python/app.py"),
+    file!(".gitignore", "templates/python/gitignore"),
+    file!("README.md", "templates/python/README.md"),
+    file!("wasmloop_action.py", "sdk/python/wasmloop_action.py"),
+];
+
+const JS: &[File] = &[
+    file!("app.js", "templates/js/app.js"),
+    file!("package.json", "templates/js/package.json"),
+    file!(".gitignore", "templates/js/gitignore"),
+    file!("README.md", "templates/js/README.md"),
+    file!("wasmloop-action.js", "sdk/js/wasmloop-action.js"),
+];
+
 /// The world Python and JavaScript components are built for; `wit/deps/` beside it holds
 /// the WASI packages it names, as the wasmtime-wasi-http crate wasmloop is built with
 /// defines them (found by build.rs).
@@ -74,12 +91,14 @@ impl Language {
             Language::Rust => RUST,
             Language::Go => GO,
             Language::C => C,
+            Language::Python => PYTHON,
+            Language::Js => JS,
         }
     }
 
     /// Whether the project is built into a component against `wit/`.
     fn needs_wit(self) -> bool {
-        false
+        matches!(self, Language::Python | Language::Js)
     }
 
     /// What the template makes, for `--list`.
@@ -99,6 +118,16 @@ impl Language {
                 "c: a C file and a Makefile, the hello on wasmloop.h (in sdk/: the loop, a \
                  JSON reader and writer); builds a module (clang --target=wasm32-wasi) or a \
                  native executable from one source"
+            }
+            Language::Python => {
+                "python: app.py on wasmloop_action.py, with the WIT world (in wit/) \
+                 componentize-py builds a component for; may reach the network \
+                 --allow-outbound lists"
+            }
+            Language::Js => {
+                "js: app.js on wasmloop-action.js, with package.json (componentize-js) and \
+                 the WIT world (in wit/) it builds a component for; may reach the network \
+                 --allow-outbound lists"
             }
         }
     }

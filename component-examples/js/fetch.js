@@ -1,7 +1,7 @@
 // GETs {"url":"http://host:port/path"} with fetch() (over wasi:http) and returns the status
 // and the length of the body. The host must be in wasmloop's --allow-outbound list;
 // otherwise fetch() rejects, and the error is the action's result.
-import { serve } from './actionloop.js';
+import { action } from '../../sdk/js/wasmloop-action.js';
 
 async function main(args) {
   const response = await fetch(args.url);
@@ -10,8 +10,4 @@ async function main(args) {
   return { status: response.status, length: body.byteLength };
 }
 
-export const run = {
-  async run() {
-    await serve(main);
-  },
-};
+export const run = action(main);

@@ -1,5 +1,5 @@
 // The hello action as a JavaScript component: {"name":"Mike"} gives a greeting.
-import { serve } from './actionloop.js';
+import { action } from '../../sdk/js/wasmloop-action.js';
 
 function main(args) {
   const name = args.name ?? 'Stranger';
@@ -7,8 +7,4 @@ function main(args) {
   return { message: `Hello, ${name}!` };
 }
 
-export const run = {
-  async run() {
-    await serve(main);
-  },
-};
+export const run = action(main);

@@ -4,11 +4,10 @@ length of the body. The host must be in wasmloop's --allow-outbound list."""
 from urllib.parse import urlsplit
 
 from componentize_py_types import Err
-from wit_world import exports
 from wit_world.imports import outgoing_handler, poll, streams
 from wit_world.imports import wasi_http_types as types
 
-from actionloop import serve
+from wasmloop_action import action
 
 
 def get(url):
@@ -43,10 +42,8 @@ def get(url):
     return {"status": status, "length": length}
 
 
-def main(args):
+def main(args, ctx):
     return get(args["url"])
 
 
-class Run(exports.Run):
-    def run(self) -> None:
-        serve(main)
+Run = action(main)

@@ -2,17 +2,13 @@
 
 import sys
 
-from wit_world import exports
-
-from actionloop import serve
+from wasmloop_action import action
 
 
-def main(args):
+def main(args, ctx):
     name = args.get("name", "Stranger")
     print(f"hello: greeting {name}", file=sys.stderr)
     return {"message": f"Hello, {name}!"}
 
 
-class Run(exports.Run):
-    def run(self) -> None:
-        serve(main)
+Run = action(main)

@@ -591,7 +591,10 @@ mod tests {
         );
         assert_eq!(excerpt(b"\xff!", 10), "\u{fffd}!");
         // Invisible characters are shown, as JSON would escape them.
-        assert_eq!(excerpt("\u{feff}{}\u{200b}".as_bytes(), 10), "\\ufeff{}\\u200b");
+        assert_eq!(
+            excerpt("\u{feff}{}\u{200b}".as_bytes(), 10),
+            "\\ufeff{}\\u200b"
+        );
     }
 
     #[tokio::test]

@@ -17,8 +17,6 @@ mod limits;
 mod local;
 mod mistakes;
 mod pool;
-mod sdk_c;
-mod sdk_go;
 mod signed;
 mod uploads;
 mod wasm;

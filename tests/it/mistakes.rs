@@ -348,7 +348,6 @@ fn wasmloop_run_never_runs_a_linux_executable_named_wasm_natively() {
 /// What the logs say of an answer that is JSON but not an object, or JSON behind a mark.
 const NOT_AN_OBJECT: &str = "{\"error\":\"The action did not return a dictionary or array.\"}\n";
 
-
 #[test]
 fn webassembly_text_is_told_as_such_with_how_to_convert_it() {
     let server = Server::in_process();
@@ -358,7 +357,11 @@ fn webassembly_text_is_told_as_such_with_how_to_convert_it() {
         "cannot start action: it is WebAssembly text (.wat), not a binary module: convert it \
          with `wasm-tools parse",
     );
-    assert!(!reply.error().contains("command exited"), "nothing ran: {}", reply.text());
+    assert!(
+        !reply.error().contains("command exited"),
+        "nothing ran: {}",
+        reply.text()
+    );
 }
 
 #[test]

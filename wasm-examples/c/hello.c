@@ -1,9 +1,10 @@
-/* A WebAssembly ActionLoop action in C: {"name":"Mike"} -> {"message":"Hello, Mike!"}.
+/* An ActionLoop action in C: {"name":"Mike"} -> {"message":"Hello, Mike!"}.
  *
- * sdk/c/wasmloop.h runs the guest contract (wasmloop's docs/protocol.md Part 2): one JSON
- * request per line on stdin, one JSON result per line on stdout, logs on stderr. Build with
- * Debian's clang and wasi-libc:
- *   clang --target=wasm32-wasi -O2 -o hello.wasm hello.c */
+ * sdk/c/wasmloop.h runs the contract (wasmloop's docs/protocol.md): one JSON request per
+ * line on stdin, one JSON result per line on the backend's result channel (stdout in
+ * WebAssembly, fd 3 natively), logs on stderr. One source, both backends:
+ *   clang --target=wasm32-wasi -O2 -o hello.wasm hello.c    (Debian's clang and wasi-libc)
+ *   cc -O2 -o hello hello.c                                  (native-examples/build.sh) */
 #include "../../sdk/c/wasmloop.h"
 
 static const char *hello(const wl_value *args, const wl_context *ctx, wl_writer *result) {

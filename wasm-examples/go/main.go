@@ -1,8 +1,8 @@
-// A WebAssembly action in Go on the wasmloop.dev/action SDK (sdk/go), which runs the
-// request loop: {"name":"Mike"} -> {"message":"Hello, Mike!"}. The same source builds the
-// native example; only the build differs:
+// An action in Go on the wasmloop.dev/action SDK (sdk/go), which runs the request loop:
+// {"name":"Mike"} -> {"message":"Hello, Mike!"}. One source, both backends:
 //
-//	GOOS=wasip1 GOARCH=wasm go build -o hello.wasm .
+//	GOOS=wasip1 GOARCH=wasm go build -o hello.wasm .   (a WebAssembly module)
+//	CGO_ENABLED=0 go build -o hello .                  (native: native-examples/build.sh)
 package main
 
 import (

@@ -250,7 +250,10 @@ fn is_wasm_text(head: &[u8]) -> bool {
             None => break,
         }
     }
-    let word: &[u8] = rest.strip_prefix(b"(").unwrap_or_default().trim_ascii_start();
+    let word: &[u8] = rest
+        .strip_prefix(b"(")
+        .unwrap_or_default()
+        .trim_ascii_start();
     word.starts_with(b"module") || word.starts_with(b"component")
 }
 
@@ -339,7 +342,9 @@ mod tests {
         let error = io::Error::from(io::ErrorKind::NotFound);
         let message = spawn_failure(&exec, "main", &error);
         assert!(
-            message.contains("it holds hello.wasm. To run hello.wasm, give the action \"main\": \"hello\""),
+            message.contains(
+                "it holds hello.wasm. To run hello.wasm, give the action \"main\": \"hello\""
+            ),
             "{message}"
         );
     }

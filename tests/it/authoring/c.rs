@@ -1,37 +1,20 @@
 //! `wasmloop new c`: the C template on both backends, its header's error paths and JSON reader.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::json;
 
+use super::{new_project, says_hello, wasmloop_run};
 use crate::support::{Server, init_binary, read};
-
-const WASMLOOP: &str = env!("CARGO_BIN_EXE_wasmloop");
 
 /// The backends a C project builds for: the Makefile's target, and the built file's suffix.
 const C_TARGETS: [(&str, &str); 2] = [("wasm", ".wasm"), ("native", "")];
 
-/// `wasmloop new c` into a fresh folder `name`.
-fn new_c_project(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let project = dir.path().join(name);
-    let made = Command::new(WASMLOOP)
-        .args(["new", "c"])
-        .arg(&project)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    (dir, project)
-}
-
 /// Builds `project` with its Makefile (`make wasm` or `make native`) and returns the built
 /// action, `file` in the project. The header builds without a warning under `-Wall -Wextra`
-/// (the Makefile's flags), with the author's code as the template has it.
+/// (the Makefile's flags), with the author's code as the template has it: make's stderr is
+/// read for warnings, which `super::built` would only show on a failure.
 fn make(project: &Path, target: &str, file: &str) -> PathBuf {
     let built = Command::new("make")
         .current_dir(project)
@@ -52,16 +35,9 @@ fn make(project: &Path, target: &str, file: &str) -> PathBuf {
     project.join(file)
 }
 
-/// `wasmloop run FILE ARGS` with one input per line of `inputs`.
-fn wasmloop_run(file: &Path, args: &[&str], inputs: &str) -> Output {
-    let mut command = Command::new(WASMLOOP);
-    command.arg("run").arg(file).arg("--no-cache").args(args);
-    crate::support::output_with_input(&mut command, inputs)
-}
-
 #[test]
 fn the_c_template_answers_the_hello_as_a_module_and_natively() {
-    let (_dir, project) = new_c_project("greeter");
+    let (_dir, project) = new_project("c", "greeter");
     assert!(project.join("sdk/wasmloop.h").is_file());
     assert!(project.join(".gitignore").is_file());
     let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
@@ -69,30 +45,13 @@ fn the_c_template_answers_the_hello_as_a_module_and_natively() {
     assert!(!readme.contains("{{"), "{readme}");
     for (target, suffix) in C_TARGETS {
         let action = make(&project, target, &format!("greeter{suffix}"));
-        let ran = wasmloop_run(
-            &action,
-            &["--activation-id", "abc"],
-            "{\"name\":\"Mike\"}\n{}\n",
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&ran.stdout),
-            "{\"message\":\"Hello, Mike!\"}\n{\"message\":\"Hello, Stranger!\"}\n",
-            "{target}: {}",
-            String::from_utf8_lossy(&ran.stderr)
-        );
-        assert!(ran.status.success());
+        says_hello(&action, &[]);
         // Its logs are on stderr, where they belong on both backends.
+        let ran = wasmloop_run(&action, &[], "{\"name\":\"Mike\"}\n");
         assert!(
             String::from_utf8_lossy(&ran.stderr).contains("greeting Mike"),
             "{target}"
         );
-        let server = Server::in_process();
-        server
-            .init(&init_binary(&read(&action)))
-            .assert(200, "{\"ok\":true}\n");
-        server
-            .run(json!({"name": "Mike"}))
-            .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
     }
 
     // Given its input as an argument, the executable answers once on stdout, no runtime
@@ -135,7 +94,7 @@ int main(int argc, char **argv) { return wasmloop_main(argc, argv, act); }
 
 #[test]
 fn the_c_sdk_answers_errors_wrong_types_and_results_that_are_not_objects_and_goes_on() {
-    let (_dir, project) = new_c_project("fails");
+    let (_dir, project) = new_project("c", "fails");
     std::fs::write(project.join("main.c"), FAILING_ACTION).unwrap();
     let inputs = "{\"name\":\"\"}\n{\"name\":\"many\"}\n{\"name\":\"list\"}\n{\"name\":\"none\"}\n\
                   {\"name\":5}\n{\"name\":\"fail\"}\n{\"name\":\"Mike\"}\n";
@@ -148,7 +107,7 @@ fn the_c_sdk_answers_errors_wrong_types_and_results_that_are_not_objects_and_goe
 
     for (target, suffix) in C_TARGETS {
         let action = make(&project, target, &format!("fails{suffix}"));
-        let ran = wasmloop_run(&action, &["--activation-id", "abc"], inputs);
+        let ran = wasmloop_run(&action, &[], inputs);
         let stdout = String::from_utf8_lossy(&ran.stdout);
         let stderr = String::from_utf8_lossy(&ran.stderr);
         let lines: Vec<&str> = stdout.lines().collect();
@@ -224,7 +183,7 @@ int main(int argc, char **argv) { return wasmloop_main(argc, argv, echo); }
 
 #[test]
 fn the_c_sdk_reads_escapes_into_utf8_and_writes_them_back_exactly() {
-    let (_dir, project) = new_c_project("echo");
+    let (_dir, project) = new_project("c", "echo");
     std::fs::write(project.join("main.c"), ECHO_ACTION).unwrap();
     // Sent as it is (`--raw`, and a body of bytes): a JSON value of the request would
     // reach the action with its escapes already decoded.

@@ -1,8 +1,0 @@
-module hello
-
-go 1.22
-
-require wasmloop.dev/action v0.0.0
-
-// The SDK of this repository, as `wasmloop new go` copies it into a project's sdk/.
-replace wasmloop.dev/action => ../../sdk/go

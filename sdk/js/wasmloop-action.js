@@ -1,0 +1,203 @@
+// An action as one function: this module runs the ActionLoop protocol around it, in a
+// component built by componentize-js.
+//
+//   import { action } from './wasmloop-action.js';
+//
+//   function main(args, ctx) {
+//     const name = args.name ?? 'Stranger';
+//     console.error(`greeting ${name}`);
+//     return { message: `Hello, ${name}!` };
+//   }
+//
+//   export const run = action(main);
+//
+// `main(args, ctx)`, plain or async, gets the request's `value` (`{}` when the request has
+// none) and the activation's Context, and returns the result: an object (or an array),
+// written as one line of JSON. `run` is the `wasi:cli/run` export componentize-js looks for
+// in the module it builds.
+//
+// - A thrown Error (or a rejected promise) answers {"error":"<name>: <message>"}, its
+//   stack in the logs; any other thrown value answers it written as JSON. The instance
+//   goes on serving.
+// - A result that is not an object, or that JSON cannot hold (a BigInt, a cycle), answers
+//   {"error": ...} saying what it was.
+// - stdout carries the results, so console.log and console.info write to stderr once the
+//   loop runs, as console.error does: a stray log line cannot pass for an answer.
+//
+// The module's top level runs when the component is built, not when it starts: nothing
+// here touches stdin, stdout or the environment before run().
+import { getEnvironment } from 'wasi:cli/environment@0.2.12';
+import { getStdin } from 'wasi:cli/stdin@0.2.12';
+import { getStdout } from 'wasi:cli/stdout@0.2.12';
+
+const decoder = new TextDecoder();
+const encoder = new TextEncoder();
+// What blocking-write-and-flush takes in one call: WASI allows up to 4096 bytes.
+const MOST_PER_WRITE = 4096;
+
+// The activation's context, from its request line: never from the environment, which an
+// instance serving several activations holds from another one (or not at all). `apiHost`
+// is from the environment: it is the same for every activation of a container.
+export class Context {
+  constructor(request = {}, apiHost = '') {
+    this.activationId = text(request.activation_id);
+    this.transactionId = text(request.transaction_id);
+    this.actionName = text(request.action_name);
+    this.actionVersion = text(request.action_version);
+    this.namespace = text(request.namespace);
+    this.apiKey = text(request.api_key);
+    this.apiHost = apiHost;
+    // Epoch milliseconds, as Date.now() counts them; null without one.
+    this.deadline = epochMillis(request.deadline);
+  }
+
+  // Milliseconds left until the deadline (0 once it has passed; null without one).
+  timeLeft() {
+    return this.deadline === null ? null : Math.max(0, this.deadline - Date.now());
+  }
+}
+
+function text(value) {
+  return typeof value === 'string' ? value : '';
+}
+
+// The platform sends a string of digits; a number is taken as well.
+function epochMillis(value) {
+  const millis = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : value;
+  return typeof millis === 'number' && Number.isFinite(millis) ? millis : null;
+}
+
+// The `wasi:cli/run` export serving `main`: `export const run = action(main);`.
+export function action(main) {
+  if (typeof main !== 'function') {
+    throw new TypeError(`action(main) takes the action's function, not ${described(main, '')}`);
+  }
+  return {
+    async run() {
+      await serve(main);
+    },
+  };
+}
+
+// Answers each request line on stdin with `main`, until stdin ends.
+export async function serve(main) {
+  console.log = console.error;
+  console.info = console.error;
+  const stdin = getStdin();
+  const stdout = getStdout();
+  let apiHost = '';
+  let ack = false;
+  for (const [key, value] of getEnvironment()) {
+    if (key === '__OW_API_HOST') apiHost = value;
+    if (key === '__OW_WAIT_FOR_ACK' && value !== '') ack = true;
+  }
+  if (ack) send(stdout, '{"ok":true}');
+  for (const line of lines(stdin)) {
+    if (!line.trim()) continue;
+    send(stdout, await answer(main, line, apiHost));
+  }
+}
+
+// Yields each line of stdin as it arrives; blockingRead parks the instance between
+// requests, which is what keeps it alive and its state with it.
+function* lines(stdin) {
+  let pending = '';
+  for (;;) {
+    let chunk;
+    try {
+      chunk = stdin.blockingRead(65536n);
+    } catch {
+      return; // closed
+    }
+    pending += decoder.decode(chunk, { stream: true });
+    let newline;
+    while ((newline = pending.indexOf('\n')) >= 0) {
+      yield pending.slice(0, newline);
+      pending = pending.slice(newline + 1);
+    }
+  }
+}
+
+// One write and flush for a line that fits in one; a longer one goes in pieces.
+function send(stdout, line) {
+  const bytes = encoder.encode(line + '\n');
+  for (let at = 0; at < bytes.length; at += MOST_PER_WRITE) {
+    stdout.blockingWriteAndFlush(bytes.subarray(at, at + MOST_PER_WRITE));
+  }
+}
+
+// One request line's answer, as a line of JSON.
+async function answer(main, line, apiHost) {
+  let request;
+  try {
+    request = JSON.parse(line);
+  } catch (error) {
+    return failure(`the request line is not JSON: ${error.message}`);
+  }
+  if (request === null || typeof request !== 'object' || Array.isArray(request)) {
+    return failure('the request line is not a JSON object');
+  }
+  let result;
+  try {
+    result = await main(request.value ?? {}, new Context(request, apiHost));
+  } catch (thrown) {
+    return failure(reported(thrown));
+  }
+  if (result === null || typeof result !== 'object') {
+    const hint = result === undefined ? ': does main end without a return?' : '';
+    return failure(`the action returned ${described(result, ', not an object')}${hint}`);
+  }
+  let json;
+  try {
+    json = JSON.stringify(result);
+  } catch (error) {
+    return failure(`the action's result cannot be written as JSON: ${error.message}`);
+  }
+  // A toJSON (a Date's, say) may write an object as something else.
+  if (json === undefined || (json[0] !== '{' && json[0] !== '[')) {
+    return failure(`the action's result is written as ${json ?? 'nothing'}, not as a JSON object`);
+  }
+  return json;
+}
+
+function failure(message) {
+  return JSON.stringify({ error: message });
+}
+
+// The error's message for the answer, its stack to the logs.
+function reported(thrown) {
+  if (!(thrown instanceof Error)) {
+    const message = `the action threw ${shown(thrown)}`;
+    console.error(message);
+    return message;
+  }
+  const headline = thrown.message ? `${thrown.name}: ${thrown.message}` : thrown.name;
+  // The frames below the action's own (this module's, the bindings') tell its author
+  // nothing.
+  const frames = String(thrown.stack ?? '')
+    .split('\n')
+    .filter((frame) => frame && !/(wasmloop-action|sources\/initializer)\.js:\d+:\d+$/.test(frame));
+  console.error([headline, ...frames.map((frame) => `    at ${frame}`)].join('\n'));
+  return headline;
+}
+
+// What `value` is, `then`, and what it holds: a string, not an object: "hi".
+function described(value, then) {
+  if (value === null || value === undefined) return `${value}${then}`;
+  const kind = typeof value;
+  return `${/^[aeiou]/.test(kind) ? 'an' : 'a'} ${kind}${then}: ${shown(value)}`;
+}
+
+// A value as JSON where it can be, for a message.
+function shown(value) {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    // a BigInt, or a cycle
+  }
+  if (text === undefined) {
+    text = typeof value === 'bigint' ? `${value}n` : String(value);
+  }
+  return text.length > 200 ? `${text.slice(0, 197)}...` : text;
+}

@@ -1,0 +1,187 @@
+"""An action as one function: this module runs the ActionLoop protocol around it.
+
+    import sys
+    from wasmloop_action import action
+
+    def main(args, ctx):
+        name = args.get("name", "Stranger")
+        print(f"greeting {name}", file=sys.stderr)
+        return {"message": f"Hello, {name}!"}
+
+    Run = action(main)
+
+`main(args, ctx)` gets the request's `value` (a dict; `{}` when the request has none) and
+the activation's `Context`, and returns the result: a dict (or a list), written as one
+line of JSON. `Run` is the class componentize-py calls for the `wasi:cli/run` export: it
+looks for it in the app module, so `Run = action(main)` must be in the module given to
+`componentize-py ... componentize <module>`.
+
+- An exception answers `{"error": "<ExceptionType>: <message>"}` and goes to the logs
+  with its traceback; the instance goes on serving.
+- A result that is not a dict or a list, or that JSON cannot hold (a set, NaN, ...),
+  answers `{"error": ...}` saying what it was.
+- stdout carries the results, so while the loop runs `sys.stdout` is stderr: a plain
+  `print()` reaches the logs instead of passing for an answer. Log to stderr all the
+  same, where a reader of the code sees that it is a log.
+
+`serve(main)` runs the same loop without componentize-py, in any Python reading requests
+on stdin (for trying `main` with plain `python3`).
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+__all__ = ["Context", "action", "serve"]
+
+
+class Context:
+    """The activation's context, from its request line: never from the environment, which
+    an instance serving several activations holds from another one (or not at all).
+    `api_host` is from the environment: it is the same for every activation of a
+    container."""
+
+    __slots__ = (
+        "activation_id",
+        "transaction_id",
+        "action_name",
+        "action_version",
+        "namespace",
+        "api_key",
+        "api_host",
+        "deadline",
+    )
+
+    def __init__(self, request, api_host=""):
+        self.activation_id = _text(request.get("activation_id"))
+        self.transaction_id = _text(request.get("transaction_id"))
+        self.action_name = _text(request.get("action_name"))
+        self.action_version = _text(request.get("action_version"))
+        self.namespace = _text(request.get("namespace"))
+        self.api_key = _text(request.get("api_key"))
+        self.api_host = api_host
+        # Seconds since the epoch, as time.time() counts them; None without one.
+        self.deadline = _epoch_seconds(request.get("deadline"))
+
+    def time_left(self):
+        """Seconds left until the deadline (0.0 once it has passed; None without one)."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.time())
+
+    def __repr__(self):
+        # Never the api_key: a context printed to the logs must not leak it.
+        return (
+            f"Context(activation_id={self.activation_id!r}, "
+            f"action_name={self.action_name!r}, namespace={self.namespace!r}, "
+            f"deadline={self.deadline!r})"
+        )
+
+
+def _text(value):
+    return value if isinstance(value, str) else ""
+
+
+def _epoch_seconds(value):
+    """The platform's epoch milliseconds (a string, or a number) as seconds."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value / 1000.0
+
+
+def action(main):
+    """The `Run` class componentize-py exports as `wasi:cli/run`, serving `main`."""
+    # The module is imported while the component is built: a mistake here fails the build,
+    # not the first activation.
+    if not callable(main):
+        raise TypeError(f"action(main) takes the action's function, not {main!r}")
+
+    class Run:
+        def run(self) -> None:
+            serve(main)
+
+    return Run
+
+
+def serve(main):
+    """Answers each request line on stdin with `main`, until stdin ends."""
+    stdout = sys.stdout
+    # Bytes, so that each answer is one write with nothing re-encoding it on the way.
+    results = stdout.buffer
+    # Keeps a stray print() from becoming an answer, which would make the runtime restart
+    # the action (502).
+    sys.stdout = sys.stderr
+    try:
+        if os.environ.get("__OW_WAIT_FOR_ACK"):
+            _send(results, b'{"ok":true}')
+        api_host = os.environ.get("__OW_API_HOST", "")
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            answer = _answer(main, line, api_host)
+            # The activation's logs before its answer: the runtime ends its logs with it.
+            sys.stderr.flush()
+            _send(results, answer)
+    finally:
+        sys.stdout = stdout
+
+
+def _send(results, line):
+    results.write(line + b"\n")
+    results.flush()
+
+
+def _answer(main, line, api_host):
+    """One request line's answer, as bytes of JSON."""
+    try:
+        request = json.loads(line)
+    except (ValueError, RecursionError) as error:
+        return _error(f"the request line is not JSON: {error}")
+    if not isinstance(request, dict):
+        return _error("the request line is not a JSON object")
+    args = request.get("value")
+    if args is None:
+        args = {}
+    try:
+        result = main(args, Context(request, api_host))
+    except Exception as error:  # the action's own failure answers, the instance serves on
+        # From the action's own frame: the SDK's line above it tells the author nothing.
+        traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+        try:
+            message = str(error)
+        except Exception:  # a broken __str__ must not stop the instance
+            message = ""
+        name = type(error).__name__
+        return _error(f"{name}: {message}" if message else name)
+    if not isinstance(result, (dict, list)):
+        return _error(_not_a_dict(result))
+    try:
+        text = json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8")
+    # ValueError: NaN or infinity, or a list that holds itself; RecursionError: nested
+    # too deep; UnicodeEncodeError (a ValueError): a lone surrogate.
+    except (TypeError, ValueError, RecursionError) as error:
+        return _error(f"the action's result cannot be written as JSON: {error}")
+
+
+def _not_a_dict(value):
+    if value is None:
+        return "the action returned None, not a dict: does main end without a return?"
+    kind = type(value).__name__
+    article = "an" if kind[0] in "aeiou" else "a"
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"the action returned {article} {kind}, not a dict: {shown}"
+
+
+def _error(message):
+    text = json.dumps({"error": message}, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "replace")
