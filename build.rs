@@ -42,6 +42,41 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("wit_deps.rs");
     std::fs::write(out, code).unwrap();
+
+    if let Some(commit) = commit(&manifest_dir.join(".git")) {
+        println!("cargo:rustc-env=WASMLOOP_COMMIT={commit}");
+    }
+}
+
+/// The checkout's commit, short, read from `.git` without running git (which a build
+/// from a source archive, as the image's, has neither of); `wasmloop bench` reports it.
+fn commit(git: &Path) -> Option<String> {
+    let head_file = git.join("HEAD");
+    println!("cargo:rerun-if-changed={}", head_file.display());
+    let head = std::fs::read_to_string(&head_file).ok()?;
+    let hash = match head.trim().strip_prefix("ref: ") {
+        Some(reference) => {
+            let loose = git.join(reference);
+            println!("cargo:rerun-if-changed={}", loose.display());
+            match std::fs::read_to_string(&loose) {
+                Ok(hash) => hash,
+                Err(_) => {
+                    let packed = git.join("packed-refs");
+                    println!("cargo:rerun-if-changed={}", packed.display());
+                    std::fs::read_to_string(packed)
+                        .ok()?
+                        .lines()
+                        .find(|line| line.ends_with(&format!(" {reference}")))?
+                        .split_once(' ')?
+                        .0
+                        .to_owned()
+                }
+            }
+        }
+        None => head,
+    };
+    let hash = hash.trim();
+    (hash.len() >= 12 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hash[..12].to_owned())
 }
 
 /// The version of the crate Cargo.lock pins.

@@ -21,6 +21,11 @@ if ! command -v redis-server >/dev/null; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server >/dev/null
 fi
+# Headless Chromium renders `wasmloop bench --compare`'s HTML report in a test.
+if ! command -v chromium >/dev/null; then
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+fi
 native-examples/build.sh
 wasm-examples/build.sh
 component-examples/build.sh

@@ -17,6 +17,20 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+pub mod compare;
+pub mod report;
+
+/// A form of the action `--compare` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Form {
+    /// A WebAssembly module (--wasm).
+    Module,
+    /// A WASI 0.2 component (--component).
+    Component,
+    /// A native executable (--native).
+    Native,
+}
+
 /// One way of serving the hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Row {
@@ -406,22 +420,29 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
         .collect())
 }
 
+/// The address and path `--url` names.
+pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, &'static str)> {
+    let url: hyper::Uri = url.parse().context("--url is not a URL")?;
+    let host = url
+        .authority()
+        .context("--url needs a host and port")?
+        .as_str()
+        .to_owned();
+    let addr = tokio::net::lookup_host(&host)
+        .await?
+        .next()
+        .context("--url: no address")?;
+    // One per run: leaked, so that the targets can hold it as the rows' labels do.
+    let path: &'static str = Box::leak(url.path().to_owned().into_boxed_str());
+    Ok((addr, path))
+}
+
 pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     if options.hits == 0 || options.connections == 0 {
         bail!("--hits and --connections must be at least 1");
     }
     if let Some(url) = &options.url {
-        let url: hyper::Uri = url.parse().context("--url is not a URL")?;
-        let host = url
-            .authority()
-            .context("--url needs a host and port")?
-            .as_str()
-            .to_owned();
-        let addr = tokio::net::lookup_host(&host)
-            .await?
-            .next()
-            .context("--url: no address")?;
-        let path: &'static str = Box::leak(url.path().to_owned().into_boxed_str());
+        let (addr, path) = resolve_url(url).await?;
         let target = Target {
             label: "url",
             addr,
@@ -430,7 +451,11 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             logs: false,
             pid: None,
         };
-        return measure(&[target], &options).await;
+        let rows = measure(&[target], &options).await?;
+        if let Some(dir) = &options.out {
+            write_outputs(dir, &rows)?;
+        }
+        return Ok(rows);
     }
     // Every server stays up until the end: the rows are measured in turns.
     let mut servers = Vec::new();

@@ -83,9 +83,32 @@ pub struct BenchArgs {
     /// Keep-alive connections sending at once.
     #[arg(long, short, default_value_t = 1)]
     pub connections: usize,
-    /// Instances (or children) each server runs at once (its --concurrency).
-    #[arg(long, default_value_t = config::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
+    /// Instances (or children) each server runs at once (its --concurrency) [default: 1;
+    /// with --compare, 8, so that 8 connections meet 8 instances].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: Option<u16>,
+    /// Compare one action across backends, compilers and instance lifetimes instead of
+    /// the rows: cold /init (compiled, from the cache, signed), warm latency and req/s at 1
+    /// and 8 connections with their spread over rounds, memory, and the time from a crash
+    /// to the next answer. The action's forms are --wasm, --component and --native (see
+    /// --forms); --out writes report.html and compare.csv.
+    #[arg(long)]
+    pub compare: bool,
+    /// With --compare: which forms of the action to compare.
+    #[arg(long, value_delimiter = ',', default_value = "module,component,native")]
+    pub forms: Vec<crate::bench::Form>,
+    /// With --compare: fresh servers per cold /init figure (the median is shown).
+    #[arg(long, default_value_t = 5)]
+    pub cold_runs: usize,
+    /// With --compare: rounds each variant's hits are split into, taken in turns across
+    /// the variants; the spread over rounds is shown beside each median.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// With --compare: a /run body that crashes the action, to time the next answer after
+    /// a crash [default: `{"value":{"crash":true}}` for the examples' hello; for a body of
+    /// your own, natively its process is killed instead, and WebAssembly rows show none].
+    #[arg(long)]
+    pub crash_body: Option<String>,
     /// Which rows, in order.
     #[arg(
         long,
@@ -125,7 +148,8 @@ pub struct BenchArgs {
     /// hello's body, and any 200 for a body of your own.
     #[arg(long)]
     pub expect: Option<String>,
-    /// Also write bench.csv and latency.svg into this folder.
+    /// Also write bench.csv and latency.svg into this folder (with --compare, report.html
+    /// and compare.csv).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

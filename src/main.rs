@@ -247,22 +247,28 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let expect = args.expect.map(|mut e| {
+    let expect = args.expect.clone().map(|mut e| {
         if !e.ends_with('\n') {
             e.push('\n');
         }
         bytes::Bytes::from(e)
     });
+    let payload = wasmloop::bench::Payload {
+        bodies,
+        expect,
+        logs: false,
+    };
+    if args.compare {
+        return compare(args, payload);
+    }
     let options = wasmloop::bench::Options {
-        payload: wasmloop::bench::Payload {
-            bodies,
-            expect,
-            logs: false,
-        },
+        payload,
         hits: args.hits,
         warmup: args.warmup,
         connections: args.connections,
-        concurrency: args.concurrency,
+        concurrency: args
+            .concurrency
+            .unwrap_or(wasmloop::config::DEFAULT_CONCURRENCY),
         rows: args.rows,
         wasm: args.wasm,
         native: args.native,
@@ -278,6 +284,54 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         eprint!("{note}");
     }
     let errors: usize = rows.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        anyhow::bail!("{errors} answers were wrong or not 200");
+    }
+    Ok(())
+}
+
+/// `wasmloop bench --compare`: the report of one action across backends.
+#[cfg(feature = "bench")]
+fn compare(args: BenchArgs, payload: wasmloop::bench::Payload) -> anyhow::Result<()> {
+    use wasmloop::bench::Form;
+    let given =
+        |form: Form, path: &std::path::Path| args.forms.contains(&form).then(|| path.to_owned());
+    // The examples' hello crashes when asked, so that the restart can be timed; a body of
+    // one's own needs its own crashing body.
+    let crash_body = match (&args.crash_body, payload.bodies.is_empty()) {
+        (Some(body), _) => Some(bytes::Bytes::from(body.clone())),
+        (None, true) => Some(bytes::Bytes::from_static(b"{\"value\":{\"crash\":true}}")),
+        (None, false) => None,
+    };
+    let options = wasmloop::bench::compare::Options {
+        hits: args.hits,
+        warmup: args.warmup,
+        rounds: args.rounds,
+        cold_runs: args.cold_runs,
+        concurrency: args.concurrency.unwrap_or(8),
+        module: given(Form::Module, &args.wasm),
+        component: given(Form::Component, &args.component),
+        native: given(Form::Native, &args.native),
+        payload,
+        crash_body,
+        out: args.out.clone(),
+    };
+    let runtime = async_runtime(None)?;
+    let comparison = match &args.url {
+        Some(url) => {
+            let (addr, path) = runtime.block_on(wasmloop::bench::resolve_url(url))?;
+            runtime.block_on(wasmloop::bench::compare::url(&options, addr, path))?
+        }
+        None => runtime.block_on(wasmloop::bench::compare::run(options))?,
+    };
+    print!("{}", wasmloop::bench::report::table(&comparison));
+    if let Some(dir) = &args.out {
+        eprintln!(
+            "wasmloop: wrote {}/report.html and compare.csv",
+            dir.display()
+        );
+    }
+    let errors: usize = comparison.variants.iter().map(|v| v.errors).sum();
     if errors > 0 {
         anyhow::bail!("{errors} answers were wrong or not 200");
     }

@@ -29,7 +29,16 @@ each_backend! {
             .assert(502, "{\"error\":\"The action did not return a dictionary or array.\"}\n");
         server.wait_sentinels(1);
         assert_eq!(split_sentinels(&server.stdout()), (1, String::new()));
-        assert_eq!(split_sentinels(&server.stderr()), (1, String::new()));
+        // The activation's logs say what came instead, before its sentinel.
+        assert_eq!(
+            split_sentinels(&server.stderr()),
+            (
+                1,
+                "wasmloop: the action's answer is a JSON string, not an object or array: \
+                 `\"not a dictionary\"`. Return a JSON object, such as {\"result\": ...}"
+                    .to_owned()
+            )
+        );
     }
 
     fn a_second_init_is_refused_with_a_message_on_stderr_and_no_sentinel(backend: Backend) {

@@ -249,6 +249,131 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
         ),
         "{stdout}"
     );
+
+    // --out writes the files for a server bench did not start, too.
+    let out = tempfile::tempdir().unwrap();
+    let written = bench(&["--out", out.path().to_str().unwrap()]);
+    assert!(written.status.success());
+    assert!(
+        std::fs::read_to_string(out.path().join("bench.csv"))
+            .unwrap()
+            .contains("url")
+    );
+    assert!(out.path().join("latency.svg").is_file());
+
+    // And the comparison's report: a wrong answer fails it, quoted.
+    let compared = bench(&[
+        "--compare",
+        "--rounds",
+        "2",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--body",
+        r#"{"value":{"n":7}}"#,
+        "--expect",
+        r#"{"n":8}"#,
+    ]);
+    let stdout = String::from_utf8_lossy(&compared.stdout);
+    assert!(!compared.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(r#"200 `{"n":7}`, expected 200 `{"n":8}`"#),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(
+        html.contains(r#"expected 200 `{&quot;n&quot;:8}`"#) || html.contains("expected 200"),
+        "{html}"
+    );
+    assert!(out.path().join("compare.csv").is_file());
+}
+
+/// The comparison of one action, on a small run: every variant measured, every figure
+/// present and sane (not its value), and the report's files written.
+#[test]
+fn bench_compares_one_action_across_backends_and_writes_its_report() {
+    let out = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(root)
+        .args(["bench", "--compare", "--hits", "40", "--warmup", "5"])
+        .args([
+            "--rounds",
+            "4",
+            "--cold-runs",
+            "2",
+            "--concurrency",
+            "2",
+            "--out",
+        ])
+        .arg(out.path())
+        .env("WASMLOOP_NO_CACHE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let labels = [
+        "module cranelift persistent",
+        "module cranelift fresh",
+        "module winch persistent",
+        "module winch fresh",
+        "component cranelift persistent",
+        "component cranelift fresh",
+        "component winch persistent",
+        "component winch fresh",
+        "native persistent",
+        "native fresh",
+    ];
+    for label in labels {
+        assert!(stdout.contains(label), "no {label} in the table:\n{stdout}");
+    }
+    let csv = std::fs::read_to_string(out.path().join("compare.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(
+        rows.len(),
+        labels.len() * 2,
+        "one row per variant and connection count:\n{csv}"
+    );
+    let number = |row: &[&str], column: &str| -> Option<f64> {
+        let at = header
+            .iter()
+            .position(|h| *h == column)
+            .unwrap_or_else(|| panic!("no {column} column"));
+        row[at].parse().ok()
+    };
+    for row in &rows {
+        let line = row.join(",");
+        let positive = |column: &str| {
+            let value = number(row, column).unwrap_or_else(|| panic!("no {column} in {line}"));
+            assert!(value > 0.0 && value.is_finite(), "{column} in {line}");
+            value
+        };
+        let p50 = positive("p50_us");
+        assert!(positive("p99_us") >= p50, "{line}");
+        assert!(positive("max_us") >= p50, "{line}");
+        positive("req_s");
+        positive("crash_to_answer_ms");
+        assert_eq!(number(row, "errors"), Some(0.0), "{line}");
+        let label = row[0];
+        if label.ends_with("persistent") {
+            assert!(positive("rss_after_init_bytes") > 1e6, "{line}");
+            if label.starts_with("native") {
+                positive("cold_start_ms");
+            } else {
+                let compiled = positive("cold_compiled_ms");
+                // Loading code beats compiling it.
+                assert!(positive("cold_cache_ms") < compiled * 2.0, "{line}");
+                positive("cold_signed_ms");
+            }
+        }
+    }
+    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("module cranelift persistent"));
 }
 
 /// A server that dies before answering bench's set-up gets named, with its exit, instead of

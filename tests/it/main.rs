@@ -4,6 +4,7 @@
 mod support;
 
 mod authoring;
+mod bench_report;
 mod built_in;
 mod component;
 mod contract;

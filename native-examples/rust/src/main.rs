@@ -16,6 +16,10 @@ fn hello(args: &Value, log: &mut impl Write) -> Value {
     if args["logs"] == true {
         println!("hello: a log line on stdout");
     }
+    // `wasmloop bench --compare` crashes it on purpose, to time the restart.
+    if args["crash"] == true {
+        std::process::abort();
+    }
     writeln!(log, "hello: greeting {name}").expect("cannot write to stderr");
     json!({ "message": format!("Hello, {name}!") })
 }

@@ -25,6 +25,9 @@ struct Params<'a> {
     /// `wasmloop bench --rows wasm-logs`: one more log line (stdout is for results here).
     #[serde(default)]
     logs: bool,
+    /// `wasmloop bench --compare` crashes it on purpose, to time the restart.
+    #[serde(default)]
+    crash: bool,
 }
 
 #[derive(Serialize)]
@@ -57,6 +60,9 @@ fn main() {
                 let name = value.name.as_deref().unwrap_or("Stranger");
                 if value.logs {
                     writeln!(log, "hello: one more log line").unwrap();
+                }
+                if value.crash {
+                    std::process::abort();
                 }
                 writeln!(log, "hello: greeting {name}").unwrap();
                 let message = format!("Hello, {name}!");

@@ -1,0 +1,601 @@
+//! `wasmloop bench --compare`: one action on every backend, compiler and instance lifetime, measured for choosing between them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use indicatif::ProgressBar;
+
+use super::report::{Cold, Comparison, Conditions, Spread, Variant, Warm};
+use super::{Driven, Payload, Served, Target, drive, resident_bytes};
+
+/// The connection counts every variant is measured at.
+const CONNECTIONS: [usize; 2] = [1, 8];
+
+/// The WebAssembly compilers compared: the optimizing one and the baseline one (`tiered`,
+/// the default, starts as the second and ends as the first).
+const COMPILERS: [&str; 2] = ["cranelift", "winch"];
+
+pub struct Options {
+    pub hits: usize,
+    pub warmup: usize,
+    pub rounds: usize,
+    pub cold_runs: usize,
+    pub concurrency: u16,
+    pub module: Option<PathBuf>,
+    pub component: Option<PathBuf>,
+    pub native: Option<PathBuf>,
+    pub payload: Payload,
+    /// A /run body that crashes the action; none: natively, its process is killed instead.
+    pub crash_body: Option<Bytes>,
+    pub out: Option<PathBuf>,
+}
+
+/// One backend's form of the action.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Module,
+    Component,
+    Native,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Module => "module",
+            Backend::Component => "component",
+            Backend::Native => "native",
+        }
+    }
+}
+
+/// One way of serving the action, before it is measured.
+struct Plan {
+    backend: Backend,
+    compiler: Option<&'static str>,
+    fresh: bool,
+    file: PathBuf,
+}
+
+impl Plan {
+    fn label(&self) -> String {
+        let lifetime = if self.fresh { "fresh" } else { "persistent" };
+        match self.compiler {
+            Some(compiler) => format!("{} {compiler} {lifetime}", self.backend.name()),
+            None => format!("{} {lifetime}", self.backend.name()),
+        }
+    }
+
+    /// The flags of a server for this plan (its cache folder aside).
+    fn server_args(&self, concurrency: u16) -> Vec<String> {
+        let mut args = vec!["--concurrency".to_owned(), concurrency.to_string()];
+        if let Some(compiler) = self.compiler {
+            args.extend(["--wasm-compiler".to_owned(), compiler.to_owned()]);
+        }
+        if self.fresh {
+            args.extend(["--max-activations-per-instance".to_owned(), "1".to_owned()]);
+        }
+        args
+    }
+}
+
+/// The plans for the forms given: every compiler of a WebAssembly form, each persistent
+/// and fresh.
+fn plans(options: &Options) -> anyhow::Result<Vec<Plan>> {
+    let forms = [
+        (Backend::Module, &options.module),
+        (Backend::Component, &options.component),
+        (Backend::Native, &options.native),
+    ];
+    let mut plans = Vec::new();
+    for (backend, file) in forms {
+        let Some(file) = file else { continue };
+        if !file.is_file() {
+            bail!(
+                "{} (the {} form) is not a file: give the action's path (--wasm, --component, \
+                 --native), or build the examples first (see the README)",
+                file.display(),
+                backend.name()
+            );
+        }
+        let compilers: &[&'static str] = match backend {
+            Backend::Native => &[],
+            _ => &COMPILERS,
+        };
+        let mut add = |compiler| {
+            for fresh in [false, true] {
+                plans.push(Plan {
+                    backend,
+                    compiler,
+                    fresh,
+                    file: file.clone(),
+                });
+            }
+        };
+        if compilers.is_empty() {
+            add(None);
+        }
+        for compiler in compilers {
+            add(Some(*compiler));
+        }
+    }
+    if plans.is_empty() {
+        bail!("nothing to compare: give at least one of --wasm, --component, --native");
+    }
+    Ok(plans)
+}
+
+/// A fresh server with `args`, not yet initialized.
+fn start(args: &[String]) -> anyhow::Result<Served> {
+    let logs = tempfile::tempfile()?;
+    let mut launch = crate::harness::Launch::new(std::env::current_exe()?, 3);
+    launch
+        .command()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(logs.try_clone()?)
+        // The flags say what each server is; the environment must not say otherwise.
+        .env_remove("WASMLOOP_NO_CACHE")
+        .env_remove("WASMLOOP_CACHE_DIR")
+        .env_remove("WASMLOOP_WASM_COMPILER")
+        .env_remove("WASMLOOP_CONCURRENCY")
+        .env_remove("WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE")
+        .args(args);
+    let (child, addr) = launch.spawn().context("cannot start wasmloop serve")?;
+    Ok(Served { child, addr, logs })
+}
+
+/// Initializes `server` with `code`, in how long.
+fn init(server: &mut Served, code: &[u8], what: &Path) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let answer = match crate::harness::init(server.addr, code, crate::config::DEFAULT_MAIN) {
+        Ok(answer) => answer.text(),
+        Err(error) => return Err(server.explain(error.into())),
+    };
+    let took = started.elapsed();
+    if answer != "{\"ok\":true}\n" {
+        bail!("cannot initialize {}: {answer}", what.display());
+    }
+    Ok(took)
+}
+
+/// The median, least and most of `values` (none: all zero).
+pub fn spread(values: &[f64]) -> Spread {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => Spread::default(),
+        n => Spread {
+            median: if n % 2 == 1 {
+                sorted[n / 2]
+            } else {
+                (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+            },
+            min: sorted[0],
+            max: sorted[n - 1],
+        },
+    }
+}
+
+/// The `p`th percentile of sorted `micros`.
+fn percentile(micros: &[f64], p: f64) -> f64 {
+    if micros.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (micros.len() - 1) as f64).round() as usize;
+    micros[i.min(micros.len() - 1)]
+}
+
+/// Where the compile cache, keys and artifacts of one comparison live.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn cache(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("cache-{name}"))
+    }
+}
+
+/// Cold `/init`s of `plan`'s backend and compiler: each on a fresh server, compiled, from
+/// a warm compile cache, and from a signed artifact (natively: started).
+fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec<Cold>> {
+    let code = std::fs::read(&plan.file)
+        .with_context(|| format!("cannot read {}", plan.file.display()))?;
+    let args = plan.server_args(1);
+    let runs = |extra: &[String], code: &[u8]| -> anyhow::Result<Spread> {
+        let mut millis = Vec::new();
+        for _ in 0..options.cold_runs {
+            let mut server = start(&[&args[..], extra].concat())?;
+            millis.push(init(&mut server, code, &plan.file)?.as_secs_f64() * 1e3);
+        }
+        Ok(spread(&millis))
+    };
+    let cold = |source: &str, millis| Cold {
+        source: source.to_owned(),
+        millis,
+        runs: options.cold_runs,
+    };
+    if plan.compiler.is_none() {
+        return Ok(vec![cold(
+            "start",
+            runs(&["--no-cache".to_owned()], &code)?,
+        )]);
+    }
+    let compiled = runs(&["--no-cache".to_owned()], &code)?;
+
+    let cache = scratch.cache(&plan.label().replace(' ', "-"));
+    let cache_args = ["--cache-dir".to_owned(), cache.display().to_string()];
+    // One /init fills the cache; the runs then load from it.
+    init(
+        &mut start(&[&args[..], &cache_args].concat())?,
+        &code,
+        &plan.file,
+    )?;
+    let cached = runs(&cache_args, &code)?;
+
+    let keys = scratch.dir.path().join("keys");
+    if !keys.join("sign.key").is_file() {
+        wasmloop(&["keygen".as_ref(), keys.as_os_str()])?;
+    }
+    let artifact = scratch
+        .dir
+        .path()
+        .join(format!("{}.zip", plan.label().replace(' ', "-")));
+    wasmloop(&[
+        "compile".as_ref(),
+        plan.file.as_os_str(),
+        "--output".as_ref(),
+        artifact.as_os_str(),
+        "--sign-key".as_ref(),
+        keys.join("sign.key").as_os_str(),
+        "--wasm-compiler".as_ref(),
+        plan.compiler.unwrap_or("cranelift").as_ref(),
+    ])?;
+    let signed_code = std::fs::read(&artifact)?;
+    let trust = [
+        "--no-cache".to_owned(),
+        "--trust-key".to_owned(),
+        keys.join("verify.key").display().to_string(),
+    ];
+    let signed = runs(&trust, &signed_code)?;
+    Ok(vec![
+        cold("compiled", compiled),
+        cold("cache", cached),
+        cold("signed", signed),
+    ])
+}
+
+/// Runs this wasmloop with `args`, failing with its stderr.
+fn wasmloop(args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "wasmloop {:?} failed: {}",
+            args,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Warm latencies of every target at `connections`, in rounds interleaved across targets,
+/// each round's p50, p99 and rate kept for the spread.
+async fn warm(
+    targets: &[Target],
+    payload: &Payload,
+    options: &Options,
+    connections: usize,
+    progress: &ProgressBar,
+) -> anyhow::Result<Vec<(Warm, Driven)>> {
+    for target in targets {
+        drive(target, payload, options.warmup, connections, progress).await?;
+    }
+    let rounds = options.rounds.clamp(1, options.hits);
+    let mut all: Vec<(Driven, Vec<[f64; 3]>)> =
+        targets.iter().map(|_| Default::default()).collect();
+    for round in 0..rounds {
+        let share = options.hits / rounds + usize::from(round < options.hits % rounds);
+        for (target, (sum, stats)) in targets.iter().zip(&mut all) {
+            let mut driven = drive(target, payload, share, connections, progress).await?;
+            driven.micros.sort_by(f64::total_cmp);
+            stats.push([
+                percentile(&driven.micros, 50.0),
+                percentile(&driven.micros, 99.0),
+                driven.micros.len() as f64 / driven.elapsed.as_secs_f64(),
+            ]);
+            sum.add(driven);
+        }
+    }
+    Ok(all
+        .into_iter()
+        .map(|(mut sum, stats)| {
+            sum.micros.sort_by(f64::total_cmp);
+            let column = |k: usize| spread(&stats.iter().map(|s| s[k]).collect::<Vec<_>>());
+            let warm = Warm {
+                connections,
+                micros: std::mem::take(&mut sum.micros),
+                p50: column(0),
+                p99: column(1),
+                per_second: column(2),
+            };
+            (warm, sum)
+        })
+        .collect())
+}
+
+/// The time from a crash to the next right answer, over `runs` crashes: the crash is
+/// `crash_body`'s activation, or (natively, without one) a SIGKILL of the action's process.
+fn crash_to_answer(
+    server: &Served,
+    backend: Backend,
+    crash_body: Option<&Bytes>,
+    payload: &Payload,
+    runs: usize,
+) -> anyhow::Result<Option<Spread>> {
+    let mut millis = Vec::new();
+    for n in 0..runs {
+        // From the crash itself: a restart that waits for the next request shows here.
+        let crashed = Instant::now();
+        match crash_body {
+            Some(body) => {
+                let reply = crate::harness::request(server.addr, "POST", "/run", body)?;
+                if reply.status == 200 {
+                    bail!(
+                        "--crash-body did not crash the action: it answered 200 `{}`",
+                        crate::executor::lines::excerpt(reply.body.as_ref(), 200)
+                    );
+                }
+            }
+            None if backend == Backend::Native => {
+                let children = child_pids(server.child.id());
+                if children.is_empty() {
+                    bail!("the native server has no action process to kill");
+                }
+                for pid in children {
+                    let _ = rustix::process::kill_process(
+                        rustix::process::Pid::from_raw(pid as i32).context("a pid")?,
+                        rustix::process::Signal::KILL,
+                    );
+                }
+            }
+            None => return Ok(None),
+        }
+        let reply = crate::harness::request(server.addr, "POST", "/run", &payload.body(n))?;
+        let took = crashed.elapsed();
+        if reply.status != 200 {
+            bail!(
+                "after a crash, the next activation answered {} `{}`",
+                reply.status,
+                crate::executor::lines::excerpt(reply.body.as_ref(), 200)
+            );
+        }
+        millis.push(took.as_secs_f64() * 1e3);
+    }
+    Ok(Some(spread(&millis)))
+}
+
+/// The processes `pid` started.
+fn child_pids(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The run's conditions, for the report.
+fn conditions(options: &Options) -> Conditions {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map_or_else(
+            || "unknown".to_owned(),
+            |(_, model)| model.trim().to_owned(),
+        );
+    let online = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    Conditions {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: option_env!("WASMLOOP_COMMIT")
+            .unwrap_or("unknown")
+            .to_owned(),
+        cpu_model,
+        cpus,
+        pinned: online > cpus,
+        date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        hits: options.hits,
+        rounds: options.rounds,
+        concurrency: options.concurrency,
+        body: crate::executor::lines::excerpt(&options.payload.body(0), 200),
+        cold_runs: options.cold_runs,
+    }
+}
+
+/// Measures every plan and returns the comparison (and writes its report with `out`).
+pub async fn run(options: Options) -> anyhow::Result<Comparison> {
+    if options.hits == 0 || options.cold_runs == 0 {
+        bail!("--hits and --cold-runs must be at least 1");
+    }
+    let plans = plans(&options)?;
+    let scratch = Scratch {
+        dir: tempfile::tempdir()?,
+    };
+    let progress = ProgressBar::new_spinner();
+    progress.set_message("cold /init on fresh servers");
+    let mut colds = Vec::new();
+    for plan in &plans {
+        colds.push(if plan.fresh {
+            Vec::new()
+        } else {
+            cold(plan, &options, &scratch)?
+        });
+    }
+
+    // Every warm server stays up until the end: the rounds go through them in turns.
+    let mut servers = Vec::new();
+    let mut after_init = Vec::new();
+    for plan in &plans {
+        let cache = scratch.cache(&plan.label().replace(' ', "-"));
+        let args = [
+            &plan.server_args(options.concurrency)[..],
+            &["--cache-dir".to_owned(), cache.display().to_string()],
+        ]
+        .concat();
+        let mut server = start(&args)?;
+        init(&mut server, &std::fs::read(&plan.file)?, &plan.file)?;
+        after_init.push(resident_bytes(server.child.id()));
+        servers.push(server);
+    }
+    let targets: Vec<Target> = plans
+        .iter()
+        .zip(&servers)
+        .map(|(plan, server)| Target {
+            label: Box::leak(plan.label().into_boxed_str()),
+            addr: server.addr,
+            path: "/run",
+            check: true,
+            logs: false,
+            pid: Some(server.child.id()),
+        })
+        .collect();
+    let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);
+    progress.finish_and_clear();
+    let progress = ProgressBar::new(total as u64);
+    let mut warms: Vec<Vec<Warm>> = plans.iter().map(|_| Vec::new()).collect();
+    let mut checked: Vec<Driven> = plans.iter().map(|_| Driven::default()).collect();
+    let mut after_load = Vec::new();
+    for connections in CONNECTIONS {
+        let measured = warm(&targets, &options.payload, &options, connections, &progress).await?;
+        for (at, (warm, driven)) in measured.into_iter().enumerate() {
+            warms[at].push(warm);
+            checked[at].add(driven);
+        }
+        after_load = servers
+            .iter()
+            .map(|s| resident_bytes(s.child.id()))
+            .collect();
+    }
+    progress.finish_and_clear();
+
+    let mut variants = Vec::new();
+    for (at, plan) in plans.iter().enumerate() {
+        // Instances beyond the first exist only where the server may run them at once,
+        // and only a persistent one keeps them.
+        let extra = usize::from(options.concurrency).min(*CONNECTIONS.last().unwrap_or(&1)) - 1;
+        let per_extra = match (after_init[at], after_load.get(at).copied().flatten()) {
+            (Some(before), Some(after)) if extra > 0 && !plan.fresh => {
+                Some(after.saturating_sub(before) / extra as u64)
+            }
+            _ => None,
+        };
+        let crash = crash_to_answer(
+            &servers[at],
+            plan.backend,
+            options.crash_body.as_ref(),
+            &options.payload,
+            options.cold_runs,
+        )?;
+        let driven = &mut checked[at];
+        variants.push(Variant {
+            backend: plan.backend.name().to_owned(),
+            compiler: plan.compiler.map(str::to_owned),
+            lifetime: if plan.fresh { "fresh" } else { "persistent" }.to_owned(),
+            label: plan.label(),
+            warm: std::mem::take(&mut warms[at]),
+            cold: std::mem::take(&mut colds[at]),
+            resident_after_init: after_init[at],
+            resident_per_extra_instance: per_extra,
+            crash_to_answer_ms: crash,
+            errors: driven.errors,
+            first_wrong: driven.first_wrong.take(),
+        });
+    }
+    drop(servers);
+    let mut comparison = Comparison {
+        conditions: conditions(&options),
+        variants,
+        notes: Vec::new(),
+    };
+    comparison.notes = super::report::overlap_notes(&comparison);
+    if let Some(dir) = &options.out {
+        write(dir, &comparison)?;
+    }
+    Ok(comparison)
+}
+
+/// The report's files: report.html and compare.csv.
+pub fn write(dir: &Path, comparison: &Comparison) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(dir.join("report.html"), super::report::html(comparison))?;
+    std::fs::write(dir.join("compare.csv"), super::report::csv(comparison))?;
+    Ok(())
+}
+
+/// Measures a running server's /run (`--url`) the same way, as one variant.
+pub async fn url(
+    options: &Options,
+    addr: SocketAddr,
+    path: &'static str,
+) -> anyhow::Result<Comparison> {
+    let target = Target {
+        label: "url",
+        addr,
+        path,
+        check: options.payload.expect.is_some(),
+        logs: false,
+        pid: None,
+    };
+    let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
+    let mut warms = Vec::new();
+    let mut checked = Driven::default();
+    for connections in CONNECTIONS {
+        for (warm, driven) in warm(
+            std::slice::from_ref(&target),
+            &options.payload,
+            options,
+            connections,
+            &progress,
+        )
+        .await?
+        {
+            warms.push(warm);
+            checked.add(driven);
+        }
+    }
+    progress.finish_and_clear();
+    let comparison = Comparison {
+        conditions: conditions(options),
+        variants: vec![Variant {
+            backend: "url".to_owned(),
+            lifetime: "as served".to_owned(),
+            label: format!("url {}", path),
+            warm: warms,
+            errors: checked.errors,
+            first_wrong: checked.first_wrong,
+            ..Variant::default()
+        }],
+        notes: Vec::new(),
+    };
+    if let Some(dir) = &options.out {
+        write(dir, &comparison)?;
+    }
+    Ok(comparison)
+}
