@@ -503,6 +503,12 @@ pub struct RuntimeArgs {
     #[arg(long, env = "WASMLOOP_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_SHUTDOWN_TIMEOUT)]
     pub shutdown_timeout: Duration,
+    /// How the action's log lines reach the container's stdout and stderr: `text`, as the
+    /// action wrote them (a whole line at a time), or `json`, one object per line naming
+    /// the activation that wrote it (time, stream, activationId, namespace, action,
+    /// message), for a log collector when activations overlap (--concurrency > 1).
+    #[arg(long, env = "WASMLOOP_LOG_FORMAT", value_enum, default_value_t = crate::logs::LogFormat::Text)]
+    pub log_format: crate::logs::LogFormat,
     #[command(flatten)]
     pub outbound: OutboundArgs,
     #[command(flatten)]
@@ -612,6 +618,7 @@ impl RuntimeArgs {
             max_queue: self.max_queue,
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,
+            log_format: self.log_format,
             sentinels: defaults.sentinels,
             one_shot: false,
             backends: self.backends.clone(),

@@ -126,6 +126,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
     pub sentinels: bool,
+    /// How the action's log lines are written.
+    pub log_format: crate::logs::LogFormat,
     /// The runtime serves one local run and ends (`wasmloop run`): a background tier-up
     /// would never finish, so a tiered compiler's quick code is what it serves and keeps in
     /// the compile cache for the next run; and each compile is told on stderr, where a
@@ -352,6 +354,7 @@ impl Default for Config {
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
+            log_format: crate::logs::LogFormat::Text,
             one_shot: false,
             backends: Backend::defaults(),
             max_instance_files: DEFAULT_MAX_INSTANCE_FILES,

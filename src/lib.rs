@@ -50,6 +50,7 @@ pub mod executor;
 pub mod handlers;
 pub mod harness;
 pub mod local;
+pub mod logs;
 pub mod memory;
 pub mod outbound;
 pub mod protocol;

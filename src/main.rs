@@ -85,6 +85,8 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
 
 fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
     let config = args.to_config(debug)?;
+    // For the process: every writer to its stdout and stderr must agree.
+    wasmloop::logs::set_format(config.log_format);
     async_runtime(Some(args.worker_threads()))?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,

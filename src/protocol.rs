@@ -171,9 +171,10 @@ pub fn activation_env(line: &[u8]) -> Vec<(String, String)> {
     serde_json::from_slice::<Beside>(line).map_or_else(|_| Vec::new(), |beside| beside.0)
 }
 
-/// Writes one line of our own on stderr (the few messages docs/protocol.md allows).
+/// Writes one line of our own on stderr (the few messages docs/protocol.md allows), in
+/// the log format the action's lines are in.
 pub fn log_stderr(message: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{message}");
+    crate::logs::runtime_line(message);
 }
 
 #[cfg(test)]

@@ -53,6 +53,10 @@ pub trait Worker: Sized + Send + 'static {
     /// worker's spec allows).
     fn activate(&mut self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
 
+    /// Told before each activation which one it is, when log lines carry it
+    /// (`--log-format json`).
+    fn attribute(&mut self, _labels: crate::logs::Labels) {}
+
     /// Told before each activation whether others queue behind it: a worker may then keep
     /// the CPU it would otherwise offer its child.
     fn others_queued(&mut self, _queued: bool) {}
@@ -465,6 +469,10 @@ impl<W: Worker> Pool<W> {
             lines::report_stray(&stray);
         }
         worker.others_queued(self.waiting.load(Ordering::Relaxed) > 0);
+        // Parsing the request line costs a few µs: only when the lines carry the result.
+        if crate::logs::json() {
+            worker.attribute(crate::logs::Labels::of(&line));
+        }
         let result = within(deadline, async {
             lines::check_result(worker.activate(line).await?)
         })

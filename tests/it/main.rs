@@ -16,6 +16,7 @@ mod lifecycle;
 mod lifetimes;
 mod limits;
 mod local;
+mod logs;
 mod mistakes;
 mod pool;
 mod signed;

@@ -1,8 +1,8 @@
 //! The native backend: a long-lived child process fed requests on stdin, answering on fd 3.
 
 mod diagnose;
+mod log_tap;
 mod spawn;
-mod stdout_tap;
 
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -17,8 +17,8 @@ use super::lines::{LineError, LineReader, NoAnswer};
 use super::pool::Worker;
 use super::{AbortOnDrop, RunError, StartError, StartSpec, parse_ack};
 use diagnose::InputWatch;
+use log_tap::LogTap;
 use spawn::{Child, spawn};
-use stdout_tap::StdoutTap;
 
 /// How long to wait for an exit status once the result channel has closed, and for a
 /// result already written by a child that has exited.
@@ -91,12 +91,20 @@ impl Worker for Process {
         Some(pages * rustix::param::page_size() as u64)
     }
 
+    fn attribute(&mut self, labels: crate::logs::Labels) {
+        self.attribution.set(labels);
+    }
+
     async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         self.stdout.forget_lines();
-        let result = self.exchange(&line, self.max_result).await;
-        // Its logs are out before the activation's sentinel.
-        self.stdout.drain();
-        result
+        self.exchange(&line, self.max_result).await
+    }
+
+    /// Its logs, an unfinished last line included, are out before the sentinels.
+    fn end_activation(&mut self, end: super::pool::End) {
+        self.stdout.finish();
+        self.stderr.finish();
+        end.write();
     }
 }
 
@@ -106,8 +114,11 @@ pub struct Process {
     child: Child,
     stdin: pipe::Sender,
     results: LineReader<pipe::Receiver>,
-    stdout: Arc<StdoutTap>,
-    _pump: AbortOnDrop,
+    stdout: Arc<LogTap>,
+    stderr: Arc<LogTap>,
+    _pumps: [AbortOnDrop; 2],
+    /// The activation its log lines belong to.
+    attribution: crate::logs::Attribution,
     /// `--max-result-bytes`.
     max_result: usize,
     /// No activation queues behind the current one (`others_queued`).
@@ -117,7 +128,8 @@ pub struct Process {
 impl Drop for Process {
     /// What it logged last is not lost with it.
     fn drop(&mut self) {
-        self.stdout.drain();
+        self.stdout.finish();
+        self.stderr.finish();
     }
 }
 
@@ -159,29 +171,49 @@ impl Process {
         let (stdin_read, stdin_write) = cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
         let (stdout_read, stdout_write) =
             cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
+        // The default capacity: logs come in lines, and the pump drains them as they come.
+        let (stderr_read, stderr_write) = cloexec_pipe(64 << 10).map_err(StartError::Pipe)?;
         let env = if activation.is_empty() {
             std::borrow::Cow::Borrowed(&spec.env)
         } else {
             std::borrow::Cow::Owned([spec.env.as_slice(), activation].concat())
         };
-        let child =
-            spawn(exec, &env, &stdin_read, &results_write, &stdout_write).map_err(|error| {
-                let cause = diagnose::spawn_failure(exec, &spec.main, &error);
-                crate::protocol::log_stderr(&format!("wasmloop: cannot start the action: {cause}"));
-                StartError::Spawn { error, cause }
-            })?;
+        let outputs = spawn::Outputs {
+            fd3: &results_write,
+            stdout: &stdout_write,
+            stderr: &stderr_write,
+        };
+        let child = spawn(exec, &env, &stdin_read, &outputs).map_err(|error| {
+            let cause = diagnose::spawn_failure(exec, &spec.main, &error);
+            crate::protocol::log_stderr(&format!("wasmloop: cannot start the action: {cause}"));
+            StartError::Spawn { error, cause }
+        })?;
         // Our copies of the child's ends must go, or we would never see end-of-file on
         // fd 3 (nor the child on its stdin).
-        drop((stdin_read, results_write, stdout_write));
+        drop((stdin_read, results_write, stdout_write, stderr_write));
         let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(StartError::Pipe)?;
         let receiver = pipe::Receiver::from_owned_fd(results_read).map_err(StartError::Pipe)?;
-        let (stdout, pump) = StdoutTap::start(stdout_read).map_err(StartError::Pipe)?;
+        let attribution = crate::logs::Attribution::default();
+        let (stdout, stdout_pump) = LogTap::start(
+            stdout_read,
+            crate::logs::Stream::Stdout,
+            attribution.clone(),
+        )
+        .map_err(StartError::Pipe)?;
+        let (stderr, stderr_pump) = LogTap::start(
+            stderr_read,
+            crate::logs::Stream::Stderr,
+            attribution.clone(),
+        )
+        .map_err(StartError::Pipe)?;
         let mut process = Process {
             child,
             stdin,
             results: LineReader::new(receiver),
             stdout,
-            _pump: pump,
+            stderr,
+            _pumps: [stdout_pump, stderr_pump],
+            attribution,
             max_result: spec.max_result_bytes,
             alone: true,
         };

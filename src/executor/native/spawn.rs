@@ -96,15 +96,21 @@ impl ExitWatch {
     }
 }
 
-/// Starts `program` with exactly `env`, `stdin`, `stdout` and `fd3` as its fds 0, 1 and 3,
-/// stderr shared with us, SIGPIPE back to its default and no signals blocked. Our copies
-/// of the three are the caller's to close.
+/// Where a child's output goes: its fd 3 (results), stdout and stderr.
+pub struct Outputs<'a> {
+    pub fd3: &'a OwnedFd,
+    pub stdout: &'a OwnedFd,
+    pub stderr: &'a OwnedFd,
+}
+
+/// Starts `program` with exactly `env`, and `stdin` and `outputs` as its fds 0, 1, 2 and
+/// 3, SIGPIPE back to its default and no signals blocked. Our copies of the four are the
+/// caller's to close.
 pub fn spawn(
     program: &Path,
     env: &[(String, String)],
     stdin: &OwnedFd,
-    fd3: &OwnedFd,
-    stdout: &OwnedFd,
+    outputs: &Outputs<'_>,
 ) -> io::Result<Child> {
     let program = c_string(program.as_os_str())?;
     let argv = [program.as_ptr().cast_mut(), std::ptr::null_mut()];
@@ -114,14 +120,16 @@ pub fn spawn(
         .collect::<io::Result<_>>()?;
     let mut envp: Vec<*mut libc::c_char> = env.iter().map(|e| e.as_ptr().cast_mut()).collect();
     envp.push(std::ptr::null_mut());
-    // dup2 onto 0, 1 and 3 in that order must not clobber its own sources.
+    // dup2 onto 0 to 3 in that order must not clobber its own sources.
     let stdin = above_stdio(stdin)?;
-    let stdout = above_stdio(stdout)?;
-    let fd3 = above_stdio(fd3)?;
+    let stdout = above_stdio(outputs.stdout)?;
+    let stderr = above_stdio(outputs.stderr)?;
+    let fd3 = above_stdio(outputs.fd3)?;
 
     let mut actions = FileActions::new()?;
     actions.dup2(stdin.as_raw_fd(), 0)?;
     actions.dup2(stdout.as_raw_fd(), 1)?;
+    actions.dup2(stderr.as_raw_fd(), 2)?;
     actions.dup2(fd3.as_raw_fd(), 3)?;
     let attributes = Attributes::new()?;
 
@@ -374,7 +382,13 @@ mod tests {
         let (stdin, to_child) = rustix::pipe::pipe().unwrap();
         let (_, fd3) = rustix::pipe::pipe().unwrap();
         let (_, stdout) = rustix::pipe::pipe().unwrap();
-        let mut child = spawn(&script, &[], &stdin, &fd3, &stdout).unwrap();
+        let (_, stderr) = rustix::pipe::pipe().unwrap();
+        let outputs = Outputs {
+            fd3: &fd3,
+            stdout: &stdout,
+            stderr: &stderr,
+        };
+        let mut child = spawn(&script, &[], &stdin, &outputs).unwrap();
         if thread {
             child.exit = Some(ExitWatch::thread(child.pid).unwrap());
         }

@@ -424,6 +424,10 @@ impl Worker for Instance {
         result
     }
 
+    fn attribute(&mut self, labels: crate::logs::Labels) {
+        self.attribution.set(labels);
+    }
+
     fn end_activation(&mut self, end: End) {
         end.write_stdout();
         if let Some(denials) = &self.denials
@@ -461,6 +465,8 @@ pub struct Instance {
     memory: Arc<std::sync::atomic::AtomicUsize>,
     /// What its guest reads as its environment.
     environ: Environ,
+    /// The activation its log lines belong to.
+    attribution: crate::logs::Attribution,
 }
 
 impl Instance {
@@ -468,7 +474,8 @@ impl Instance {
         let (engine, spec) = (&wasm.engine, &wasm.start);
         let stdin = GuestStdin::default();
         let stdout = GuestStdout::new(spec.max_result_bytes);
-        let stderr = GuestStderr::default();
+        let attribution = crate::logs::Attribution::default();
+        let stderr = GuestStderr::new(attribution.clone());
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(stdin.clone())
             .stdout(StdioOut(stdout.clone()))
@@ -548,6 +555,7 @@ impl Instance {
             ticker: engine.ticker.clone(),
             memory,
             environ,
+            attribution,
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
         let ticking = engine.ticker.running();

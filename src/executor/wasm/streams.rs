@@ -11,7 +11,7 @@ use wasmtime_wasi::async_trait;
 
 use crate::executor::lines::{LineBuffer, LineTooLong, is_blank};
 use crate::lock;
-use crate::protocol;
+use crate::{logs, protocol};
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
 
@@ -240,51 +240,46 @@ impl Sink for GuestStdout {
 const STDERR_BATCH: usize = 64 * 1024;
 
 /// The guest's stderr, collected while the guest runs and written to ours whenever it
-/// stops, whole lines at a time (everything once the activation or the guest ends). A line
-/// printed in pieces then reaches the logs whole, not torn by another instance's output,
-/// for one system call instead of one per piece.
-#[derive(Clone, Default)]
+/// stops, whole lines at a time (an unfinished last line once the activation or the guest
+/// ends). A line printed in pieces then reaches the logs whole, not torn by another
+/// instance's output, for one system call instead of one per piece.
+#[derive(Clone)]
 pub struct GuestStderr(Arc<Mutex<Held>>);
 
-#[derive(Default)]
 struct Held {
-    /// What the guest wrote that is not out yet.
-    pending: Vec<u8>,
-    /// The last line that went out (its start, up to `LAST_LINE_KEPT` bytes): what the
-    /// guest said last tells why it ended (a panic's message and place).
-    last_line: Vec<u8>,
+    /// The guest's lines, as they complete.
+    lines: logs::Lines,
+    /// Rendered lines not out yet.
+    out: Vec<u8>,
 }
 
-const LAST_LINE_KEPT: usize = 300;
-
-/// Keeps the last non-empty line of `written` in `kept`, if it has one.
-fn keep_last_line(kept: &mut Vec<u8>, written: &[u8]) {
-    let mut lines = written
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.trim_ascii().is_empty());
-    if let Some(line) = lines.next_back() {
-        kept.clear();
-        kept.extend_from_slice(&line[..line.len().min(LAST_LINE_KEPT)]);
+impl Default for GuestStderr {
+    fn default() -> Self {
+        GuestStderr::new(logs::Attribution::default())
     }
 }
 
 impl GuestStderr {
-    /// Writes out the complete lines, keeping a partial last line for later.
-    pub fn flush_lines(&self) {
-        let held = &mut *lock(&self.0);
-        if let Some(last) = memchr::memrchr(b'\n', &held.pending) {
-            keep_last_line(&mut held.last_line, &held.pending[..=last]);
-            write_stderr(&held.pending[..=last]);
-            held.pending.drain(..=last);
-        }
+    /// The stderr of an instance whose lines are attributed as `attribution` says.
+    pub fn new(attribution: logs::Attribution) -> Self {
+        GuestStderr(Arc::new(Mutex::new(Held {
+            lines: logs::Lines::new(logs::Stream::Stderr, attribution),
+            out: Vec::new(),
+        })))
     }
 
-    /// The last line the guest logged, written out or not yet, if it logged any.
+    /// Writes out the complete lines, keeping a partial last line for later.
+    pub fn flush_lines(&self) {
+        write_out(&mut lock(&self.0), false, b"");
+    }
+
+    /// The last line the guest logged, written out or not yet, if it logged any: what the
+    /// guest said last tells why it ended (a panic's message and place).
     pub fn last_line(&self) -> Option<String> {
         let held = lock(&self.0);
-        let mut line = held.last_line.clone();
-        keep_last_line(&mut line, &held.pending);
-        (!line.is_empty()).then(|| String::from_utf8_lossy(&line).into_owned())
+        held.lines
+            .last_line()
+            .map(|line| String::from_utf8_lossy(line).into_owned())
     }
 
     /// A line of the runtime's own about this instance, after the lines the guest finished
@@ -296,45 +291,36 @@ impl GuestStderr {
 
     /// Writes out everything: the logs must be out before the activation's sentinel.
     pub fn flush(&self) {
-        write_out(&mut lock(&self.0), b"");
+        write_out(&mut lock(&self.0), true, b"");
     }
 
     /// Writes out everything followed by `tail` (the activation's stderr sentinel), in one
     /// write: each costs a few µs on a virtual machine.
     pub fn flush_with(&self, tail: &[u8]) {
-        write_out(&mut lock(&self.0), tail);
+        write_out(&mut lock(&self.0), true, tail);
     }
 }
 
-/// Writes out what is pending, followed by `tail` (ours, not the guest's), and empties it,
-/// giving back what a burst of logs made it grow to.
-fn write_out(held: &mut Held, tail: &[u8]) {
-    keep_last_line(&mut held.last_line, &held.pending);
-    held.pending.extend_from_slice(tail);
-    if !held.pending.is_empty() {
-        write_stderr(&held.pending);
-        held.pending.clear();
+/// Writes out the rendered lines (with `all`, the unfinished one too), followed by `tail`
+/// (ours, not the guest's), giving back what a burst of logs made the buffer grow to.
+fn write_out(held: &mut Held, all: bool, tail: &[u8]) {
+    if all {
+        held.lines.finish(&mut held.out);
     }
-    if held.pending.capacity() > 2 * STDERR_BATCH {
-        held.pending = Vec::new();
+    held.out.extend_from_slice(tail);
+    protocol::write_stderr(&held.out);
+    held.out.clear();
+    if held.out.capacity() > 2 * STDERR_BATCH {
+        held.out = Vec::new();
     }
-}
-
-fn write_stderr(bytes: &[u8]) {
-    protocol::write_stderr(bytes);
 }
 
 impl Sink for GuestStderr {
     fn accept(&self, bytes: &[u8]) {
         let held = &mut *lock(&self.0);
-        if held.pending.is_empty() && bytes.len() >= STDERR_BATCH {
-            keep_last_line(&mut held.last_line, bytes);
-            write_stderr(bytes);
-            return;
-        }
-        held.pending.extend_from_slice(bytes);
-        if held.pending.len() >= STDERR_BATCH {
-            write_out(held, b"");
+        held.lines.push(bytes, &mut held.out);
+        if held.out.len() >= STDERR_BATCH {
+            write_out(held, false, b"");
         }
     }
 }

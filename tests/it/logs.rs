@@ -1,0 +1,142 @@
+//! Overlapping activations' log lines: whole, each attributed to its activation in JSON,
+//! unchanged in text, and the sentinels one per activation.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use crate::support::{Backend, SENTINEL, Server};
+
+/// Activations sent, and at once.
+const ACTIVATIONS: usize = 400;
+const CLIENTS: usize = 8;
+/// Log lines each activation writes per stream.
+const LINES: usize = 3;
+
+/// Sends the activations from several clients at once to a server at `--concurrency 4`
+/// with `format`, and returns it once every activation's sentinels are out.
+fn overlapping(backend: Backend, format: &str) -> Server {
+    let server = Server::builder()
+        .args(&["--concurrency", "4", "--log-format", format])
+        .start();
+    server
+        .init(&backend.init_guest("logs_its_activation"))
+        .assert(200, "{\"ok\":true}\n");
+    std::thread::scope(|scope| {
+        for client in 0..CLIENTS {
+            let server = &server;
+            scope.spawn(move || {
+                for n in (client..ACTIVATIONS).step_by(CLIENTS) {
+                    let id = format!("act-{n}");
+                    let body = json!({
+                        "value": {"id": id, "lines": LINES},
+                        "activation_id": id,
+                        "namespace": "guest",
+                        "action_name": "/guest/logs",
+                    });
+                    let reply = server.post("/run", body.to_string().as_bytes());
+                    assert_eq!(reply.status, 200, "{}", reply.text());
+                }
+            });
+        }
+    });
+    server.wait_sentinels(ACTIVATIONS);
+    server
+}
+
+/// The streams an action's log lines come on: a wasm guest's stdout carries its results.
+fn log_streams(backend: Backend) -> &'static [&'static str] {
+    match backend {
+        Backend::Native => &["stdout", "stderr"],
+        _ => &["stderr"],
+    }
+}
+
+each_backend! {
+    fn in_json_every_line_is_whole_and_names_the_activation_that_wrote_it(backend: Backend) {
+        let server = overlapping(backend, "json");
+        let mut per_activation: HashMap<String, usize> = HashMap::new();
+        for (stream, text) in [("stdout", server.stdout()), ("stderr", server.stderr())] {
+            let mut sentinels = 0;
+            for line in text.lines() {
+                if line == SENTINEL.trim_end() {
+                    sentinels += 1;
+                    continue;
+                }
+                let entry: Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("{stream}: not JSON ({e}): {line}"));
+                assert_eq!(entry["stream"], stream, "{line}");
+                let message = entry["message"].as_str().unwrap();
+                let id = entry["activationId"].as_str().unwrap();
+                // The line names the activation it came from: never merged, never another's.
+                let (said, rest) = message
+                    .strip_prefix("id ")
+                    .and_then(|m| m.split_once(' '))
+                    .unwrap_or_else(|| panic!("a torn line: {line}"));
+                assert_eq!(said, id, "{line}");
+                assert!(rest.starts_with("line ") && rest.len() == 6, "{line}");
+                assert_eq!(entry["namespace"], "guest");
+                assert_eq!(entry["action"], "/guest/logs");
+                assert!(entry["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+                *per_activation.entry(id.to_owned()).or_default() += 1;
+            }
+            assert_eq!(sentinels, ACTIVATIONS, "{stream}: one sentinel per activation");
+        }
+        let streams = log_streams(backend).len();
+        assert_eq!(per_activation.len(), ACTIVATIONS, "every activation's lines");
+        for (id, count) in per_activation {
+            assert_eq!(count, LINES * streams, "{id}: none lost, none merged");
+        }
+    }
+
+    fn in_text_every_line_is_whole_and_as_written(backend: Backend) {
+        let server = overlapping(backend, "text");
+        let mut lines = 0;
+        for stream in [server.stdout(), server.stderr()] {
+            for line in stream.lines().filter(|l| *l != SENTINEL.trim_end()) {
+                let rest = line
+                    .strip_prefix("id act-")
+                    .unwrap_or_else(|| panic!("a torn or merged line: {line}"));
+                let (n, tail) = rest.split_once(' ').unwrap();
+                assert!(n.parse::<usize>().is_ok() && tail.len() == 6, "{line}");
+                lines += 1;
+            }
+        }
+        assert_eq!(lines, ACTIVATIONS * LINES * log_streams(backend).len());
+    }
+}
+
+/// An unfinished last line is written whole at the activation's end, before its sentinel,
+/// and a line past the cap is cut with a marker.
+#[test]
+fn an_unfinished_line_ends_with_its_activation_and_a_long_one_is_cut() {
+    for backend in [Backend::Native, Backend::Wasm] {
+        let server = Server::builder().args(&["--log-format", "json"]).start();
+        server
+            .init(&backend.init_guest("logs_its_activation"))
+            .assert(200, "{\"ok\":true}\n");
+        let long = "x".repeat(20_000);
+        let input = json!({"id": "a1", "lines": 0, "unfinished": format!("{long}\nhalf a line")});
+        assert_eq!(server.run(input).status, 200);
+        server.wait_sentinels(1);
+        let stderr = server.stderr();
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 3, "{backend:?}: {stderr}");
+        let message = |line: &str| {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            entry["message"].as_str().unwrap().to_owned()
+        };
+        let cut = message(lines[0]);
+        assert!(
+            cut.starts_with("xxxx") && cut.len() < 17_000,
+            "{backend:?}: {}",
+            &cut[..cut.len().min(300)]
+        );
+        assert!(
+            cut.ends_with("[wasmloop: the line went on past 16 KiB and was cut]"),
+            "{backend:?}"
+        );
+        assert_eq!(message(lines[1]), "half a line", "{backend:?}");
+        assert_eq!(lines[2], SENTINEL.trim_end(), "{backend:?}");
+    }
+}
