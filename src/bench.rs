@@ -594,7 +594,13 @@ fn resident_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     let own = pages * rustix::param::page_size() as u64;
-    let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+    let children: u64 = child_pids(pid).into_iter().filter_map(resident_bytes).sum();
+    Some(own + children)
+}
+
+/// The processes `pid` started.
+fn child_pids(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
         .flatten()
@@ -604,9 +610,7 @@ fn resident_bytes(pid: u32) -> Option<u64> {
                 .filter_map(|child| child.parse().ok())
                 .collect::<Vec<u32>>()
         })
-        .filter_map(resident_bytes)
-        .sum();
-    Some(own + children)
+        .collect()
 }
 
 /// Where a Linux guest says how long an idle CPU polls before halting.

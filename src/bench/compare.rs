@@ -10,7 +10,7 @@ use bytes::Bytes;
 use indicatif::ProgressBar;
 
 use super::report::{Cold, Comparison, Conditions, Spread, Variant, Warm};
-use super::{Driven, Payload, Served, Target, drive, resident_bytes};
+use super::{Driven, Payload, Served, Target, child_pids, drive, resident_bytes};
 
 /// The connection counts every variant is measured at.
 const CONNECTIONS: [usize; 2] = [1, 8];
@@ -379,21 +379,6 @@ fn crash_to_answer(
         millis.push(took.as_secs_f64() * 1e3);
     }
     Ok(Some(spread(&millis)))
-}
-
-/// The processes `pid` started.
-fn child_pids(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|child| child.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
 }
 
 /// The run's conditions, for the report.
