@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 
 pub mod compare;
 pub mod report;
+pub mod source;
 
 /// A form of the action `--compare` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -94,6 +94,12 @@ pub struct BenchArgs {
     /// --forms); --out writes report.html and compare.csv.
     #[arg(long)]
     pub compare: bool,
+    /// With --compare: a project `wasmloop new` made (or one laid out the same way),
+    /// built with its language's own tools into every form the language reaches (Rust: a
+    /// module, a component and a native executable; Go and C: a module and a native one;
+    /// Python and JavaScript: a component), instead of --wasm, --component and --native.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
     /// With --compare: which forms of the action to compare.
     #[arg(long, value_delimiter = ',', default_value = "module,component,native")]
     pub forms: Vec<crate::bench::Form>,

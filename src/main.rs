@@ -305,17 +305,34 @@ fn compare(args: BenchArgs, payload: wasmloop::bench::Payload) -> anyhow::Result
         (None, true) => Some(bytes::Bytes::from_static(b"{\"value\":{\"crash\":true}}")),
         (None, false) => None,
     };
+    // A project's forms are built first, into a folder that lives as long as the run.
+    let built_in = tempfile::tempdir()?;
+    let (module, component, native) = match &args.source {
+        Some(dir) => {
+            eprintln!("wasmloop: building {} for each backend", dir.display());
+            let built = wasmloop::bench::source::build(dir, built_in.path())?;
+            (built.module, built.component, built.native)
+        }
+        None => (
+            given(Form::Module, &args.wasm),
+            given(Form::Component, &args.component),
+            given(Form::Native, &args.native),
+        ),
+    };
+    let keep =
+        |form: Form, path: Option<std::path::PathBuf>| path.filter(|_| args.forms.contains(&form));
     let options = wasmloop::bench::compare::Options {
         hits: args.hits,
         warmup: args.warmup,
         rounds: args.rounds,
         cold_runs: args.cold_runs,
         concurrency: args.concurrency.unwrap_or(8),
-        module: given(Form::Module, &args.wasm),
-        component: given(Form::Component, &args.component),
-        native: given(Form::Native, &args.native),
+        module: keep(Form::Module, module),
+        component: keep(Form::Component, component),
+        native: keep(Form::Native, native),
         payload,
         crash_body,
+        crash_body_given: args.crash_body.is_some(),
         out: args.out.clone(),
     };
     let runtime = async_runtime(None)?;

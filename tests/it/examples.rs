@@ -376,6 +376,71 @@ fn bench_compares_one_action_across_backends_and_writes_its_report() {
     assert!(html.contains("<svg") && html.contains("module cranelift persistent"));
 }
 
+/// A `wasmloop new` project is built into every form its language reaches (C: a module and
+/// a native executable) and compared; a folder that is no project is told what to give.
+#[test]
+fn bench_compares_a_projects_source_built_for_each_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("greeter");
+    let wasmloop = env!("CARGO_BIN_EXE_wasmloop");
+    let made = std::process::Command::new(wasmloop)
+        .args(["new", "c"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let out = dir.path().join("report");
+    let compared = std::process::Command::new(wasmloop)
+        .args([
+            "bench",
+            "--compare",
+            "--hits",
+            "20",
+            "--warmup",
+            "2",
+            "--rounds",
+            "2",
+        ])
+        .args(["--cold-runs", "1", "--source"])
+        .arg(&project)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&compared.stdout);
+    assert!(
+        compared.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&compared.stderr)
+    );
+    for label in [
+        "module cranelift persistent",
+        "module winch fresh",
+        "native persistent",
+    ] {
+        assert!(stdout.contains(label), "no {label}:\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("component "),
+        "C reaches no component:\n{stdout}"
+    );
+    let csv = std::fs::read_to_string(out.join("compare.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 6 * 2, "{csv}");
+
+    let empty = tempfile::tempdir().unwrap();
+    let refused = std::process::Command::new(wasmloop)
+        .args(["bench", "--compare", "--source"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("not a project `wasmloop new` makes"),
+        "{said}"
+    );
+}
+
 /// A server that dies before answering bench's set-up gets named, with its exit, instead of
 /// bench failing on a bare connection error (or, when it died before accepting, waiting).
 #[test]
