@@ -212,7 +212,13 @@ fn duration_ms(ms: f64) -> String {
 /// Both ends in the unit of the larger, so the two read against each other.
 fn range_us(lo: f64, hi: f64) -> String {
     let (size, unit) = time_unit(hi);
-    format!("{}–{} {unit}", figure(lo / size), figure(hi / size))
+    let (lo, hi) = (figure(lo / size), figure(hi / size));
+    // Two compilers that took the same time read as one figure.
+    if lo == hi {
+        format!("{hi} {unit}")
+    } else {
+        format!("{lo}–{hi} {unit}")
+    }
 }
 
 fn rate(per_second: f64) -> String {
