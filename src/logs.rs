@@ -207,6 +207,13 @@ impl Lines {
         self.last.clear();
     }
 
+    /// Renders a line of the runtime's own about this stream's activation (a refused
+    /// connection, say) into `out`: in JSON, under that activation's id.
+    pub fn note(&self, message: &str, out: &mut Vec<u8>) {
+        let labels = json().then(|| self.attribution.get());
+        render(message.as_bytes(), self.stream, labels.as_deref(), out);
+    }
+
     /// Whether an unfinished line is held.
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()

@@ -140,3 +140,36 @@ fn an_unfinished_line_ends_with_its_activation_and_a_long_one_is_cut() {
         assert_eq!(lines[2], SENTINEL.trim_end(), "{backend:?}");
     }
 }
+
+/// wasmloop's own line about an activation (a refused connection) names that activation
+/// in JSON, like the action's lines.
+#[test]
+fn a_refusal_is_logged_under_the_activation_that_was_refused() {
+    let server = Server::builder()
+        .args(&["--log-format", "json", "--allow-outbound", "127.0.0.1:1"])
+        .start();
+    server
+        .init(&Backend::Component.init_guest("connects"))
+        .assert(200, "{\"ok\":true}\n");
+    let body = json!({
+        "value": {"tcp": "127.0.0.1:9", "send": "PING\r\n"},
+        "activation_id": "refused-1",
+        "namespace": "guest",
+        "action_name": "/guest/connects",
+    });
+    assert_eq!(server.post("/run", body.to_string().as_bytes()).status, 200);
+    server.wait_sentinels(1);
+    let stderr = server.stderr();
+    let denial = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|entry| {
+            entry["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("wasmloop: denied a TCP connection to 127.0.0.1:9"))
+        })
+        .unwrap_or_else(|| panic!("no denial line: {stderr}"));
+    assert_eq!(denial["activationId"], "refused-1", "{denial}");
+    assert_eq!(denial["action"], "/guest/connects", "{denial}");
+    assert_eq!(denial["stream"], "stderr");
+}

@@ -285,8 +285,9 @@ impl GuestStderr {
     /// A line of the runtime's own about this instance, after the lines the guest finished
     /// (a partial one stays pending, whole).
     pub fn note(&self, line: &str) {
-        self.flush_lines();
-        protocol::log_stderr(line);
+        let held = &mut *lock(&self.0);
+        held.lines.note(line, &mut held.out);
+        write_out(held, false, b"");
     }
 
     /// Writes out everything: the logs must be out before the activation's sentinel.
