@@ -39,21 +39,48 @@ const MOST_PER_WRITE = 4096;
 // instance serving several activations holds from another one (or not at all). `apiHost`
 // is from the environment: it is the same for every activation of a container.
 export class Context {
+  // The fields are read from the request line when asked for: most actions ask for none,
+  // and every property set costs an activation time in an interpreter.
+  #request;
+
   constructor(request = {}, apiHost = '') {
-    this.activationId = text(request.activation_id);
-    this.transactionId = text(request.transaction_id);
-    this.actionName = text(request.action_name);
-    this.actionVersion = text(request.action_version);
-    this.namespace = text(request.namespace);
-    this.apiKey = text(request.api_key);
+    this.#request = request;
     this.apiHost = apiHost;
-    // Epoch milliseconds, as Date.now() counts them; null without one.
-    this.deadline = epochMillis(request.deadline);
+  }
+
+  get activationId() {
+    return text(this.#request.activation_id);
+  }
+
+  get transactionId() {
+    return text(this.#request.transaction_id);
+  }
+
+  get actionName() {
+    return text(this.#request.action_name);
+  }
+
+  get actionVersion() {
+    return text(this.#request.action_version);
+  }
+
+  get namespace() {
+    return text(this.#request.namespace);
+  }
+
+  get apiKey() {
+    return text(this.#request.api_key);
+  }
+
+  // Epoch milliseconds, as Date.now() counts them; null without one.
+  get deadline() {
+    return epochMillis(this.#request.deadline);
   }
 
   // Milliseconds left until the deadline (0 once it has passed; null without one).
   timeLeft() {
-    return this.deadline === null ? null : Math.max(0, this.deadline - Date.now());
+    const deadline = this.deadline;
+    return deadline === null ? null : Math.max(0, deadline - Date.now());
   }
 }
 
@@ -94,7 +121,10 @@ export async function serve(main) {
   if (ack) send(stdout, '{"ok":true}');
   for (const line of lines(stdin)) {
     if (!line.trim()) continue;
-    send(stdout, await answer(main, line, apiHost));
+    // Awaited only when main is async: each await is a trip through the event loop.
+    let reply = answer(main, line, apiHost);
+    if (typeof reply !== 'string') reply = await reply;
+    send(stdout, reply);
   }
 }
 
@@ -126,8 +156,9 @@ function send(stdout, line) {
   }
 }
 
-// One request line's answer, as a line of JSON.
-async function answer(main, line, apiHost) {
+// One request line's answer, as a line of JSON: a string, or a promise of one when main
+// is async.
+function answer(main, line, apiHost) {
   let request;
   try {
     request = JSON.parse(line);
@@ -139,10 +170,18 @@ async function answer(main, line, apiHost) {
   }
   let result;
   try {
-    result = await main(request.value ?? {}, new Context(request, apiHost));
+    result = main(request.value ?? {}, new Context(request, apiHost));
   } catch (thrown) {
     return failure(reported(thrown));
   }
+  if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+    return Promise.resolve(result).then(written, (thrown) => failure(reported(thrown)));
+  }
+  return written(result);
+}
+
+// The action's result as a line of JSON, or the error saying why it cannot be one.
+function written(result) {
   if (result === null || typeof result !== 'object') {
     const hint = result === undefined ? ': does main end without a return?' : '';
     return failure(`the action returned ${described(result, ', not an object')}${hint}`);

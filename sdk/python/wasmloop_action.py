@@ -43,33 +43,49 @@ class Context:
     `api_host` is from the environment: it is the same for every activation of a
     container."""
 
-    __slots__ = (
-        "activation_id",
-        "transaction_id",
-        "action_name",
-        "action_version",
-        "namespace",
-        "api_key",
-        "api_host",
-        "deadline",
-    )
+    # The fields are read from the request line when asked for: most actions ask for
+    # none, and each attribute set costs an activation time in an interpreter.
+    __slots__ = ("_request", "api_host")
 
     def __init__(self, request, api_host=""):
-        self.activation_id = _text(request.get("activation_id"))
-        self.transaction_id = _text(request.get("transaction_id"))
-        self.action_name = _text(request.get("action_name"))
-        self.action_version = _text(request.get("action_version"))
-        self.namespace = _text(request.get("namespace"))
-        self.api_key = _text(request.get("api_key"))
+        self._request = request
         self.api_host = api_host
-        # Seconds since the epoch, as time.time() counts them; None without one.
-        self.deadline = _epoch_seconds(request.get("deadline"))
+
+    @property
+    def activation_id(self):
+        return _text(self._request.get("activation_id"))
+
+    @property
+    def transaction_id(self):
+        return _text(self._request.get("transaction_id"))
+
+    @property
+    def action_name(self):
+        return _text(self._request.get("action_name"))
+
+    @property
+    def action_version(self):
+        return _text(self._request.get("action_version"))
+
+    @property
+    def namespace(self):
+        return _text(self._request.get("namespace"))
+
+    @property
+    def api_key(self):
+        return _text(self._request.get("api_key"))
+
+    @property
+    def deadline(self):
+        """Epoch seconds (a float), or None without one."""
+        return _epoch_seconds(self._request.get("deadline"))
 
     def time_left(self):
         """Seconds left until the deadline (0.0 once it has passed; None without one)."""
-        if self.deadline is None:
+        deadline = self.deadline
+        if deadline is None:
             return None
-        return max(0.0, self.deadline - time.time())
+        return max(0.0, deadline - time.time())
 
     def __repr__(self):
         # Never the api_key: a context printed to the logs must not leak it.
