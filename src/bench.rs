@@ -203,6 +203,41 @@ impl Drop for Served {
     }
 }
 
+impl Served {
+    /// A `wasmloop serve` with `args`, without the variables named in `unset`, not yet
+    /// initialized.
+    fn start(args: &[String], unset: &[&str]) -> anyhow::Result<Served> {
+        let logs = tempfile::tempfile()?;
+        let mut launch = crate::harness::Launch::new(std::env::current_exe()?, 3);
+        let command = launch
+            .command()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(logs.try_clone()?);
+        for name in unset {
+            command.env_remove(name);
+        }
+        command.args(args);
+        let (child, addr) = launch.spawn().context("cannot start wasmloop serve")?;
+        Ok(Served { child, addr, logs })
+    }
+
+    /// Initializes the server with `code` (from the file `what`), in how long.
+    fn init(&mut self, code: &[u8], what: &Path) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let answer = match crate::harness::init(self.addr, code, crate::config::DEFAULT_MAIN) {
+            Ok(answer) => answer.text(),
+            Err(error) => return Err(self.explain(error.into())),
+        };
+        let took = started.elapsed();
+        if answer != "{\"ok\":true}\n" {
+            bail!("cannot initialize {}: {answer}", what.display());
+        }
+        Ok(took)
+    }
+}
+
+/// A server with `args`, initialized with the action in `file`.
 fn serve(file: &Path, args: &[String]) -> anyhow::Result<Served> {
     let bytes = std::fs::read(file).with_context(|| {
         format!(
@@ -210,23 +245,8 @@ fn serve(file: &Path, args: &[String]) -> anyhow::Result<Served> {
             file.display()
         )
     })?;
-    let logs = tempfile::tempfile()?;
-    let mut launch = crate::harness::Launch::new(std::env::current_exe()?, 3);
-    launch
-        .command()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(logs.try_clone()?)
-        .args(args);
-    let (child, addr) = launch.spawn().context("cannot start wasmloop serve")?;
-    let mut served = Served { child, addr, logs };
-    let answer = match crate::harness::init(addr, &bytes, crate::config::DEFAULT_MAIN) {
-        Ok(answer) => answer.text(),
-        Err(error) => return Err(served.explain(error.into())),
-    };
-    if answer != "{\"ok\":true}\n" {
-        bail!("cannot initialize {}: {answer}", file.display());
-    }
+    let mut served = Served::start(args, &[])?;
+    served.init(&bytes, file)?;
     Ok(served)
 }
 

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
@@ -131,38 +131,19 @@ fn plans(options: &Options) -> anyhow::Result<Vec<Plan>> {
     Ok(plans)
 }
 
+/// The variables a comparison's servers are started without: their flags say what each
+/// server is, and the environment must not say otherwise.
+const SET_BY_FLAGS: [&str; 5] = [
+    "WASMLOOP_NO_CACHE",
+    "WASMLOOP_CACHE_DIR",
+    "WASMLOOP_WASM_COMPILER",
+    "WASMLOOP_CONCURRENCY",
+    "WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE",
+];
+
 /// A fresh server with `args`, not yet initialized.
 fn start(args: &[String]) -> anyhow::Result<Served> {
-    let logs = tempfile::tempfile()?;
-    let mut launch = crate::harness::Launch::new(std::env::current_exe()?, 3);
-    launch
-        .command()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(logs.try_clone()?)
-        // The flags say what each server is; the environment must not say otherwise.
-        .env_remove("WASMLOOP_NO_CACHE")
-        .env_remove("WASMLOOP_CACHE_DIR")
-        .env_remove("WASMLOOP_WASM_COMPILER")
-        .env_remove("WASMLOOP_CONCURRENCY")
-        .env_remove("WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE")
-        .args(args);
-    let (child, addr) = launch.spawn().context("cannot start wasmloop serve")?;
-    Ok(Served { child, addr, logs })
-}
-
-/// Initializes `server` with `code`, in how long.
-fn init(server: &mut Served, code: &[u8], what: &Path) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let answer = match crate::harness::init(server.addr, code, crate::config::DEFAULT_MAIN) {
-        Ok(answer) => answer.text(),
-        Err(error) => return Err(server.explain(error.into())),
-    };
-    let took = started.elapsed();
-    if answer != "{\"ok\":true}\n" {
-        bail!("cannot initialize {}: {answer}", what.display());
-    }
-    Ok(took)
+    Served::start(args, &SET_BY_FLAGS)
 }
 
 /// The median, least and most of `values` (none: all zero).
@@ -213,7 +194,7 @@ fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec
         let mut millis = Vec::new();
         for _ in 0..options.cold_runs {
             let mut server = start(&[&args[..], extra].concat())?;
-            millis.push(init(&mut server, code, &plan.file)?.as_secs_f64() * 1e3);
+            millis.push(server.init(code, &plan.file)?.as_secs_f64() * 1e3);
         }
         Ok(spread(&millis))
     };
@@ -233,11 +214,7 @@ fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec
     let cache = scratch.cache(&plan.label().replace(' ', "-"));
     let cache_args = ["--cache-dir".to_owned(), cache.display().to_string()];
     // One /init fills the cache; the runs then load from it.
-    init(
-        &mut start(&[&args[..], &cache_args].concat())?,
-        &code,
-        &plan.file,
-    )?;
+    start(&[&args[..], &cache_args].concat())?.init(&code, &plan.file)?;
     let cached = runs(&cache_args, &code)?;
 
     let keys = scratch.dir.path().join("keys");
@@ -272,20 +249,13 @@ fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec
     ])
 }
 
-/// Runs this wasmloop with `args`, failing with its stderr.
+/// Runs this wasmloop with `args`, failing with its output.
 fn wasmloop(args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
-    let output = std::process::Command::new(std::env::current_exe()?)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()?;
-    if !output.status.success() {
-        bail!(
-            "wasmloop {:?} failed: {}",
-            args,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
+    super::source::run(
+        std::process::Command::new(std::env::current_exe()?)
+            .args(args)
+            .stdin(Stdio::null()),
+    )
 }
 
 /// Warm latencies of every target at `connections`, in rounds interleaved across targets,
@@ -463,7 +433,7 @@ pub async fn run(options: Options) -> anyhow::Result<Comparison> {
         ]
         .concat();
         let mut server = start(&args)?;
-        init(&mut server, &std::fs::read(&plan.file)?, &plan.file)?;
+        server.init(&std::fs::read(&plan.file)?, &plan.file)?;
         after_init.push(resident_bytes(server.child.id()));
         servers.push(server);
     }

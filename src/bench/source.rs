@@ -26,7 +26,7 @@ pub fn build(dir: &Path, out: &Path) -> anyhow::Result<Built> {
     } else if has("go.mod") {
         go(&dir, out)
     } else if has("Makefile") && has("main.c") {
-        c(&dir, out)
+        c(&dir)
     } else if has("app.py") {
         let component = out.join("component.wasm");
         run(Command::new("componentize-py")
@@ -128,7 +128,7 @@ fn go(dir: &Path, out: &Path) -> anyhow::Result<Built> {
 
 /// The template's Makefile: `make wasm native`, the files its `wasm:` and `native:` rules
 /// name.
-fn c(dir: &Path, _out: &Path) -> anyhow::Result<Built> {
+fn c(dir: &Path) -> anyhow::Result<Built> {
     run(Command::new("make")
         .current_dir(dir)
         .args(["--no-print-directory", "wasm", "native"]))?;
@@ -162,8 +162,8 @@ fn package_name(manifest: &Path) -> anyhow::Result<String> {
     bail!("{} names no package", manifest.display())
 }
 
-/// Runs a build step, failing with its output.
-fn run(command: &mut Command) -> anyhow::Result<()> {
+/// Runs a step (a build, a wasmloop command), failing with its output.
+pub(super) fn run(command: &mut Command) -> anyhow::Result<()> {
     let output = command
         .output()
         .with_context(|| format!("cannot run {:?}", command.get_program()))?;
