@@ -296,8 +296,6 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
 #[cfg(feature = "bench")]
 fn compare(args: BenchArgs, payload: wasmloop::bench::Payload) -> anyhow::Result<()> {
     use wasmloop::bench::Form;
-    let given =
-        |form: Form, path: &std::path::Path| args.forms.contains(&form).then(|| path.to_owned());
     // The examples' hello crashes when asked, so that the restart can be timed; a body of
     // one's own needs its own crashing body.
     let crash_body = match (&args.crash_body, payload.bodies.is_empty()) {
@@ -314,11 +312,12 @@ fn compare(args: BenchArgs, payload: wasmloop::bench::Payload) -> anyhow::Result
             (built.module, built.component, built.native)
         }
         None => (
-            given(Form::Module, &args.wasm),
-            given(Form::Component, &args.component),
-            given(Form::Native, &args.native),
+            Some(args.wasm.clone()),
+            Some(args.component.clone()),
+            Some(args.native.clone()),
         ),
     };
+    // --forms picks among what there is, given or built.
     let keep =
         |form: Form, path: Option<std::path::PathBuf>| path.filter(|_| args.forms.contains(&form));
     let options = wasmloop::bench::compare::Options {
