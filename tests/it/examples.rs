@@ -427,6 +427,51 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
     let csv = std::fs::read_to_string(out.join("compare.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 6 * 2, "{csv}");
 
+    // --forms picks among the forms built; a --crash-body that does not crash is said.
+    let narrowed = std::process::Command::new(wasmloop)
+        .args([
+            "bench",
+            "--compare",
+            "--hits",
+            "5",
+            "--warmup",
+            "0",
+            "--rounds",
+            "1",
+        ])
+        .args(["--cold-runs", "1", "--forms", "native", "--source"])
+        .arg(&project)
+        .args(["--crash-body", r#"{"value":{"name":"still here"}}"#])
+        .output()
+        .unwrap();
+    assert!(!narrowed.status.success());
+    let said = String::from_utf8_lossy(&narrowed.stderr);
+    assert!(
+        said.contains("--crash-body did not crash the action: it answered 200"),
+        "{said}"
+    );
+    let narrowed = std::process::Command::new(wasmloop)
+        .args([
+            "bench",
+            "--compare",
+            "--hits",
+            "5",
+            "--warmup",
+            "0",
+            "--rounds",
+            "1",
+        ])
+        .args(["--cold-runs", "1", "--forms", "native", "--source"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&narrowed.stdout);
+    assert!(narrowed.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("native persistent") && !stdout.contains("module "),
+        "{stdout}"
+    );
+
     let empty = tempfile::tempdir().unwrap();
     let refused = std::process::Command::new(wasmloop)
         .args(["bench", "--compare", "--source"])
