@@ -180,6 +180,11 @@ impl<W> Idle<W> {
     }
 }
 
+/// Whole microseconds, for the debug lines that time workers.
+fn micros(time: std::time::Duration) -> u64 {
+    u64::try_from(time.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// Runs `future` until `deadline` (if any); running out of time is `RunError::TimedOut`.
 async fn within<T>(
     deadline: Option<Instant>,
@@ -303,8 +308,11 @@ impl<W: Worker> Pool<W> {
         tokio::spawn(async move {
             let _permit = permit;
             // Its place (a pool slot, a process) is free before the successor takes one.
+            let began = std::time::Instant::now();
             drop(entry);
+            let ended = began.elapsed();
             if pool.starts_on_arrival() {
+                tracing::debug!(ended_us = micros(ended), "worker ended");
                 return;
             }
             let made = tokio::select! {
@@ -312,7 +320,16 @@ impl<W: Worker> Pool<W> {
                 made = pool.start_worker(true) => made,
             };
             match made {
-                Ok(fresh) if !*pool.stopping.borrow() => lock(&pool.idle).push(fresh),
+                Ok(fresh) if !*pool.stopping.borrow() => {
+                    // What a fresh instance costs, off the request's path: an operator
+                    // weighing `--max-activations-per-instance` reads it with `--debug`.
+                    tracing::debug!(
+                        ended_us = micros(ended),
+                        made_us = micros(began.elapsed() - ended),
+                        "worker ended and its successor made ahead"
+                    );
+                    lock(&pool.idle).push(fresh)
+                }
                 Ok(_) => {}
                 // The next activation tries again, and reports the failure.
                 Err(e) => tracing::debug!(error = %e, "cannot make a fresh worker ahead"),
@@ -446,13 +463,19 @@ impl<W: Worker> Pool<W> {
             // action starts.
             drop(std::mem::take(&mut *lock(&self.idle)));
             let (generation, spec) = self.current_spec();
-            within(deadline, async {
+            let began = std::time::Instant::now();
+            let started = within(deadline, async {
                 let worker = W::start_on_arrival(&spec, &line).await;
                 worker
                     .map(|worker| Idle::new(worker, generation))
                     .map_err(RunError::Restart)
             })
-            .await?
+            .await?;
+            tracing::debug!(
+                made_us = micros(began.elapsed()),
+                "worker started on arrival"
+            );
+            started
         } else {
             match self.take_idle() {
                 Some(idle) => idle,

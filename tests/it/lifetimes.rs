@@ -61,6 +61,33 @@ each_backend! {
         });
     }
 
+    fn the_pools_diagnostics_say_what_ending_and_making_each_successor_took(backend: Backend) {
+        let server = Server::builder()
+            .process()
+            .args(&[
+                "--log-filter",
+                "wasmloop::executor::pool=debug",
+                "--max-activations-per-instance",
+                "2",
+            ])
+            .start();
+        server.init(&backend.init_guest("counter")).assert(200, OK);
+        let counts: Vec<u64> = (0..4).map(|_| count(&server)).collect();
+        assert_eq!(counts, [1, 2, 1, 2]);
+        let said = "worker ended and its successor made ahead";
+        // Made after the answer went out: the line may follow it.
+        server.wait_stderr_count(said, 2);
+        let stderr = server.stderr();
+        for line in stderr.lines().filter(|line| line.contains(said)) {
+            let micros = |field: &str| {
+                let (_, after) = line.split_once(&format!("{field}="))?;
+                after.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
+            };
+            assert!(micros("ended_us").is_some(), "no ending time in {line:?}");
+            assert!(micros("made_us").is_some_and(|us| us > 0), "no making time in {line:?}");
+        }
+    }
+
     fn an_instance_that_grew_past_the_mark_is_replaced_once_it_has_answered(backend: Backend) {
         let server = recycling(backend, "grows_and_counts", &["--recycle-above-memory", "33554432"]);
         let grow = |mib: u64| {
