@@ -58,7 +58,8 @@ pub enum Row {
     WasmFresh,
     /// The Rust hello component, a fresh instance per activation.
     ComponentFresh,
-    /// The native hello, a fresh child per activation, started ahead.
+    /// The native hello, a fresh child per activation, started on its activation's arrival (its
+    /// environment then holds the activation's values).
     PipeFresh,
 }
 
