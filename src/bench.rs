@@ -392,6 +392,21 @@ struct Target {
     pid: Option<u32>,
 }
 
+impl Target {
+    /// A server someone else runs (`--url`): its answers are checked if `--expect` says
+    /// what they must be.
+    fn url(addr: SocketAddr, path: &'static str, payload: &Payload) -> Target {
+        Target {
+            label: "url",
+            addr,
+            path,
+            check: payload.expect.is_some(),
+            logs: false,
+            pid: None,
+        }
+    }
+}
+
 /// How many slices each row's hits are measured in.
 const ROUNDS: usize = 10;
 
@@ -465,14 +480,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     }
     if let Some(url) = &options.url {
         let (addr, path) = resolve_url(url).await?;
-        let target = Target {
-            label: "url",
-            addr,
-            path,
-            check: options.payload.expect.is_some(),
-            logs: false,
-            pid: None,
-        };
+        let target = Target::url(addr, path, &options.payload);
         let rows = measure(&[target], &options).await?;
         if let Some(dir) = &options.out {
             write_outputs(dir, &rows)?;

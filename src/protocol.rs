@@ -123,10 +123,9 @@ pub fn write_stdout_sentinel() {
     let _ = stdout.flush();
 }
 
-/// Writes `bytes` to stderr, in one write.
+/// Writes `bytes` to stderr, in one write (none for no bytes).
 pub fn write_stderr(bytes: &[u8]) {
-    // Nothing sensible to do when our own stderr is gone.
-    let _ = std::io::stderr().lock().write_all(bytes);
+    crate::logs::Stream::Stderr.write(bytes);
 }
 
 /// The environment variables that name one activation, as an ActionLoop launcher sets

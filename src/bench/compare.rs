@@ -529,14 +529,7 @@ pub async fn url(
     addr: SocketAddr,
     path: &'static str,
 ) -> anyhow::Result<Comparison> {
-    let target = Target {
-        label: "url",
-        addr,
-        path,
-        check: options.payload.expect.is_some(),
-        logs: false,
-        pid: None,
-    };
+    let target = Target::url(addr, path, &options.payload);
     let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
     let mut warms = Vec::new();
     let mut checked = Driven::default();

@@ -322,7 +322,7 @@ impl<W: Worker> Pool<W> {
             match made {
                 Ok(fresh) if !*pool.stopping.borrow() => {
                     // What a fresh instance costs, off the request's path: an operator
-                    // weighing `--max-activations-per-instance` reads it with `--debug`.
+                    // weighing `--max-activations-per-instance` reads it here.
                     tracing::debug!(
                         ended_us = micros(ended),
                         made_us = micros(began.elapsed() - ended),

@@ -390,19 +390,16 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
         .unwrap();
     assert!(made.status.success());
     let out = dir.path().join("report");
-    let compared = std::process::Command::new(wasmloop)
-        .args([
-            "bench",
-            "--compare",
-            "--hits",
-            "20",
-            "--warmup",
-            "2",
-            "--rounds",
-            "2",
-        ])
-        .args(["--cold-runs", "1", "--source"])
-        .arg(&project)
+    // `bench --compare` over the project, `hits` requests a variant in `rounds` rounds.
+    let compare = |hits: &str, warmup: &str, rounds: &str| {
+        let mut command = std::process::Command::new(wasmloop);
+        command
+            .args(["bench", "--compare", "--hits", hits, "--warmup", warmup])
+            .args(["--rounds", rounds, "--cold-runs", "1", "--source"])
+            .arg(&project);
+        command
+    };
+    let compared = compare("20", "2", "2")
         .arg("--out")
         .arg(&out)
         .output()
@@ -428,19 +425,8 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
     assert_eq!(csv.lines().count(), 1 + 6 * 2, "{csv}");
 
     // --forms picks among the forms built; a --crash-body that does not crash is said.
-    let narrowed = std::process::Command::new(wasmloop)
-        .args([
-            "bench",
-            "--compare",
-            "--hits",
-            "5",
-            "--warmup",
-            "0",
-            "--rounds",
-            "1",
-        ])
-        .args(["--cold-runs", "1", "--forms", "native", "--source"])
-        .arg(&project)
+    let narrowed = compare("5", "0", "1")
+        .args(["--forms", "native"])
         .args(["--crash-body", r#"{"value":{"name":"still here"}}"#])
         .output()
         .unwrap();
@@ -450,19 +436,8 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
         said.contains("--crash-body did not crash the action: it answered 200"),
         "{said}"
     );
-    let narrowed = std::process::Command::new(wasmloop)
-        .args([
-            "bench",
-            "--compare",
-            "--hits",
-            "5",
-            "--warmup",
-            "0",
-            "--rounds",
-            "1",
-        ])
-        .args(["--cold-runs", "1", "--forms", "native", "--source"])
-        .arg(&project)
+    let narrowed = compare("5", "0", "1")
+        .args(["--forms", "native"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&narrowed.stdout);
