@@ -13,6 +13,51 @@ fn recycling(backend: Backend, guest: &str, args: &[&str]) -> Server {
     server
 }
 
+/// A server process whose pool says what each worker cost (`--log-filter`), with
+/// `--max-activations-per-instance` at `limit`.
+fn with_pool_diagnostics(limit: &str) -> Server {
+    Server::builder()
+        .process()
+        .args(&["--log-filter", "wasmloop::executor::pool=debug"])
+        .args(&["--max-activations-per-instance", limit])
+        .start()
+}
+
+/// The whole microseconds `field=` gives in a diagnostic line.
+fn micros(line: &str, field: &str) -> Option<u64> {
+    let (_, after) = line.split_once(&format!("{field}="))?;
+    after
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A fresh native child starts on its activation's arrival (to get its values), so the
+/// time it took is said there, and its end on its own.
+#[test]
+fn a_fresh_native_childs_start_on_arrival_and_its_end_are_timed() {
+    let server = with_pool_diagnostics("1");
+    server
+        .init(&Backend::Native.init_guest("counter"))
+        .assert(200, OK);
+    assert_eq!(count(&server), 1);
+    assert_eq!(count(&server), 1);
+    server.wait_stderr_count("worker ended ended_us=", 2);
+    let stderr = server.stderr();
+    let started: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("worker started on arrival"))
+        .collect();
+    assert_eq!(started.len(), 2, "{stderr}");
+    for line in started {
+        assert!(
+            micros(line, "made_us").is_some_and(|us| us > 0),
+            "no start time in {line:?}"
+        );
+    }
+}
+
 fn count(server: &Server) -> u64 {
     let reply = server.run(json!({}));
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -62,15 +107,7 @@ each_backend! {
     }
 
     fn the_pools_diagnostics_say_what_ending_and_making_each_successor_took(backend: Backend) {
-        let server = Server::builder()
-            .process()
-            .args(&[
-                "--log-filter",
-                "wasmloop::executor::pool=debug",
-                "--max-activations-per-instance",
-                "2",
-            ])
-            .start();
+        let server = with_pool_diagnostics("2");
         server.init(&backend.init_guest("counter")).assert(200, OK);
         let counts: Vec<u64> = (0..4).map(|_| count(&server)).collect();
         assert_eq!(counts, [1, 2, 1, 2]);
@@ -79,12 +116,8 @@ each_backend! {
         server.wait_stderr_count(said, 2);
         let stderr = server.stderr();
         for line in stderr.lines().filter(|line| line.contains(said)) {
-            let micros = |field: &str| {
-                let (_, after) = line.split_once(&format!("{field}="))?;
-                after.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
-            };
-            assert!(micros("ended_us").is_some(), "no ending time in {line:?}");
-            assert!(micros("made_us").is_some_and(|us| us > 0), "no making time in {line:?}");
+            assert!(micros(line, "ended_us").is_some(), "no ending time in {line:?}");
+            assert!(micros(line, "made_us").is_some_and(|us| us > 0), "no making time in {line:?}");
         }
     }
 
