@@ -165,6 +165,7 @@ impl Runtime {
     /// From now on requests get 503; completes once those admitted before are answered.
     pub async fn drain(&self) {
         self.draining.store(true, Ordering::SeqCst);
+        tracing::debug!("draining: new requests get 503 until the activations in flight end");
         loop {
             let idle = self.idle.notified();
             if self.in_flight.load(Ordering::SeqCst) == 0 {

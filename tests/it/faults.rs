@@ -143,7 +143,14 @@ each_backend! {
     }
 
     fn sigterm_lets_an_activation_in_flight_finish(backend: Backend) {
-        let server = Server::with_guest(backend, "slow");
+        // Its debug line says when the signal has been taken: a fixed wait could end
+        // first on a loaded machine.
+        let server = Server::builder()
+            .args(&["--log-filter", "wasmloop::runtime=debug"])
+            .start();
+        server
+            .init(&backend.init_guest("slow"))
+            .assert(200, "{\"ok\":true}\n");
         std::thread::scope(|scope| {
             let run = scope.spawn(|| server.run(json!({"sleep_ms": 700})));
             server.wait_stderr("slow: started");
@@ -151,7 +158,7 @@ each_backend! {
             unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
             // What arrives during the drain is turned away with the status the platform
             // reads as "this container is going away".
-            std::thread::sleep(Duration::from_millis(150));
+            server.wait_stderr("draining: new requests get 503");
             server.run(json!({"late": true})).assert(
                 503,
                 "{\"error\":\"the runtime is shutting down and takes no new requests\"}\n",
