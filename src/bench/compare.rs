@@ -64,12 +64,14 @@ struct Plan {
 }
 
 impl Plan {
-    fn label(&self) -> String {
+    /// Its row of the report, before anything is measured.
+    fn variant(&self) -> Variant {
         let lifetime = if self.fresh { "fresh" } else { "persistent" };
-        match self.compiler {
-            Some(compiler) => format!("{} {compiler} {lifetime}", self.backend.name()),
-            None => format!("{} {lifetime}", self.backend.name()),
-        }
+        Variant::named(self.backend.name(), self.compiler, lifetime)
+    }
+
+    fn label(&self) -> String {
+        self.variant().label
     }
 
     /// The flags of a server for this plan (its cache folder aside).
@@ -489,10 +491,6 @@ pub async fn run(options: Options) -> anyhow::Result<Comparison> {
         )?;
         let driven = &mut checked[at];
         variants.push(Variant {
-            backend: plan.backend.name().to_owned(),
-            compiler: plan.compiler.map(str::to_owned),
-            lifetime: if plan.fresh { "fresh" } else { "persistent" }.to_owned(),
-            label: plan.label(),
             warm: std::mem::take(&mut warms[at]),
             cold: std::mem::take(&mut colds[at]),
             resident_after_init: after_init[at],
@@ -500,6 +498,7 @@ pub async fn run(options: Options) -> anyhow::Result<Comparison> {
             crash_to_answer_ms: crash,
             errors: driven.errors,
             first_wrong: driven.first_wrong.take(),
+            ..plan.variant()
         });
     }
     drop(servers);

@@ -87,6 +87,25 @@ pub struct Variant {
     pub first_wrong: Option<String>,
 }
 
+impl Variant {
+    /// A variant with nothing measured yet, labelled from its parts ("module cranelift
+    /// persistent", "native fresh").
+    pub fn named(backend: &str, compiler: Option<&str>, lifetime: &str) -> Variant {
+        let label = [Some(backend), compiler, Some(lifetime)]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ");
+        Variant {
+            backend: backend.to_owned(),
+            compiler: compiler.map(str::to_owned),
+            lifetime: lifetime.to_owned(),
+            label,
+            ..Variant::default()
+        }
+    }
+}
+
 /// Everything one comparison measured.
 #[derive(Debug, Clone, Default)]
 pub struct Comparison {
@@ -1879,18 +1898,9 @@ mod tests {
     }
 
     fn variant(backend: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
-        let label = [Some(backend), compiler, Some(lifetime)]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join(" ");
         Variant {
-            backend: backend.to_owned(),
-            compiler: compiler.map(str::to_owned),
-            lifetime: lifetime.to_owned(),
-            label,
             warm: vec![warm(1, base, 1e6 / base), warm(8, base * 2.5, 3e6 / base)],
-            ..Variant::default()
+            ..Variant::named(backend, compiler, lifetime)
         }
     }
 

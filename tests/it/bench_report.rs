@@ -49,20 +49,11 @@ fn warm(connections: usize, base: f64) -> Warm {
 }
 
 fn variant(backend: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
-    let label = [Some(backend), compiler, Some(lifetime)]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(" ");
     Variant {
-        backend: backend.to_owned(),
-        compiler: compiler.map(str::to_owned),
-        lifetime: lifetime.to_owned(),
-        label,
         warm: vec![warm(1, base), warm(8, base * 2.4)],
         resident_after_init: Some((base as u64 / 2) << 20),
         resident_per_extra_instance: Some((base as u64 * 8) << 10),
-        ..Variant::default()
+        ..Variant::named(backend, compiler, lifetime)
     }
 }
 
