@@ -36,6 +36,19 @@ pub fn says_hello(server: &Server) {
     server.wait_stderr("hello: greeting Stranger");
 }
 
+/// The stdout of a command that must have succeeded; otherwise the test fails with both
+/// of its outputs.
+#[track_caller]
+fn succeeded(output: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn every_hello_serves_from_its_zip() {
     for lang in LANGUAGES {
@@ -169,12 +182,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         .env("WASMLOOP_NO_CACHE", "1")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&output);
     let header = stdout.lines().next().unwrap();
     for column in [
         "Label", "Hits", "Average", "Median", "90% Line", "95% Line", "99% Line", "Min", "Max",
@@ -309,12 +317,7 @@ fn bench_compares_one_action_across_backends_and_writes_its_report() {
         .env("WASMLOOP_NO_CACHE", "1")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&output);
     let labels = [
         "module cranelift persistent",
         "module cranelift fresh",
@@ -404,12 +407,7 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
         .arg(&out)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&compared.stdout);
-    assert!(
-        compared.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&compared.stderr)
-    );
+    let stdout = succeeded(&compared);
     for label in [
         "module cranelift persistent",
         "module winch fresh",
