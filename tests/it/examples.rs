@@ -53,9 +53,7 @@ fn succeeded(output: &std::process::Output) -> String {
 fn every_hello_serves_from_its_zip() {
     for lang in LANGUAGES {
         let server = Server::start();
-        server
-            .init(&init_binary(&read(&built(&format!("hello-{lang}.zip")))))
-            .assert(200, "{\"ok\":true}\n");
+        install(&server, &built(&format!("hello-{lang}.zip")));
         says_hello(&server);
     }
 }
@@ -64,9 +62,7 @@ fn every_hello_serves_from_its_zip() {
 fn every_hello_acks_when_asked() {
     for lang in LANGUAGES {
         let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
-        server
-            .init(&init_binary(&read(&built(&format!("hello-{lang}")))))
-            .assert(200, "{\"ok\":true}\n");
+        install(&server, &built(&format!("hello-{lang}")));
         says_hello(&server);
     }
 }
@@ -91,21 +87,25 @@ fn every_hello_runs_once_given_its_input_as_an_argument() {
 fn every_wasm_hello_serves_through_http() {
     for lang in ["rust", "c", "go"] {
         let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
-        let module = read(&built_in("wasm-examples", &format!("hello-{lang}.wasm")));
-        server
-            .init(&init_binary(&module))
-            .assert(200, "{\"ok\":true}\n");
+        install(
+            &server,
+            &built_in("wasm-examples", &format!("hello-{lang}.wasm")),
+        );
         says_hello(&server);
     }
+}
+
+/// Installs the action in `file` on `server`, as the platform's `/init` sends it.
+fn install(server: &Server, file: &Path) {
+    server
+        .init(&init_binary(&read(file)))
+        .assert(200, "{\"ok\":true}\n");
 }
 
 /// A server with the WebAssembly example `file` initialized.
 fn serving_wasm_example(file: &str) -> Server {
     let server = Server::start();
-    let module = read(&built_in("wasm-examples", file));
-    server
-        .init(&init_binary(&module))
-        .assert(200, "{\"ok\":true}\n");
+    install(&server, &built_in("wasm-examples", file));
     server
 }
 
