@@ -30,6 +30,9 @@ struct State {
     hold: bool,
     /// The guest waits here (the start of a prepared instance ends there too).
     waiter: Option<Waker>,
+    /// What the guest is told once its activation's values are known: made once, as a
+    /// guest asks twice (sizes, then the strings) and copies each variable every time.
+    told: Option<Arc<[(String, String)]>>,
 }
 
 impl Environ {
@@ -44,6 +47,7 @@ impl Environ {
             activation: (!fresh).then(Vec::new),
             hold: fresh && can_wait,
             waiter: None,
+            told: None,
         })))
     }
 
@@ -65,21 +69,27 @@ impl Environ {
     }
 
     /// The variables, once they can be told.
-    async fn read(&self) -> Vec<(String, String)> {
+    async fn read(&self) -> Arc<[(String, String)]> {
         std::future::poll_fn(|cx| {
-            let mut state = crate::lock(&self.0);
-            match &state.activation {
-                None if state.hold => {
+            let mut guard = crate::lock(&self.0);
+            let state = &mut *guard;
+            let Some(activation) = &state.activation else {
+                if state.hold {
                     state.waiter = Some(cx.waker().clone());
-                    Poll::Pending
+                    return Poll::Pending;
                 }
-                activation => {
-                    let mut vars = state.base.to_vec();
-                    vars.extend(activation.iter().flatten().cloned());
-                    state.waiter = None;
-                    Poll::Ready(vars)
+                // A guest that must ack reads before its activation: the action's alone.
+                return Poll::Ready(state.base.clone());
+            };
+            state.waiter = None;
+            let told = state.told.get_or_insert_with(|| {
+                if activation.is_empty() {
+                    state.base.clone()
+                } else {
+                    state.base.iter().chain(activation).cloned().collect()
                 }
-            }
+            });
+            Poll::Ready(told.clone())
         })
         .await
     }
@@ -110,7 +120,7 @@ pub fn serve_to_modules(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()>
                 let vars = caller.data().environ.clone().read().await;
                 Ok(errno(with_memory(&mut caller, |memory| {
                     let (mut pointer, mut string) = (pointers_at as u32, strings_at as u32);
-                    for (key, value) in &vars {
+                    for (key, value) in vars.iter() {
                         put_u32(memory, pointer as i32, string as usize)?;
                         pointer = pointer.checked_add(4).ok_or(Errno::Overflow)?;
                         for part in [key.as_bytes(), b"=", value.as_bytes(), b"\0"] {
@@ -141,7 +151,7 @@ pub fn serve_to_components(linker: &mut ComponentLinker<ComponentHost>) -> wasmt
         "get-environment",
         |store: wasmtime::StoreContextMut<'_, ComponentHost>, (): ()| {
             let environ = store.data().environ.clone();
-            Box::new(async move { Ok((environ.read().await,)) })
+            Box::new(async move { Ok((environ.read().await.to_vec(),)) })
         },
     )?;
     linker.allow_shadowing(false);
@@ -193,7 +203,7 @@ mod tests {
         let mut cx = std::task::Context::from_waker(waker);
         let mut read = std::pin::pin!(environ.read());
         match read.as_mut().poll(&mut cx) {
-            Poll::Ready(vars) => Some(vars),
+            Poll::Ready(vars) => Some(vars.to_vec()),
             Poll::Pending => None,
         }
     }
