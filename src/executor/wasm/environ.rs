@@ -22,17 +22,15 @@ pub struct Environ(Arc<Mutex<State>>);
 struct State {
     /// The action's variables: the same for every activation.
     base: Arc<[(String, String)]>,
-    /// What the fresh instance's activation carries beside `value`, as `__OW_*`; `None`
-    /// until it has come (and always in an instance that serves several activations).
-    activation: Option<Vec<(String, String)>>,
+    /// What the guest is told: the action's variables, and in a fresh instance what its
+    /// activation carries beside `value`, as `__OW_*`; `None` until that has come. Made
+    /// once: a guest asks twice (the sizes, then the strings).
+    told: Option<Arc<[(String, String)]>>,
     /// A fresh instance (one activation) whose guest, reading its environment before its
     /// activation has come, waits for it, so that it reads the values, not their absence.
     hold: bool,
     /// The guest waits here (the start of a prepared instance ends there too).
     waiter: Option<Waker>,
-    /// What the guest is told once its activation's values are known: made once, as a
-    /// guest asks twice (sizes, then the strings) and copies each variable every time.
-    told: Option<Arc<[(String, String)]>>,
 }
 
 impl Environ {
@@ -41,21 +39,21 @@ impl Environ {
     /// guests read the environment to learn that they must send one).
     pub fn new(base: Arc<[(String, String)]>, fresh: bool, can_wait: bool) -> Environ {
         Environ(Arc::new(Mutex::new(State {
-            base,
             // An instance that serves several never gets one's values: they would be
             // stale from the next activation on.
-            activation: (!fresh).then(Vec::new),
+            told: (!fresh).then(|| base.clone()),
+            base,
             hold: fresh && can_wait,
             waiter: None,
-            told: None,
         })))
     }
 
     /// The activation has come: a fresh instance's guest reads its values from now on.
     pub fn arrive(&self, request_line: &[u8]) {
         let mut state = crate::lock(&self.0);
-        if state.activation.is_none() {
-            state.activation = Some(crate::protocol::activation_env(request_line));
+        if state.told.is_none() {
+            let activation = crate::protocol::activation_env(request_line);
+            state.told = Some(state.base.iter().cloned().chain(activation).collect());
             if let Some(waiter) = state.waiter.take() {
                 waiter.wake();
             }
@@ -71,25 +69,19 @@ impl Environ {
     /// The variables, once they can be told.
     async fn read(&self) -> Arc<[(String, String)]> {
         std::future::poll_fn(|cx| {
-            let mut guard = crate::lock(&self.0);
-            let state = &mut *guard;
-            let Some(activation) = &state.activation else {
-                if state.hold {
+            let mut state = crate::lock(&self.0);
+            match state.told.clone() {
+                None if state.hold => {
                     state.waiter = Some(cx.waker().clone());
-                    return Poll::Pending;
+                    Poll::Pending
                 }
                 // A guest that must ack reads before its activation: the action's alone.
-                return Poll::Ready(state.base.clone());
-            };
-            state.waiter = None;
-            let told = state.told.get_or_insert_with(|| {
-                if activation.is_empty() {
-                    state.base.clone()
-                } else {
-                    state.base.iter().chain(activation).cloned().collect()
+                None => Poll::Ready(state.base.clone()),
+                Some(told) => {
+                    state.waiter = None;
+                    Poll::Ready(told)
                 }
-            });
-            Poll::Ready(told.clone())
+            }
         })
         .await
     }
