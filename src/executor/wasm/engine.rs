@@ -135,6 +135,12 @@ pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
         .map_err(|e| format!("{e:#}"))
 }
 
+/// The configuration a server's engine has for `settings`, its instance pool included:
+/// for measuring wasmtime alone with the runtime's settings (`examples/wasmtime_floor.rs`).
+pub fn pooled_config(settings: EngineSettings) -> Config {
+    config(settings, true)
+}
+
 pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);

@@ -29,7 +29,7 @@ pub use code::{is_component, precompiled_backend, wasm_backend};
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::{ComponentHost, Outbound};
-pub use engine::{Engines, WasmEngine, artifact_engine_id};
+pub use engine::{Engines, WasmEngine, artifact_engine_id, pooled_config};
 use environ::Environ;
 use host::{MemoryCap, ModuleHost};
 use streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
