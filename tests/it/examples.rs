@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::support::{Server, init_binary, read};
+use crate::support::Server;
 
 const LANGUAGES: [&str; 4] = ["rust", "c", "go", "sh"];
 
@@ -52,8 +52,7 @@ fn succeeded(output: &std::process::Output) -> String {
 #[test]
 fn every_hello_serves_from_its_zip() {
     for lang in LANGUAGES {
-        let server = Server::start();
-        install(&server, &built(&format!("hello-{lang}.zip")));
+        let server = Server::start().installed(&built(&format!("hello-{lang}.zip")));
         says_hello(&server);
     }
 }
@@ -61,8 +60,10 @@ fn every_hello_serves_from_its_zip() {
 #[test]
 fn every_hello_acks_when_asked() {
     for lang in LANGUAGES {
-        let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
-        install(&server, &built(&format!("hello-{lang}")));
+        let server = Server::builder()
+            .env("OW_WAIT_FOR_ACK", "1")
+            .start()
+            .installed(&built(&format!("hello-{lang}")));
         says_hello(&server);
     }
 }
@@ -86,27 +87,17 @@ fn every_hello_runs_once_given_its_input_as_an_argument() {
 #[test]
 fn every_wasm_hello_serves_through_http() {
     for lang in ["rust", "c", "go"] {
-        let server = Server::builder().env("OW_WAIT_FOR_ACK", "1").start();
-        install(
-            &server,
-            &built_in("wasm-examples", &format!("hello-{lang}.wasm")),
-        );
+        let server = Server::builder()
+            .env("OW_WAIT_FOR_ACK", "1")
+            .start()
+            .installed(&built_in("wasm-examples", &format!("hello-{lang}.wasm")));
         says_hello(&server);
     }
 }
 
-/// Installs the action in `file` on `server`, as the platform's `/init` sends it.
-fn install(server: &Server, file: &Path) {
-    server
-        .init(&init_binary(&read(file)))
-        .assert(200, "{\"ok\":true}\n");
-}
-
 /// A server with the WebAssembly example `file` initialized.
 fn serving_wasm_example(file: &str) -> Server {
-    let server = Server::start();
-    install(&server, &built_in("wasm-examples", file));
-    server
+    Server::start().installed(&built_in("wasm-examples", file))
 }
 
 #[test]

@@ -147,10 +147,8 @@ each_backend! {
         // first on a loaded machine.
         let server = Server::builder()
             .args(&["--log-filter", "wasmloop::runtime=debug"])
-            .start();
-        server
-            .init(&backend.init_guest("slow"))
-            .assert(200, "{\"ok\":true}\n");
+            .start()
+            .initialized_with(backend, "slow");
         std::thread::scope(|scope| {
             let run = scope.spawn(|| server.run(json!({"sleep_ms": 700})));
             server.wait_stderr("slow: started");

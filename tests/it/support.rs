@@ -602,8 +602,15 @@ impl Server {
         Server::start().initialized_with(backend, name)
     }
 
-    fn initialized_with(self, backend: Backend, name: &str) -> Server {
-        self.init(&backend.init_guest(name))
+    /// This server with one of the test actions installed.
+    pub fn initialized_with(self, backend: Backend, name: &str) -> Server {
+        self.installed(&backend.guest(name))
+    }
+
+    /// This server with the action in `file` installed by an `/init`, as the platform sends
+    /// it.
+    pub fn installed(self, file: &Path) -> Server {
+        self.init(&init_binary(&read(file)))
             .assert(200, "{\"ok\":true}\n");
         self
     }

@@ -5,7 +5,9 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::{new_project, says_hello, serving, wasmloop_run};
+use crate::support::Server;
+
+use super::{new_project, says_hello, wasmloop_run};
 
 /// The backends a C project builds for: the Makefile's target, and the built file's suffix.
 const C_TARGETS: [(&str, &str); 2] = [("wasm", ".wasm"), ("native", "")];
@@ -137,7 +139,7 @@ fn the_c_sdk_answers_errors_wrong_types_and_results_that_are_not_objects_and_goe
         assert!(stderr.contains(&how), "{target}: {stderr}");
         assert!(!ran.status.success(), "the failed input counts as failed");
 
-        let server = serving(&action);
+        let server = Server::in_process().installed(&action);
         server
             .run(json!({"name": ""}))
             .assert(200, "{\"error\":\"a name cannot be empty\"}\n");
@@ -201,7 +203,7 @@ fn the_c_sdk_reads_escapes_into_utf8_and_writes_them_back_exactly() {
             "{target}: {}",
             String::from_utf8_lossy(&ran.stderr)
         );
-        let server = serving(&action);
+        let server = Server::in_process().installed(&action);
         server.post("/run", request.as_bytes()).assert(200, answer);
     }
 

@@ -5,7 +5,9 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::{built, new_project, says_hello, serving, wasmloop_run};
+use crate::support::Server;
+
+use super::{built, new_project, says_hello, wasmloop_run};
 
 /// `wasmloop new LANGUAGE` for a component, whose world and the WASI packages it names come
 /// with the project: its build needs no download.
@@ -58,7 +60,7 @@ fn componentize_js(project: &Path, file: &str) -> PathBuf {
 
 /// An error answers 200 through a server too, and the instance serves on.
 fn answers_an_error_then_serves_on(component: &Path, input: serde_json::Value, error: &str) {
-    let server = serving(component);
+    let server = Server::in_process().installed(component);
     server.run(input).assert(200, &format!("{error}\n"));
     let reply = server.run(json!({"name": "Mike"}));
     assert_eq!(reply.status, 200);

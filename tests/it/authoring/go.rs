@@ -5,7 +5,9 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::{built, new_project, says_hello, serving, wasmloop_run};
+use crate::support::Server;
+
+use super::{built, new_project, says_hello, wasmloop_run};
 
 /// The backends a Go project builds for: the GOOS (the host's without one), and the built
 /// file's suffix.
@@ -132,7 +134,7 @@ fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backend
         assert!(stderr.contains(panicked), "{goos:?}: {stderr}");
         assert!(ran.status.success(), "{goos:?}: {stderr}");
 
-        let server = serving(&action);
+        let server = Server::in_process().installed(&action);
         server
             .run(json!({"name": ""}))
             .assert(200, "{\"error\":\"a name cannot be empty\"}\n");

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use serde_json::json;
 
-use crate::support::{Server, init_binary, read};
+use crate::support::Server;
 
 mod c;
 mod components;
@@ -61,16 +61,6 @@ fn wasmloop_run(file: &Path, args: &[&str], inputs: &str) -> Output {
     crate::support::output_with_input(&mut command, inputs)
 }
 
-/// An in-process server with `action` (a file) installed by an `/init`, as the platform
-/// sends it.
-fn serving(action: &Path) -> Server {
-    let server = Server::in_process();
-    server
-        .init(&init_binary(&read(action)))
-        .assert(200, "{\"ok\":true}\n");
-    server
-}
-
 /// The hello, to Mike and to a stranger, under `wasmloop run ACTION RUN_ARGS` and through an
 /// in-process server: the two ways an author meets the action first.
 fn says_hello(action: &Path, run_args: &[&str]) {
@@ -83,7 +73,7 @@ fn says_hello(action: &Path, run_args: &[&str]) {
         String::from_utf8_lossy(&ran.stderr)
     );
     assert!(ran.status.success(), "{}", action.display());
-    let server = serving(action);
+    let server = Server::in_process().installed(action);
     server
         .run(json!({"name": "Mike"}))
         .assert(200, "{\"message\":\"Hello, Mike!\"}\n");
