@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use wasmloop::config::{Codegen, DEFAULT_MAX_MEMORY_BYTES, EngineSettings};
+use wasmloop::config::{Codegen, Config};
 use wasmtime::{Engine, InstancePre, Linker, Module, Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -32,12 +32,8 @@ async fn main() -> Result<()> {
         Some(n) => n.parse().context("LINES must be a whole number")?,
         None => 20_000,
     };
-    let settings = EngineSettings {
-        memory_cap: DEFAULT_MAX_MEMORY_BYTES,
-        codegen: Codegen::Cranelift,
-        // What `wasmloop serve` reserves at `--concurrency 1`.
-        instances: 2,
-    };
+    // What `wasmloop serve` makes with its defaults (`--concurrency 1`).
+    let settings = Config::default().engine_settings(Codegen::Cranelift);
     let engine = Engine::new(&wasmloop::executor::wasm::pooled_config(settings))?;
     let module = Module::from_file(&engine, &module)
         .map_err(|e| anyhow::anyhow!("cannot load {module}: {e:#}"))?;

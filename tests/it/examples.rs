@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::support::Server;
+use crate::support::{Backend, Server};
 
 const LANGUAGES: [&str; 4] = ["rust", "c", "go", "sh"];
 
@@ -504,4 +504,60 @@ fn bench_says_why_when_its_server_dies_before_answering() {
         stderr.contains("exited (signal: 9") && stderr.contains("before answering /init"),
         "{stderr}"
     );
+}
+
+/// `examples/wasmtime_floor`, which `cargo test` builds beside this binary.
+fn wasmtime_floor() -> std::process::Command {
+    let exe = std::env::current_exe().unwrap();
+    let floor = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples")
+        .join("wasmtime_floor");
+    assert!(
+        floor.is_file(),
+        "{} is missing: `cargo build --example wasmtime_floor` (`cargo test` without --test builds it)",
+        floor.display()
+    );
+    std::process::Command::new(floor)
+}
+
+#[test]
+fn the_wasmtime_floor_measures_a_module_fresh_against_persistent() {
+    let measured = wasmtime_floor()
+        .arg(built_in("wasm-examples", "hello-rust.wasm"))
+        .arg("5")
+        .output()
+        .unwrap();
+    let stdout = succeeded(&measured);
+    let rounds = stdout
+        .lines()
+        .filter(|line| line.starts_with("round ") && line.contains("a fresh instance costs +"))
+        .count();
+    assert_eq!(rounds, 3, "{stdout}");
+}
+
+#[test]
+fn the_wasmtime_floor_says_what_to_change_in_its_arguments_and_module() {
+    let hello = built_in("wasm-examples", "hello-rust.wasm");
+    let silent = Backend::Wasm.guest("no_newline");
+    let cases: [(&[&std::ffi::OsStr], &str); 4] = [
+        (&[], "usage: wasmtime_floor MODULE.wasm [LINES]"),
+        (&["no-such.wasm".as_ref()], "cannot load no-such.wasm"),
+        (
+            &[hello.as_os_str(), "many".as_ref()],
+            "LINES must be a whole number",
+        ),
+        (
+            &[silent.as_os_str(), "2".as_ref()],
+            "the module answered 0 of 2 lines: it must answer each line of stdin with one line on stdout",
+        ),
+    ];
+    for (args, message) in cases {
+        let failed = wasmtime_floor().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
 }
