@@ -191,15 +191,18 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The server's settings: every flag resolved (the trusted keys read) in one step.
-    /// `debug` is the reference's `-debug`, which also allows more than one `/init`.
-    pub fn to_config(&self, debug: bool) -> anyhow::Result<Config> {
+    /// `debug` is the reference's `-debug`, which also allows more than one `/init`;
+    /// `verbose`, like it, asks for the runtime's hints.
+    pub fn to_config(&self, debug: bool, verbose: bool) -> anyhow::Result<Config> {
+        let runtime = self.runtime.to_config()?;
         Ok(Config {
             allow_reinit: debug,
+            hints: runtime.hints || debug || verbose,
             built_in_action: self
                 .action
                 .clone()
                 .map(|file| (file, self.action_main.clone())),
-            ..self.runtime.to_config()?
+            ..runtime
         })
     }
 
@@ -350,6 +353,8 @@ impl RunArgs {
             allow_outbound: self.outbound.allow_outbound.clone(),
             max_activations_per_instance: self.max_activations_per_instance,
             sentinels: false,
+            // A person at a terminal, not a platform's log reader.
+            hints: true,
             one_shot: true,
             ..defaults
         })
@@ -515,6 +520,12 @@ pub struct RuntimeArgs {
     /// message), for a log collector when activations overlap (--concurrency > 1).
     #[arg(long, env = "WASMLOOP_LOG_FORMAT", value_enum, default_value_t = crate::logs::LogFormat::Text)]
     pub log_format: crate::logs::LogFormat,
+    /// Explain on stderr, among the activation's logs, an answer that is not a JSON object
+    /// or array: what the action returned and what to change (the 502 body stays
+    /// OpenWhisk's fixed message). Off by default because OpenWhisk's runtime tests expect
+    /// stderr to hold only what the action wrote; on with -debug, -v and --log-format json.
+    #[arg(long, env = "WASMLOOP_HINTS", value_parser = clap::builder::FalseyValueParser::new())]
+    pub hints: bool,
     #[command(flatten)]
     pub outbound: OutboundArgs,
     #[command(flatten)]
@@ -625,6 +636,8 @@ impl RuntimeArgs {
             timeout: self.timeout,
             shutdown_timeout: self.shutdown_timeout,
             log_format: self.log_format,
+            // A log pipeline (json) is an operator's, never the platform's canonical default.
+            hints: self.hints || self.log_format == crate::logs::LogFormat::Json,
             sentinels: defaults.sentinels,
             one_shot: false,
             backends: self.backends.clone(),
@@ -703,6 +716,26 @@ mod tests {
         assert_eq!(threads(&["--concurrency", "500"]), cpus);
         assert_eq!(threads(&["--concurrency", "500", "--threads", "3"]), 3);
         assert!(Cli::try_parse_from(["wasmloop", "serve", "--threads", "0"]).is_err());
+    }
+
+    #[test]
+    fn hints_are_off_for_the_platform_and_on_for_whoever_asks() {
+        let hints = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["wasmloop"].iter().chain(args)).unwrap();
+            match cli.command {
+                Some(Command::Serve(serve)) => serve.to_config(cli.debug, cli.verbose),
+                Some(Command::Run(run)) => run.to_config(),
+                _ => panic!("neither serve nor run"),
+            }
+            .unwrap()
+            .hints
+        };
+        assert!(!hints(&["serve"]));
+        assert!(hints(&["serve", "--hints"]));
+        assert!(hints(&["serve", "--debug"]));
+        assert!(hints(&["serve", "-v"]));
+        assert!(hints(&["serve", "--log-format", "json"]));
+        assert!(hints(&["run", "a.wasm"]));
     }
 
     #[test]

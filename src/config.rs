@@ -128,6 +128,11 @@ pub struct Config {
     pub sentinels: bool,
     /// How the action's log lines are written.
     pub log_format: crate::logs::LogFormat,
+    /// Explain on stderr an answer that is not a JSON object or array (what it was, what to
+    /// change). Off where the platform reads stderr as the action's logs and its runtime
+    /// tests expect only the action's own lines there; on under `wasmloop run`, `-debug`,
+    /// `-v`, `--log-format json` and `--hints`.
+    pub hints: bool,
     /// The runtime serves one local run and ends (`wasmloop run`): a background tier-up
     /// would never finish, so a tiered compiler's quick code is what it serves and keeps in
     /// the compile cache for the next run; and each compile is told on stderr, where a
@@ -355,6 +360,7 @@ impl Default for Config {
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             sentinels: true,
             log_format: crate::logs::LogFormat::Text,
+            hints: false,
             one_shot: false,
             backends: Backend::defaults(),
             max_instance_files: DEFAULT_MAX_INSTANCE_FILES,

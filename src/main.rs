@@ -57,9 +57,9 @@ fn init_tracing(cli: &Cli) {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let debug = cli.debug;
+    let (debug, verbose) = (cli.debug, cli.verbose);
     match cli.command {
-        Some(Command::Serve(args)) => serve(args, debug),
+        Some(Command::Serve(args)) => serve(args, debug, verbose),
         Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::Run(args)) => run_locally(args),
         Some(Command::New(args)) => new_project(args),
@@ -67,7 +67,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Keygen(args)) => keygen(args),
         #[cfg(feature = "bench")]
         Some(Command::Bench(args)) => bench(args),
-        None => serve(cli.serve, debug),
+        None => serve(cli.serve, debug, verbose),
     }
 }
 
@@ -83,8 +83,8 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
         .context("cannot start the async runtime")
 }
 
-fn serve(args: ServeArgs, debug: bool) -> anyhow::Result<()> {
-    let config = args.to_config(debug)?;
+fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
+    let config = args.to_config(debug, verbose)?;
     // For the process: every writer to its stdout and stderr must agree.
     wasmloop::logs::set_format(config.log_format);
     async_runtime(Some(args.worker_threads()))?.block_on(async {

@@ -292,7 +292,7 @@ pub async fn start(
                 pipe_size: native::pipe_size(size.workers),
             };
             let pool: Arc<pool::Pool<native::Process>> =
-                pool::Pool::start(spec, size, pool::End::of(config)).await?;
+                pool::Pool::start(spec, size, pool::Reporting::of(config)).await?;
             return Ok(pool);
         }
         Entry::Signed(code) => wasm::Source::Signed(code),

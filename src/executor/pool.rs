@@ -90,15 +90,36 @@ pub enum End {
     Logs,
 }
 
-impl End {
-    pub fn of(config: &crate::config::Config) -> End {
-        if config.sentinels {
-            End::Sentinels
-        } else {
-            End::Logs
+/// What a pool writes of its own about each activation, beside the action's logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reporting {
+    pub end: End,
+    /// Whether an answer that is not a JSON object or array is explained on stderr
+    /// (`Config::hints`); the HTTP body is the fixed message either way.
+    pub hints: bool,
+}
+
+impl Reporting {
+    pub fn of(config: &crate::config::Config) -> Reporting {
+        Reporting {
+            end: if config.sentinels {
+                End::Sentinels
+            } else {
+                End::Logs
+            },
+            hints: config.hints,
         }
     }
+}
 
+/// Unit tests' pools: no hints.
+impl From<End> for Reporting {
+    fn from(end: End) -> Reporting {
+        Reporting { end, hints: false }
+    }
+}
+
+impl End {
     /// Writes the end, where no log lines were held back.
     pub fn write(self) {
         self.write_stdout();
@@ -141,6 +162,8 @@ pub struct Pool<W: Worker> {
     generation: AtomicU64,
     size: PoolSize,
     end: End,
+    /// See `Reporting::hints`.
+    hints: bool,
     /// One per worker that may exist: held by each activation until it has ended, and by
     /// the making of a retired worker's successor until that is idle.
     permits: Arc<tokio::sync::Semaphore>,
@@ -209,13 +232,19 @@ impl Drop for Waiting<'_> {
 
 impl<W: Worker> Pool<W> {
     /// Starts the first worker: failing here fails `/init`.
-    pub async fn start(spec: W::Spec, size: PoolSize, end: End) -> Result<Arc<Self>, StartError> {
+    pub async fn start(
+        spec: W::Spec,
+        size: PoolSize,
+        reporting: impl Into<Reporting>,
+    ) -> Result<Arc<Self>, StartError> {
+        let Reporting { end, hints } = reporting.into();
         let worker = W::start(&spec).await?;
         Ok(Arc::new_cyclic(|me| Pool {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
             size,
             end,
+            hints,
             permits: Arc::new(tokio::sync::Semaphore::new(size.workers.max(1))),
             me: me.clone(),
             idle: Mutex::new(vec![Idle::new(worker, 0)]),
@@ -500,9 +529,11 @@ impl<W: Worker> Pool<W> {
             lines::check_result(worker.activate(line).await?)
         })
         .await;
+        // OpenWhisk's runtime tests expect nothing on stderr here but what the action
+        // wrote: the explanation is for those who asked for it.
         match &result {
-            Err(RunError::NotJson(line)) => lines::report_not_json(line),
-            Err(RunError::NotAnObject(line)) => lines::report_not_an_object(line),
+            Err(RunError::NotJson(line)) if self.hints => lines::report_not_json(line),
+            Err(RunError::NotAnObject(line)) if self.hints => lines::report_not_an_object(line),
             _ => {}
         }
         worker.end_activation(self.end);

@@ -1,8 +1,8 @@
-//! docs/protocol.md Part 1 as the platform's own runtime tests exercise it, for both backends.
+//! docs/protocol.md Part 1 beyond OpenWhisk's own cases (canonical.rs), for each backend.
 
 use serde_json::json;
 
-use crate::support::{Backend, SENTINEL, Server, http, init_text, split_sentinels};
+use crate::support::{Backend, Server, http, init_text};
 
 const OK: &str = "{\"ok\":true}\n";
 const MISSING_CODE: &str = "{\"error\":\"Missing main/no code to execute.\"}\n";
@@ -20,82 +20,6 @@ each_backend! {
             server.init(&body).assert(403, MISSING_CODE);
         }
         server.init(&backend.init_guest("echo")).assert(200, OK);
-    }
-
-    fn a_result_that_is_not_an_object_is_a_502_with_one_sentinel_per_stream(backend: Backend) {
-        let server = Server::with_guest(backend, "non_object");
-        server
-            .post("/run", b"{}")
-            .assert(502, "{\"error\":\"The action did not return a dictionary or array.\"}\n");
-        server.wait_sentinels(1);
-        assert_eq!(split_sentinels(&server.stdout()), (1, String::new()));
-        // The activation's logs say what came instead, before its sentinel.
-        assert_eq!(
-            split_sentinels(&server.stderr()),
-            (
-                1,
-                "wasmloop: the action's answer is a JSON string, not an object or array: \
-                 `\"not a dictionary\"`. Return a JSON object, such as {\"result\": ...}"
-                    .to_owned()
-            )
-        );
-    }
-
-    fn a_second_init_is_refused_with_a_message_on_stderr_and_no_sentinel(backend: Backend) {
-        let server = Server::with_guest(backend, "echo");
-        server
-            .init(&backend.init_guest("echo"))
-            .assert(403, "{\"error\":\"Cannot initialize the action more than once.\"}\n");
-        server.wait_stderr("Cannot initialize the action more than once.");
-        assert_eq!(server.stderr(), "Cannot initialize the action more than once.\n");
-        assert_eq!(server.stdout(), "");
-        // The first action still serves.
-        server.run(json!({"still": "here"})).assert(200, "{\"still\":\"here\"}\n");
-    }
-
-    fn a_main_other_than_main_is_accepted(backend: Backend) {
-        let server = Server::in_process();
-        let mut body = backend.init_guest("echo");
-        body["value"]["main"] = json!("niam");
-        server.init(&body).assert(200, OK);
-        server.run(json!({"niam": true})).assert(200, "{\"niam\":true}\n");
-    }
-
-    fn four_echo_runs_show_their_logs_each_before_its_sentinel(backend: Backend) {
-        let server = Server::with_guest(backend, "echo");
-        let inputs = [
-            json!({"string": "hello"}),
-            json!({"string": "❄ ☃ ❄"}),
-            json!({"numbers": [42, 1]}),
-            json!({"object": {"a": "A"}}),
-        ];
-        for input in &inputs {
-            let reply = server.run(input.clone());
-            assert_eq!(reply.status, 200);
-            assert_eq!(&reply.json(), input);
-        }
-        server.wait_sentinels(4);
-        let (out, err) = backend.split_logs("hello stdout\n", "hello stderr\n");
-        assert_eq!(server.stdout(), format!("{out}{SENTINEL}\n").repeat(4));
-        assert_eq!(server.stderr(), format!("{err}{SENTINEL}\n").repeat(4));
-    }
-
-    fn unicode_passes_through_input_logs_and_result(backend: Backend) {
-        let server = Server::with_guest(backend, "unicode");
-        server.run(json!({"delimiter": "❄"})).assert(200, "{\"winter\":\"❄ ☃ ❄\"}\n");
-        server.wait_sentinels(1);
-        let (out, err) = backend.split_logs("❄ ☃ ❄\n", "❄ ☃ ❄\n");
-        assert_eq!(server.stdout(), format!("{out}{SENTINEL}\n"));
-        assert_eq!(server.stderr(), format!("{err}{SENTINEL}\n"));
-    }
-
-    fn the_init_env_reaches_the_action_and_nothing_else_does(backend: Backend) {
-        let server = Server::in_process();
-        let mut body = backend.init_guest("init_env");
-        body["value"]["env"] = json!({"SOME_VAR": "xyz", "ANOTHER_VAR": ""});
-        server.init(&body).assert(200, OK);
-        let reply = server.run(json!({}));
-        assert_eq!(reply.json(), json!({"SOME_VAR": "xyz", "ANOTHER_VAR": "", "PATH": null}));
     }
 
     fn the_seven_context_values_reach_the_action(backend: Backend) {
@@ -126,14 +50,6 @@ each_backend! {
                 "proxy_version": env!("CARGO_PKG_VERSION"),
             })
         );
-    }
-
-    fn a_one_megabyte_argument_comes_back_whole(backend: Backend) {
-        let server = Server::in_process_with_guest(backend, "echo");
-        let arg = "a".repeat(1_048_561);
-        let reply = server.run(json!({"arg": arg}));
-        assert_eq!(reply.status, 200);
-        assert_eq!(reply.json()["arg"].as_str().map(str::len), Some(1_048_561));
     }
 
     fn arrays_work_as_results_and_as_input(backend: Backend) {

@@ -6,6 +6,7 @@ mod support;
 mod authoring;
 mod bench_report;
 mod built_in;
+mod canonical;
 mod component;
 mod contract;
 mod dropin;

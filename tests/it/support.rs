@@ -357,7 +357,7 @@ impl InProcess {
             panic!("wasmloop {args:?} does not serve");
         };
         let mut config = serve
-            .to_config(cli.debug)
+            .to_config(cli.debug, cli.verbose)
             .unwrap_or_else(|e| panic!("wasmloop {args:?}: {e:#}"));
         config.action_dir = action_dir.to_owned();
         // Compile children run the binary: this process is the test's.

@@ -35,7 +35,7 @@ use host::{MemoryCap, ModuleHost};
 use streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 
 use super::lines::{LineTooLong, NoAnswer};
-use super::pool::{End, Pool, PoolSize, Worker};
+use super::pool::{End, Pool, PoolSize, Reporting, Worker};
 use super::{RunError, StartError, StartSpec, parse_ack};
 use crate::config::{ChildRole, Config, EngineSettings};
 use crate::outbound::AllowList;
@@ -139,7 +139,7 @@ pub async fn start(
     };
     let serve = |engine, code: Code, linking: Link| async move {
         let spec = link(engine, &code, linking)?;
-        Pool::start(spec, size, End::of(config)).await
+        Pool::start(spec, size, Reporting::of(config)).await
     };
     let (wasm, sha256) = match source {
         Source::Precompiled(path) => {
