@@ -4,27 +4,47 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::{Error, json_response};
 use crate::protocol;
 use crate::runtime::Runtime;
 
-pub async fn init(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Response, Error> {
-    let _admitted = runtime.admit()?;
-    runtime.refuse_second_init()?;
-    let body = read_body(body, runtime.config().max_init_bytes, "init").await?;
+pub async fn init(
+    State(runtime): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Error> {
+    let limit = runtime.config().max_init_bytes;
+    let early = runtime
+        .admit()
+        .and_then(|admitted| runtime.refuse_second_init().map(|()| admitted));
+    let _admitted = match early {
+        Ok(admitted) => admitted,
+        Err(error) => return Err(refuse(error, &headers, body, limit).await),
+    };
+    let body = read_body(body, limit, "init").await?;
     // Its own buffer again (no copy when the body came with a Content-Length, as uploads
     // do): the code is decoded over its base64.
     runtime.init(bytes::BytesMut::from(body)).await?;
     Ok(json_response(StatusCode::OK, protocol::OK_BODY))
 }
 
-pub async fn run(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Response, Error> {
-    let admitted = runtime.admit()?;
-    let action = runtime.action().ok_or(Error::NoAction)?;
-    let body = read_body(body, runtime.config().max_run_bytes, "run").await?;
+pub async fn run(
+    State(runtime): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Error> {
+    let limit = runtime.config().max_run_bytes;
+    let early = runtime
+        .admit()
+        .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
+    let (action, admitted) = match early {
+        Ok(admitted) => admitted,
+        Err(error) => return Err(refuse(error, &headers, body, limit).await),
+    };
+    let body = read_body(body, limit, "run").await?;
     let result = action.activate_to_completion(body, admitted).await?;
     Ok(json_response(StatusCode::OK, result))
 }
@@ -32,6 +52,39 @@ pub async fn run(State(runtime): State<Arc<Runtime>>, body: Body) -> Result<Resp
 /// The reference answers any other path with an empty 200; health probes rely on it.
 pub async fn other() -> Response {
     StatusCode::OK.into_response()
+}
+
+/// How long a refused request's body may take to arrive before the answer goes out anyway
+/// (the connection's lingering close still lets the client read it).
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Answers `error` to a request refused before its body was read. A client sending a body
+/// reads the answer only once it has sent it, and a connection closed on unread bytes is
+/// reset, answer and all: so a body within `limit` is read (and dropped) first, and the
+/// connection is kept. A larger one, or a client waiting for `100 Continue` before it
+/// sends, gets the answer at once, and the connection's lingering close (server.rs)
+/// keeps the answer from being reset away.
+async fn refuse(error: Error, headers: &HeaderMap, body: Body, limit: usize) -> Error {
+    let waits = headers
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if waits || http_body::Body::size_hint(&body).lower() > limit as u64 {
+        return error;
+    }
+    let _ = tokio::time::timeout(DRAIN_FOR, drain(body, limit)).await;
+    error
+}
+
+/// Reads and drops a body, up to `limit` bytes.
+async fn drain(mut body: Body, limit: usize) {
+    use http_body_util::BodyExt;
+    let mut read = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        read += frame.data_ref().map_or(0, Bytes::len);
+        if read > limit {
+            return;
+        }
+    }
 }
 
 /// Reads the whole body, refusing it as soon as it passes `limit` bytes.

@@ -2,8 +2,9 @@
 //!
 //! - `cli`, `config`: flags and environment resolved into one `Config`, in one fallible
 //!   step (`ServeArgs::to_config`); every default lives in `config`.
-//! - `server`: the HTTP server (`app` builds the router, `run` serves it); `handlers`:
-//!   `/init`, `/run`, other paths.
+//! - `server`: the HTTP server (`app` builds the router, `run` serves it), over `linger`'s
+//!   connections, which close without losing an early answer; `handlers`: `/init`, `/run`,
+//!   other paths.
 //! - `runtime`: the action slot that `/init` fills and `/run` uses; it owns the wasm
 //!   engines (`executor::wasm::Engines`), made from its `Config`.
 //! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel.
@@ -34,7 +35,7 @@
 //! - `bench`: `wasmloop bench`, the backends compared over real HTTP (cargo feature `bench`).
 //!
 //! The arrows point one way (no module uses one that uses it):
-//! `server` → `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
+//! `server` → `linger`, `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
 //! beside `runtime` and names `action`'s and `executor`'s errors; `config`, `protocol`,
 //! `outbound` and `memory` are used from above and use nothing above them; `local`, `cli`,
 //! `harness` and `bench` are at the top, beside `main` (`harness` uses only `executor`'s
@@ -49,6 +50,7 @@ pub mod error;
 pub mod executor;
 pub mod handlers;
 pub mod harness;
+pub mod linger;
 pub mod local;
 pub mod logs;
 pub mod memory;

@@ -66,11 +66,14 @@ pub async fn run(
     }
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = std::pin::pin!(
-        axum::serve(listener, app(runtime.clone()))
-            .with_graceful_shutdown(async {
-                let _ = serving_stopped.await;
-            })
-            .into_future()
+        axum::serve(
+            crate::linger::LingeringListener::new(listener),
+            app(runtime.clone())
+        )
+        .with_graceful_shutdown(async {
+            let _ = serving_stopped.await;
+        })
+        .into_future()
     );
     tokio::select! {
         served = &mut serving => return served,

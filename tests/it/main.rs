@@ -3,6 +3,7 @@
 #[macro_use]
 mod support;
 
+mod answers;
 mod authoring;
 mod bench_report;
 mod built_in;
