@@ -36,13 +36,12 @@ pub fn json() -> bool {
     FORMAT.load(Ordering::Relaxed) == LogFormat::Json as u8
 }
 
-/// Past this many bytes a line is cut: the rest of it, up to its newline, is dropped, and
-/// a marker says so. A log store takes lines of a few KiB; a runaway line (a binary dump,
-/// a file without newlines) would otherwise be held in memory whole.
+/// Past this many bytes a line goes out in pieces of at most this size, as Docker's
+/// json-file driver splits lines: a log store takes lines of a few KiB, and a runaway line
+/// (a dump, a file without newlines) must not be held in memory whole. In text the pieces
+/// follow each other with no newline between them, so the stream carries the line whole; in
+/// JSON each is an object, every one but the last marked `"partial":true`.
 pub const LINE_MAX: usize = 16 * 1024;
-
-/// What ends a line that was cut.
-const CUT_MARKER: &str = " [wasmloop: the line went on past 16 KiB and was cut]";
 
 /// The last line kept for messages about the action (its start, this many bytes): enough
 /// to tell a result written on stdout instead of fd 3, or a panic's message.
@@ -125,10 +124,10 @@ impl Attribution {
 pub struct Lines {
     stream: Stream,
     attribution: Attribution,
-    /// The unfinished line.
+    /// The unfinished line, or what of it is not out yet: at most `LINE_MAX` bytes.
     pending: Vec<u8>,
-    /// In a line that was cut: its rest, up to its newline, is dropped.
-    cutting: bool,
+    /// Pieces of the unfinished line are out already.
+    continuing: bool,
     /// The last complete line that was not blank (its start).
     last: Vec<u8>,
 }
@@ -139,7 +138,7 @@ impl Lines {
             stream,
             attribution,
             pending: Vec::new(),
-            cutting: false,
+            continuing: false,
             last: Vec::new(),
         }
     }
@@ -148,53 +147,51 @@ impl Lines {
         self.stream
     }
 
-    /// Takes what the action wrote; renders the lines it completes (and the start of a
-    /// line that outgrew `LINE_MAX`) into `out`, to be written to the stream.
+    /// Takes what the action wrote; renders the lines it completes, and the pieces of a
+    /// line that outgrew `LINE_MAX`, into `out`, to be written to the stream.
     pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<u8>) {
-        let json = json();
-        let labels = if json {
-            Some(self.attribution.get())
-        } else {
-            None
-        };
-        while let Some(end) = memchr::memchr(b'\n', bytes) {
-            let (piece, rest) = (&bytes[..end], &bytes[end + 1..]);
-            bytes = rest;
-            if std::mem::take(&mut self.cutting) {
+        let labels = json().then(|| self.attribution.get());
+        while !bytes.is_empty() {
+            let room = LINE_MAX - self.pending.len();
+            // A newline right after `room` bytes still ends a line that fits.
+            let window = &bytes[..bytes.len().min(room + 1)];
+            if let Some(at) = memchr::memchr(b'\n', window) {
+                if self.pending.is_empty() {
+                    self.line(&bytes[..at], Piece::Last, labels.as_deref(), out);
+                } else {
+                    let mut line = std::mem::take(&mut self.pending);
+                    line.extend_from_slice(&bytes[..at]);
+                    self.line(&line, Piece::Last, labels.as_deref(), out);
+                    line.clear();
+                    self.pending = line;
+                }
+                bytes = &bytes[at + 1..];
                 continue;
             }
-            if self.pending.is_empty() {
-                self.line(piece, labels.as_deref(), out);
-            } else {
-                let mut line = std::mem::take(&mut self.pending);
-                line.extend_from_slice(piece);
-                self.line(&line, labels.as_deref(), out);
-                line.clear();
-                self.pending = line;
+            if bytes.len() <= room {
+                self.pending.extend_from_slice(bytes);
+                return;
             }
-        }
-        if self.cutting || bytes.is_empty() {
-            return;
-        }
-        self.pending.extend_from_slice(bytes);
-        // Held no longer than the cap allows: the line goes out cut, its rest is dropped.
-        if self.pending.len() > LINE_MAX {
-            let line = std::mem::take(&mut self.pending);
-            self.line(&line, labels.as_deref(), out);
-            self.cutting = true;
+            // Full, and the line goes on: a piece goes out, ending where a character
+            // starts, and the rest of that character stays for the next piece.
+            self.pending.extend_from_slice(&bytes[..room]);
+            bytes = &bytes[room..];
+            let end = piece_end(&self.pending, bytes[0]);
+            let rest = self.pending.split_off(end);
+            let piece = std::mem::replace(&mut self.pending, rest);
+            self.line(&piece, Piece::Partial, labels.as_deref(), out);
         }
     }
 
     /// Renders the unfinished last line, if there is one, as a whole line: the activation
     /// has ended, and its sentinel comes next.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        self.cutting = false;
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && !self.continuing {
             return;
         }
         let line = std::mem::take(&mut self.pending);
         let labels = json().then(|| self.attribution.get());
-        self.line(&line, labels.as_deref(), out);
+        self.line(&line, Piece::Last, labels.as_deref(), out);
     }
 
     /// The last complete line that was not blank, if any.
@@ -211,6 +208,10 @@ impl Lines {
     /// connection, say) into `out`: in JSON, under that activation's id.
     pub fn note(&self, message: &str, out: &mut Vec<u8>) {
         let labels = json().then(|| self.attribution.get());
+        // In text, a line whose pieces are out is ended first: the note is a line of its own.
+        if self.continuing && labels.is_none() {
+            out.push(b'\n');
+        }
         render(message.as_bytes(), self.stream, labels.as_deref(), out);
     }
 
@@ -219,30 +220,58 @@ impl Lines {
         !self.pending.is_empty()
     }
 
-    fn line(&mut self, line: &[u8], labels: Option<&Labels>, out: &mut Vec<u8>) {
-        let cut;
-        let line = if line.len() > LINE_MAX {
-            let mut start = line[..floor_char_boundary(line, LINE_MAX)].to_vec();
-            start.extend_from_slice(CUT_MARKER.as_bytes());
-            cut = start;
-            &cut[..]
-        } else {
-            line
-        };
-        if !line.trim_ascii().is_empty() {
+    /// Renders a line, or a piece of one, and keeps the start of the line for messages.
+    fn line(&mut self, line: &[u8], piece: Piece, labels: Option<&Labels>, out: &mut Vec<u8>) {
+        let first = !std::mem::replace(&mut self.continuing, piece == Piece::Partial);
+        if first && !line.trim_ascii().is_empty() {
             self.last.clear();
             self.last
                 .extend_from_slice(&line[..floor_char_boundary(line, LAST_LINE_KEPT)]);
         }
-        render(line, self.stream, labels, out);
+        render_piece(line, piece, self.stream, labels, out);
     }
+}
+
+/// Where a full buffer's piece ends, `next` being the byte that follows it: before the
+/// character that `next` would continue (a continuation byte is `0b10xxxxxx`), so that no
+/// piece splits one; bytes that are no UTF-8 are cut where they are.
+fn piece_end(full: &[u8], next: u8) -> usize {
+    let continues = |b: u8| b & 0xC0 == 0x80;
+    if !continues(next) {
+        return full.len();
+    }
+    match full.iter().rposition(|&b| !continues(b)) {
+        // A character is at most 4 bytes: its lead byte and up to 3 more.
+        Some(lead) if full.len() - lead <= 3 && lead > 0 => lead,
+        _ => full.len(),
+    }
+}
+
+/// A line as it goes out: whole (or its last piece), or a piece that more of it follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    Partial,
+    Last,
 }
 
 /// Renders one line (without its newline) into `out`: as it is, or as JSON with `labels`.
 pub fn render(line: &[u8], stream: Stream, labels: Option<&Labels>, out: &mut Vec<u8>) {
+    render_piece(line, Piece::Last, stream, labels, out);
+}
+
+fn render_piece(
+    line: &[u8],
+    piece: Piece,
+    stream: Stream,
+    labels: Option<&Labels>,
+    out: &mut Vec<u8>,
+) {
+    let partial = piece == Piece::Partial;
     let Some(labels) = labels else {
         out.extend_from_slice(line);
-        out.push(b'\n');
+        if !partial {
+            out.push(b'\n');
+        }
         return;
     };
     #[derive(Serialize)]
@@ -254,6 +283,9 @@ pub fn render(line: &[u8], stream: Stream, labels: Option<&Labels>, out: &mut Ve
         namespace: &'a str,
         action: &'a str,
         message: std::borrow::Cow<'a, str>,
+        /// As Docker marks the pieces of a long line: more of it follows.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        partial: bool,
     }
     let entry = Entry {
         time: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
@@ -261,7 +293,11 @@ pub fn render(line: &[u8], stream: Stream, labels: Option<&Labels>, out: &mut Ve
         activation_id: &labels.activation_id,
         namespace: &labels.namespace,
         action: &labels.action,
-        message: String::from_utf8_lossy(line.strip_suffix(b"\r").unwrap_or(line)),
+        message: String::from_utf8_lossy(match piece {
+            Piece::Last => line.strip_suffix(b"\r").unwrap_or(line),
+            Piece::Partial => line,
+        }),
+        partial,
     };
     serde_json::to_writer(&mut *out, &entry).expect("strings always serialize");
     out.push(b'\n');
@@ -322,18 +358,86 @@ mod tests {
     }
 
     #[test]
-    fn a_line_past_the_cap_is_cut_with_a_marker_and_its_rest_dropped() {
+    fn a_line_past_the_cap_goes_out_whole_in_pieces_that_fit() {
         let mut lines = Lines::new(Stream::Stdout, Attribution::default());
-        let long = vec![b'x'; LINE_MAX + 10];
-        let out = text(&mut lines, &[&long, b"yyy", b"\nnext\n"]);
-        let expected = format!("{}{CUT_MARKER}\nnext\n", "x".repeat(LINE_MAX));
-        assert_eq!(out, expected);
-        // A long line that comes whole, newline and all, is cut too.
-        let whole = [&long[..], b"\n"].concat();
+        let long = vec![b'x'; 3 * LINE_MAX + 10];
+        let mut out = Vec::new();
+        // The pieces go out as soon as they are full, not when the line ends.
+        lines.push(&long, &mut out);
+        assert_eq!(out.len(), 3 * LINE_MAX);
+        assert!(lines.has_pending());
+        lines.push(b"yyy\nnext\n", &mut out);
+        let whole = format!("{}yyy\nnext\n", "x".repeat(3 * LINE_MAX + 10));
+        assert_eq!(String::from_utf8(out).unwrap(), whole);
+        // A long line that comes whole, newline and all, and one the activation's end finishes.
+        let line = [&long[..], b"\n"].concat();
+        assert_eq!(text(&mut lines, &[&line]).as_bytes(), &line[..]);
+        let mut out = Vec::new();
+        lines.push(&long[..2 * LINE_MAX], &mut out);
+        lines.finish(&mut out);
+        assert_eq!(out, [&long[..2 * LINE_MAX], b"\n"].concat());
+        // The start of the line is what messages quote.
+        assert_eq!(lines.last_line().map(<[u8]>::len), Some(LAST_LINE_KEPT));
+    }
+
+    #[test]
+    fn no_piece_splits_a_character() {
+        let mut lines = Lines::new(Stream::Stderr, Attribution::default());
+        // One byte off the cap, so that a two-byte character straddles it.
+        let line = format!("{}{}\n", "x".repeat(LINE_MAX - 1), "é".repeat(LINE_MAX));
+        let mut out = Vec::new();
+        for chunk in line.as_bytes().chunks(1000) {
+            lines.push(chunk, &mut out);
+        }
+        assert_eq!(out, line.as_bytes());
+        // Each piece (what one push lets out) is whole characters on its own.
+        let mut lines = Lines::new(Stream::Stderr, Attribution::default());
+        let mut pieces = 0;
+        for chunk in line.as_bytes().chunks(1000) {
+            let mut piece = Vec::new();
+            lines.push(chunk, &mut piece);
+            if !piece.is_empty() {
+                pieces += 1;
+                assert!(
+                    std::str::from_utf8(&piece).is_ok(),
+                    "a piece split a character"
+                );
+                assert!(piece.len() <= LINE_MAX + 1);
+            }
+        }
+        assert_eq!(pieces, 3);
+        assert_eq!(piece_end("aé".as_bytes(), 0xa9), 1);
+        assert_eq!(piece_end(b"ab", b'c'), 2);
         assert_eq!(
-            text(&mut lines, &[&whole]),
-            format!("{}{CUT_MARKER}\n", "x".repeat(LINE_MAX))
+            piece_end(&[0x80, 0x80], 0x80),
+            2,
+            "no UTF-8: cut where it is"
         );
+    }
+
+    #[test]
+    fn json_pieces_are_marked_partial_but_the_last() {
+        let attribution = Attribution::default();
+        attribution.set(Labels::of(br#"{"activation_id":"a1"}"#));
+        let labels = attribution.get();
+        let mut out = Vec::new();
+        render_piece(
+            b"start",
+            Piece::Partial,
+            Stream::Stderr,
+            Some(&labels),
+            &mut out,
+        );
+        render_piece(b"end", Piece::Last, Stream::Stderr, Some(&labels), &mut out);
+        let entries: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(entries[0]["partial"], true);
+        assert_eq!(entries[0]["message"], "start");
+        assert_eq!(entries[0]["activationId"], "a1");
+        assert!(entries[1].get("partial").is_none());
+        assert_eq!(entries[1]["message"], "end");
     }
 
     #[test]

@@ -213,81 +213,22 @@ impl From<LineTooLong> for LineError {
 pub struct LineTooLong(pub usize);
 
 /// Bytes cut into `\n`-terminated lines as they arrive, each byte scanned once however they
-/// come: the one line splitter, for results read from a pipe (`LineReader`), results
-/// written by a guest, and the log lines kept of a child's stdout.
+/// come: the one line splitter, for results read from a pipe (`LineReader`) and results
+/// written by a guest.
 #[derive(Default)]
 pub struct LineBuffer {
     buf: BytesMut,
     /// How much of `buf` is known to hold no newline.
     scanned: usize,
-    /// For logs: lines are cut to this many bytes (the rest of each, up to its newline,
-    /// dropped) instead of failing `next_line`.
-    cut: Option<Cut>,
-}
-
-struct Cut {
-    max: usize,
-    /// Bytes of `buf` up to the end of its last complete line.
-    complete: usize,
-    /// The line being written was cut: what comes before its newline is dropped.
-    skipping: bool,
 }
 
 impl LineBuffer {
-    /// A buffer whose lines are cut to `max` bytes (newline not counted) and never fail.
-    pub fn cutting(max: usize) -> Self {
-        LineBuffer {
-            cut: Some(Cut {
-                max,
-                complete: 0,
-                skipping: false,
-            }),
-            ..LineBuffer::default()
-        }
+    pub fn extend(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
     }
 
-    pub fn extend(&mut self, mut bytes: &[u8]) {
-        let Some(cut) = &mut self.cut else {
-            self.buf.extend_from_slice(bytes);
-            return;
-        };
-        while !bytes.is_empty() {
-            if cut.skipping {
-                let Some(at) = memchr::memchr(b'\n', bytes) else {
-                    return;
-                };
-                self.buf.extend_from_slice(b"\n");
-                cut.complete = self.buf.len();
-                cut.skipping = false;
-                bytes = &bytes[at + 1..];
-                continue;
-            }
-            let room = cut.max.saturating_sub(self.buf.len() - cut.complete);
-            // A newline right after `room` bytes still ends a line that fits.
-            let window = &bytes[..bytes.len().min(room + 1)];
-            match memchr::memchr(b'\n', window) {
-                Some(at) => {
-                    self.buf.extend_from_slice(&bytes[..=at]);
-                    cut.complete = self.buf.len();
-                    bytes = &bytes[at + 1..];
-                }
-                None if bytes.len() <= room => {
-                    self.buf.extend_from_slice(bytes);
-                    return;
-                }
-                None => {
-                    self.buf.extend_from_slice(&bytes[..room]);
-                    cut.skipping = true;
-                    bytes = &bytes[room..];
-                }
-            }
-        }
-    }
-
-    /// The buffer itself, to read into: bytes appended there are split like `extend`'s
-    /// (not for a cutting buffer, whose cuts happen in `extend`).
+    /// The buffer itself, to read into: bytes appended there are split like `extend`'s.
     fn unfilled(&mut self) -> &mut BytesMut {
-        debug_assert!(self.cut.is_none());
         &mut self.buf
     }
 
@@ -300,9 +241,6 @@ impl LineBuffer {
                 self.scanned = 0;
                 if end - 1 > max {
                     return Err(LineTooLong(max));
-                }
-                if let Some(cut) = &mut self.cut {
-                    cut.complete -= end;
                 }
                 Ok(Some(self.buf.split_to(end).freeze()))
             }
@@ -318,16 +256,13 @@ impl LineBuffer {
 
     /// What has arrived since the last complete line.
     pub fn partial(&self) -> &[u8] {
-        &self.buf[self.cut.as_ref().map_or(0, |cut| cut.complete)..]
+        &self.buf
     }
 
     /// Everything buffered, complete lines and partial line alike; the buffer is empty
-    /// after (a cut line's remainder is still skipped).
+    /// after.
     pub fn take_all(&mut self) -> BytesMut {
         self.scanned = 0;
-        if let Some(cut) = &mut self.cut {
-            cut.complete = 0;
-        }
         self.buf.split()
     }
 }
@@ -440,22 +375,6 @@ impl<R: AsFd> LineReader<R> {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
-
-    #[test]
-    fn a_cutting_buffer_keeps_the_start_of_a_long_line_and_the_lines_after_it() {
-        let mut lines = LineBuffer::cutting(4);
-        for piece in [&b"ab"[..], b"cdefg", b"hi\nxy", b"z\n1234\n12345\n"] {
-            lines.extend(piece);
-        }
-        let mut got = Vec::new();
-        while let Some(line) = lines.next_line(usize::MAX).unwrap() {
-            got.push(line);
-        }
-        assert_eq!(got, ["abcd\n", "xyz\n", "1234\n", "1234\n"]);
-        lines.extend(b"tail");
-        assert_eq!(lines.partial(), b"tail");
-        assert_eq!(lines.next_line(usize::MAX), Ok(None));
-    }
 
     #[test]
     fn a_line_past_the_cap_is_an_error_whether_or_not_its_newline_came() {

@@ -12,6 +12,8 @@ const ACTIVATIONS: usize = 400;
 const CLIENTS: usize = 8;
 /// Log lines each activation writes per stream.
 const LINES: usize = 3;
+/// What tests/guest's `logs_a_long_line` repeats (its `LONG_LINE_UNIT`).
+const LONG_LINE_UNIT: &str = "xyz€é";
 
 /// Sends the activations from several clients at once to a server at `--concurrency 4`
 /// with `format`, and returns it once every activation's sentinels are out.
@@ -53,6 +55,18 @@ fn log_streams(backend: Backend) -> &'static [&'static str] {
 }
 
 each_backend! {
+    /// A 64 MiB line with no newline reaches stderr whole (in pieces of at most 16 KiB, each
+    /// written as it fills, so memory stays bounded), ended at the activation's end.
+    fn a_64_mib_line_reaches_stderr_whole_in_text(backend: Backend) {
+        let server = Server::with_guest(backend, "logs_a_long_line");
+        server.run(json!({"mib": 64})).assert(200, "{\"mib\":64}\n");
+        server.wait_sentinels(1);
+        let stderr = server.stderr();
+        let line = LONG_LINE_UNIT.repeat((64 << 20) / LONG_LINE_UNIT.len());
+        assert_eq!(stderr.len(), line.len() + 1 + SENTINEL.len() + 1, "{backend:?}");
+        assert!(stderr == format!("{line}\n{SENTINEL}\n"), "{backend:?}: not the line, whole");
+    }
+
     fn in_json_every_line_is_whole_and_names_the_activation_that_wrote_it(backend: Backend) {
         let server = overlapping(backend, "json");
         let mut per_activation: HashMap<String, usize> = HashMap::new();
@@ -107,9 +121,9 @@ each_backend! {
 }
 
 /// An unfinished last line is written whole at the activation's end, before its sentinel,
-/// and a line past the cap is cut with a marker.
+/// and a line past 16 KiB goes out in pieces, each but the last marked partial.
 #[test]
-fn an_unfinished_line_ends_with_its_activation_and_a_long_one_is_cut() {
+fn an_unfinished_line_ends_with_its_activation_and_a_long_one_goes_out_in_pieces() {
     for backend in [Backend::Native, Backend::Wasm] {
         let server = Server::builder().args(&["--log-format", "json"]).start();
         server
@@ -117,27 +131,40 @@ fn an_unfinished_line_ends_with_its_activation_and_a_long_one_is_cut() {
             .assert(200, "{\"ok\":true}\n");
         let long = "x".repeat(20_000);
         let input = json!({"id": "a1", "lines": 0, "unfinished": format!("{long}\nhalf a line")});
-        assert_eq!(server.run(input).status, 200);
+        let body = json!({"value": input, "activation_id": "a1"}).to_string();
+        assert_eq!(server.post("/run", body.as_bytes()).status, 200);
         server.wait_sentinels(1);
         let stderr = server.stderr();
         let lines: Vec<&str> = stderr.lines().collect();
-        assert_eq!(lines.len(), 3, "{backend:?}: {stderr}");
-        let message = |line: &str| {
-            let entry: Value = serde_json::from_str(line).unwrap();
-            entry["message"].as_str().unwrap().to_owned()
-        };
-        let cut = message(lines[0]);
-        assert!(
-            cut.starts_with("xxxx") && cut.len() < 17_000,
+        assert_eq!(
+            lines.len(),
+            4,
             "{backend:?}: {}",
-            &cut[..cut.len().min(300)]
+            &stderr[..stderr.len().min(300)]
         );
-        assert!(
-            cut.ends_with("[wasmloop: the line went on past 16 KiB and was cut]"),
+        let entry = |line: &str| serde_json::from_str::<Value>(line).unwrap();
+        let (first, rest) = (entry(lines[0]), entry(lines[1]));
+        assert_eq!(first["partial"], true, "{backend:?}");
+        assert_eq!(first["activationId"], "a1", "{backend:?}");
+        assert_eq!(
+            first["message"].as_str().unwrap().len(),
+            16 * 1024,
             "{backend:?}"
         );
-        assert_eq!(message(lines[1]), "half a line", "{backend:?}");
-        assert_eq!(lines[2], SENTINEL.trim_end(), "{backend:?}");
+        assert_eq!(
+            rest.get("partial"),
+            None,
+            "{backend:?}: the last piece is not partial"
+        );
+        assert_eq!(rest["activationId"], "a1", "{backend:?}");
+        let whole = format!(
+            "{}{}",
+            first["message"].as_str().unwrap(),
+            rest["message"].as_str().unwrap()
+        );
+        assert_eq!(whole, long, "{backend:?}: the pieces make the line");
+        assert_eq!(entry(lines[2])["message"], "half a line", "{backend:?}");
+        assert_eq!(lines[3], SENTINEL.trim_end(), "{backend:?}");
     }
 }
 

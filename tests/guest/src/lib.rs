@@ -82,3 +82,7 @@ pub fn env(name: &str) -> Value {
         .map(Value::String)
         .unwrap_or(Value::Null)
 }
+
+/// What `logs_a_long_line` repeats: 8 bytes, so that a MiB holds it a whole number of times,
+/// and with characters a piece could split.
+pub const LONG_LINE_UNIT: &str = "xyz€é";
