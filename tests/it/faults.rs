@@ -303,15 +303,22 @@ fn an_init_that_cannot_start_before_its_deadline_says_so_in_time() {
 }
 
 /// A wasm guest runs only while polled: one that yielded between its answer and a stray
-/// line writes the stray one before it reads the next request, not after it.
+/// line writes the stray one before it reads the next request, not after it. What decides
+/// is that read, not timing: the next request is sent the moment each answer arrives, many
+/// times over, and each gets its own answer, every stray line told as such.
 fn a_stray_line_after_a_pause_is_not_the_next_answer(backend: Backend) {
+    const RUNS: usize = 40;
     let server = Server::with_guest(backend, "strays_after_a_pause");
-    for n in 1..=3 {
+    for n in 1..=RUNS {
         server
             .run(json!({"n": n}))
             .assert(200, &format!("{{\"n\":{n}}}\n"));
     }
-    server.wait_stderr("dropped output the action wrote after its result");
+    // Each told at the next activation, when the guest has got back to its stdin.
+    server.wait_stderr_count("dropped output the action wrote after its result", RUNS - 1);
+    for n in 1..RUNS {
+        server.wait_stderr(&format!("after its result: `{{\"stray\":{{\"n\":{n}}}}}`"));
+    }
 }
 
 #[test]
