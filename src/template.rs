@@ -155,7 +155,7 @@ pub fn create(language: Language, dir: &Path) -> anyhow::Result<String> {
             );
         }
     }
-    let name = project_name(dir);
+    let name = project_name(dir, language);
     let write = |path: &Path, text: &str| -> anyhow::Result<()> {
         let path = dir.join(path);
         if let Some(parent) = path.parent() {
@@ -176,28 +176,106 @@ pub fn create(language: Language, dir: &Path) -> anyhow::Result<String> {
     Ok(name)
 }
 
-/// A package name made from the folder's: lowercase letters, digits, `-` and `_` (what
-/// Cargo accepts), starting with a letter.
-fn project_name(dir: &Path) -> String {
+/// A package name made from the folder's that every tool of `language` accepts: lowercase
+/// ASCII letters, digits, `-` and `_` (Latin letters lose their accents), starting with a
+/// letter, and none that `language` reserves (`action-` goes before those).
+fn project_name(dir: &Path, language: Language) -> String {
     let base = dir
         .file_name()
         .map(|name| name.to_string_lossy().to_lowercase())
         .unwrap_or_default();
-    let kept: String = base
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let trimmed = kept.trim_matches('-');
+    let mut kept = String::new();
+    for c in base.chars() {
+        match c {
+            'a'..='z' | '0'..='9' | '_' => kept.push(c),
+            _ => match unaccented(c) {
+                Some(plain) => kept.push_str(plain),
+                // One dash for a run of anything else.
+                None if !kept.ends_with('-') => kept.push('-'),
+                None => {}
+            },
+        }
+    }
+    let trimmed = kept.trim_matches(['-', '_']);
     match trimmed.chars().next() {
-        Some(first) if first.is_ascii_alphabetic() => trimmed.to_owned(),
-        Some(_) => format!("action-{trimmed}"),
         None => "action".to_owned(),
+        Some(first) if first.is_ascii_alphabetic() && !language.reserves(trimmed) => {
+            trimmed.to_owned()
+        }
+        Some(_) => format!("action-{trimmed}"),
+    }
+}
+
+/// The plain letters of an accented Latin one (lowercase), as a person would type them.
+fn unaccented(c: char) -> Option<&'static str> {
+    Some(match c {
+        'à'..='å' | 'ā' | 'ă' | 'ą' => "a",
+        'æ' => "ae",
+        'ç' | 'ć' | 'č' => "c",
+        'ď' | 'đ' | 'ð' => "d",
+        'è'..='ë' | 'ē' | 'ė' | 'ę' | 'ě' => "e",
+        'ğ' => "g",
+        'ì'..='ï' | 'ī' | 'į' | 'ı' => "i",
+        'ł' | 'ľ' => "l",
+        'ñ' | 'ń' | 'ň' => "n",
+        'ò'..='ö' | 'ø' | 'ō' | 'ő' => "o",
+        'œ' => "oe",
+        'ř' => "r",
+        'ś' | 'š' | 'ş' => "s",
+        'ß' => "ss",
+        'ť' | 'ţ' => "t",
+        'ù'..='ü' | 'ū' | 'ů' | 'ű' | 'ų' => "u",
+        'ý' | 'ÿ' => "y",
+        'ź' | 'ż' | 'ž' => "z",
+        'þ' => "th",
+        _ => return None,
+    })
+}
+
+/// Rust's keywords, reserved ones included: Cargo refuses them as a package's name.
+const RUST_KEYWORDS: &[&str] = &[
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
+    "do", "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl",
+    "in", "let", "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref",
+    "return", "self", "static", "struct", "super", "trait", "true", "try", "type", "typeof",
+    "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+];
+
+/// Names Cargo refuses for a binary, or warns of as the standard library's.
+const CARGO_RESERVED: &[&str] = &[
+    "alloc",
+    "build",
+    "core",
+    "deps",
+    "examples",
+    "incremental",
+    "proc_macro",
+    "proc-macro",
+    "std",
+    "test",
+];
+
+/// Names Go refuses as a path element on every system, since Windows reserves them.
+fn windows_reserved(name: &str) -> bool {
+    let stem = name.split('.').next().unwrap_or(name);
+    matches!(stem, "con" | "prn" | "aux" | "nul")
+        || (stem.len() == 4
+            && (stem.starts_with("com") || stem.starts_with("lpt"))
+            && stem.as_bytes()[3].is_ascii_digit())
+}
+
+impl Language {
+    /// Whether a project of this language cannot be named `name`.
+    fn reserves(self, name: &str) -> bool {
+        match self {
+            Language::Rust => RUST_KEYWORDS.contains(&name) || CARGO_RESERVED.contains(&name),
+            // The module is example.com/NAME (templates/go/go.mod): only a last element
+            // Go refuses is left to avoid.
+            Language::Go => windows_reserved(name),
+            // The Makefile's own targets.
+            Language::C => matches!(name, "wasm" | "native" | "clean"),
+            Language::Python | Language::Js => false,
+        }
     }
 }
 
@@ -207,11 +285,53 @@ mod tests {
 
     #[test]
     fn a_folder_name_becomes_a_package_name() {
-        let name = |dir: &str| project_name(Path::new(dir));
+        let name = |dir: &str| project_name(Path::new(dir), Language::Python);
         assert_eq!(name("/tmp/Hello World"), "hello-world");
         assert_eq!(name("my_action"), "my_action");
+        assert_eq!(name("my action"), "my-action");
+        assert_eq!(name("a.b"), "a-b");
         assert_eq!(name("2fast"), "action-2fast");
+        assert_eq!(name("123"), "action-123");
         assert_eq!(name("/"), "action");
+        assert_eq!(name("Crème Brûlée"), "creme-brulee");
+        assert_eq!(name("日本"), "action");
+        assert_eq!(name("_a__b--c_"), "a__b-c");
+    }
+
+    #[test]
+    fn each_language_steers_clear_of_the_names_its_tools_refuse() {
+        use clap::ValueEnum;
+        let name = |dir: &str, language| project_name(Path::new(dir), language);
+        assert_eq!(name("go", Language::Go), "go");
+        assert_eq!(name("aux", Language::Go), "action-aux");
+        assert_eq!(name("com1", Language::Go), "action-com1");
+        assert_eq!(name("go", Language::Rust), "go");
+        assert_eq!(name("fn", Language::Rust), "action-fn");
+        assert_eq!(name("test", Language::Rust), "action-test");
+        assert_eq!(name("wasm", Language::C), "action-wasm");
+        for language in Language::value_variants() {
+            for dir in [
+                "go",
+                "123",
+                "a.b",
+                "my action",
+                "héllo wörld",
+                "日本",
+                "fn",
+                "wasm",
+            ] {
+                let made = name(dir, *language);
+                assert!(!language.reserves(&made), "{language:?}: {dir} -> {made}");
+                assert!(
+                    made.starts_with(|c: char| c.is_ascii_lowercase())
+                        && made.chars().all(|c| c.is_ascii_lowercase()
+                            || c.is_ascii_digit()
+                            || c == '-'
+                            || c == '_'),
+                    "{language:?}: {dir} -> {made}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,4 +1,6 @@
-module {{name}}
+// example.com is reserved for examples (RFC 2606): a path there never meets the standard
+// library's, nor a module fetched from anywhere. Rename it when you publish the action.
+module example.com/{{name}}
 
 go 1.22
 

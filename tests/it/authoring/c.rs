@@ -239,3 +239,21 @@ fn the_c_sdk_reads_escapes_into_utf8_and_writes_them_back_exactly() {
         );
     }
 }
+
+/// A folder named as one of the Makefile's own targets still makes a project that builds.
+#[test]
+fn a_c_project_in_a_folder_named_like_a_make_target_builds() {
+    for folder in ["wasm", "native", "123", "my action"] {
+        let (_dir, project) = new_project("c", folder);
+        let makefile = std::fs::read_to_string(project.join("Makefile")).unwrap();
+        let name = makefile
+            .lines()
+            .find_map(|line| line.strip_prefix("native: "))
+            .unwrap()
+            .to_owned();
+        assert!(
+            make(&project, "native", &name).is_file(),
+            "{folder}: {name}"
+        );
+    }
+}

@@ -153,3 +153,29 @@ fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backend
             .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
     }
 }
+
+/// Folder names Go refuses as a module path, or that would shadow the standard library,
+/// still make projects that build: `new` names the module so that Go accepts it.
+#[test]
+fn a_go_project_in_any_folder_builds() {
+    for folder in [
+        "go",
+        "fmt",
+        "uuid",
+        "123",
+        "a.b",
+        "my action",
+        "héllo wörld",
+        "aux",
+    ] {
+        let (_dir, project) = new_project("go", folder);
+        let go_mod = std::fs::read_to_string(project.join("go.mod")).unwrap();
+        let module = go_mod
+            .lines()
+            .find_map(|line| line.strip_prefix("module "))
+            .unwrap();
+        // The standard library's paths never have a dot in their first element.
+        assert!(module.split('/').next().unwrap().contains('.'), "{module}");
+        go_build(&project, Some("wasip1"), "action.wasm");
+    }
+}

@@ -121,3 +121,23 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
     );
     assert!(!ran.status.success(), "the panicked input counts as failed");
 }
+
+/// Folder names Cargo refuses as a package name (a keyword, a number) still make projects
+/// that build.
+#[test]
+fn a_rust_project_in_any_folder_builds() {
+    for folder in ["fn", "123", "a.b", "my action", "héllo"] {
+        let (_dir, project) = new_project("rust", folder);
+        let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+        let name = manifest
+            .lines()
+            .find_map(|line| line.strip_prefix("name = \""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap()
+            .to_owned();
+        assert!(
+            cargo_build(&project, None, &name).is_file(),
+            "{folder}: {name}"
+        );
+    }
+}
