@@ -46,6 +46,12 @@ cargo test --locked --manifest-path sdk/rust/Cargo.toml
   go vet ./... && GOOS=wasip1 GOARCH=wasm go vet ./...
   go test ./...
 )
+# The SDKs' shared contract (sdk/contract.json), read by each SDK's own runner: Rust's and
+# Go's in their tests above, Python's unittest, Node's test runner, and a C program.
+python3 -m unittest discover -s sdk/python
+node --import ./sdk/js/test/register.mjs --test sdk/js/test/contract.test.mjs
+cc -O2 -Wall -Wextra -Werror -I sdk/c -o "${CARGO_TARGET_DIR:-target}/sdk-c-contract" sdk/c/contract_test.c
+"${CARGO_TARGET_DIR:-target}/sdk-c-contract" sdk/contract.json >/dev/null
 # The C header, warning-free for both targets, in every C standard it supports.
 for std in c99 c11; do
   echo '#include "wasmloop.h"' | cc -std=$std -Wall -Wextra -pedantic -Werror -fsyntax-only -I sdk/c -x c -

@@ -37,8 +37,8 @@
  * What the function returns:
  * - NULL: the result is what it wrote into `result`, which must be one JSON object.
  *   Nothing written answers {"error":"the action returned no error and wrote no
- *   result: a JSON object was expected"}; another value answers {"error":"the action's
- *   result is an array, not a JSON object"} (or a string, a number, ...); a misuse of the
+ *   result: a JSON object was expected"}; another value answers {"error":"the action
+ *   returned an array, not a JSON object"} (or a string, a number, ...); a misuse of the
  *   writer (a value where a key belongs, an object left open) answers {"error":"the
  *   action's result is not valid JSON: <what>"}.
  * - A message: {"error":"<message>"}, which the platform shows as the activation's error
@@ -48,8 +48,9 @@
  *   default and fail the activation: whatever the function returns then, the answer is
  *   {"error":"the argument \"name\" is a number, not a string"}. Check the type yourself
  *   (wl_get, wl_type_of) where a wrong type is not an error.
- * - A request line that is not JSON answers {"error":"the request line is not valid
- *   JSON: <what>, at byte N"}, without calling the function.
+ * - A request line that is not JSON answers {"error":"the request line is not JSON: <what>,
+ *   at byte N"} (one that is not UTF-8, {"error":"the request line is not UTF-8 (byte N is
+ *   not): ..."}), without calling the function; blank lines are no requests.
  *
  * C has no way to survive a crash, so there is no catching one: an `assert` that fails,
  * `abort()`, `wl_fail(...)` or a bad pointer stop the instance. The message of an assert
@@ -646,9 +647,9 @@ static wl_value *wl__parse(wl__arena *arena, const char *text, size_t length, co
     }
     if (!root) {
         if (p.error_at >= length)
-            snprintf(message, message_size, "%s is not valid JSON: %s, at its end", what, p.error);
+            snprintf(message, message_size, "%s is not JSON: %s, at its end", what, p.error);
         else
-            snprintf(message, message_size, "%s is not valid JSON: %s, at byte %lu", what,
+            snprintf(message, message_size, "%s is not JSON: %s, at byte %lu", what,
                      p.error, (unsigned long)p.error_at);
     }
     return root;
@@ -1104,11 +1105,11 @@ static long long wl__deadline(const wl_value *deadline) {
 
 static const char *wl__not_an_object(char first) {
     switch (first) {
-    case '[': return "the action's result is an array, not a JSON object";
-    case '"': return "the action's result is a string, not a JSON object";
-    case 't': case 'f': return "the action's result is a boolean, not a JSON object";
-    case 'n': return "the action's result is null, not a JSON object";
-    default: return "the action's result is a number, not a JSON object";
+    case '[': return "the action returned an array, not a JSON object";
+    case '"': return "the action returned a string, not a JSON object";
+    case 't': case 'f': return "the action returned a boolean, not a JSON object";
+    case 'n': return "the action returned null, not a JSON object";
+    default: return "the action returned a number, not a JSON object";
     }
 }
 
@@ -1120,6 +1121,17 @@ static const char *wl__call(wl_action action, wl_writer *w, const char *text, si
     wl_context ctx;
     const wl_value *root, *args;
     const char *error;
+    size_t at;
+    /* Checked first: JSON is UTF-8, and a string's bytes are passed on as they are. */
+    for (at = 0; at < length;) {
+        size_t n = wl__utf8_length(text + at, length - at);
+        if (!n) {
+            snprintf(message, message_size, "%s is not UTF-8 (byte %lu is not): JSON is text in UTF-8",
+                     whole_request ? "the request line" : "the input", (unsigned long)at);
+            return message;
+        }
+        at += n;
+    }
     root = wl__parse(w->arena, text, length, whole_request ? "the request line" : "the input",
                      message, message_size);
     if (!root) return message;
@@ -1276,7 +1288,13 @@ WL_API int wasmloop_serve(wl_action action) {
         size_t length, line_length;
         const char *line;
         char *request = wl__next_line(&in, &length);
+        size_t blank = 0;
         if (!request) break;
+        /* A blank line is no request (a writer that sends a line and its newline apart). */
+        while (blank < length && (request[blank] == ' ' || request[blank] == '\t' ||
+                                  request[blank] == '\r'))
+            blank++;
+        if (blank == length) continue;
         wl__answer(action, &w, request, length, 1, api_host, &line, &line_length);
         /* The activation's logs are out before its answer, and so before it ends. */
         fflush(stdout);

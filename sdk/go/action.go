@@ -62,6 +62,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Args is an argument type for a function that takes the value as a JSON object without
@@ -139,6 +140,13 @@ func (l *loop[A, R]) serve(in io.Reader, out io.Writer, ack bool) {
 		if len(line) == 0 && err != nil {
 			return
 		}
+		// A blank line is no request (a writer that sends a line and its newline apart).
+		if len(bytes.TrimSpace(line)) == 0 {
+			if err != nil {
+				return
+			}
+			continue
+		}
 		l.request(line)
 		// os.Stderr has no buffer, so the function's logs are out before its answer.
 		if _, err := out.Write(l.answer.Bytes()); err != nil {
@@ -211,6 +219,11 @@ func (l *loop[A, R]) context(e *envelope) Context {
 
 // request puts the answer to one request line in l.answer.
 func (l *loop[A, R]) request(line []byte) {
+	// encoding/json would read bytes that are not UTF-8 as U+FFFD, silently.
+	if !utf8.Valid(line) {
+		l.fail(fmt.Sprintf("the request line is not UTF-8 (byte %d is not): a request is JSON text", validUpTo(line)))
+		return
+	}
 	var fast typed[A]
 	if json.Unmarshal(line, &fast) == nil && fast.Value != nil {
 		ctx := l.context(&fast.envelope)
@@ -225,7 +238,11 @@ func (l *loop[A, R]) request(line []byte) {
 		var wrongType *json.UnmarshalTypeError
 		// A context key of another type reads as absent, but the line must be an object.
 		if !errors.As(err, &wrongType) || wrongType.Field == "" {
-			l.fail("the request is not a JSON object: " + jsonMessage(err))
+			if json.Valid(line) {
+				l.fail("the request line is not a JSON object")
+			} else {
+				l.fail("the request line is not JSON: " + jsonMessage(err))
+			}
 			return
 		}
 	}
@@ -271,7 +288,45 @@ func (l *loop[A, R]) call(args A, ctx *Context) (failure string, failed bool) {
 	if err := l.encoder.Encode(result); err != nil {
 		return "the action's result does not marshal to JSON: " + jsonMessage(err), true
 	}
+	if kind := notAnObject(l.answer.Bytes()); kind != "" {
+		shown := strings.TrimSpace(l.answer.String())
+		if len(shown) > 80 {
+			shown = shown[:80] + "..."
+		}
+		return fmt.Sprintf("the action returned %s, not an object: %s (return a map or a struct)", kind, shown), true
+	}
 	return "", false
+}
+
+// notAnObject names the JSON type of an encoded result that an activation cannot answer
+// with (the platform takes only an object or an array), or is empty.
+func notAnObject(encoded []byte) string {
+	if len(encoded) == 0 {
+		return "nothing"
+	}
+	switch encoded[0] {
+	case '{', '[':
+		return ""
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// validUpTo is where the first byte that is not UTF-8 is in line.
+func validUpTo(line []byte) int {
+	for at := 0; at < len(line); {
+		r, size := utf8.DecodeRune(line[at:])
+		if r == utf8.RuneError && size == 1 {
+			return at
+		}
+		at += size
+	}
+	return len(line)
 }
 
 // fail makes l.answer the error object of message.

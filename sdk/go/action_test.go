@@ -93,8 +93,8 @@ func TestErrorsPanicsAndWrongValuesAnswerAnErrorObject(t *testing.T) {
 		`{"value":{"name":7}}`:         `{"error":"the request's value does not fit the action's arguments: cannot unmarshal number into Go struct field helloArgs.name of type string"}`,
 		`{"value":[1]}`:                `{"error":"the request's value does not fit the action's arguments: cannot unmarshal array into Go value of type action.helloArgs"}`,
 		`{"value":{"name":"channel"}}`: `{"error":"the action's result does not marshal to JSON: unsupported type: chan int"}`,
-		`[1]`:                          `{"error":"the request is not a JSON object: cannot unmarshal array into Go value of type action.request"}`,
-		`{"value":`:                    `{"error":"the request is not a JSON object: unexpected end of JSON input"}`,
+		`[1]`:                          `{"error":"the request line is not a JSON object"}`,
+		`{"value":`:                    `{"error":"the request line is not JSON: unexpected end of JSON input"}`,
 	} {
 		if got := answer(l, request); got != want+"\n" {
 			t.Errorf("%s\n got %s\nwant %s", request, got, want)
@@ -106,9 +106,9 @@ func TestErrorsPanicsAndWrongValuesAnswerAnErrorObject(t *testing.T) {
 const panicLine = 27
 
 func TestArgumentsThatCannotBeAnObjectSayTheValueIsMissing(t *testing.T) {
-	l := newLoop(func(n int, _ *Context) (int, error) { return n + 1, nil }, "")
+	l := newLoop(func(n int, _ *Context) (Args, error) { return Args{"n": n + 1}, nil }, "")
 	l.request([]byte(`{"value":41}`))
-	if got := l.answer.String(); got != "42\n" {
+	if got := l.answer.String(); got != `{"n":42}`+"\n" {
 		t.Errorf("got %s", got)
 	}
 	l.request([]byte(`{}`))

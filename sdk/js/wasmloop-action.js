@@ -30,7 +30,8 @@ import { getEnvironment } from 'wasi:cli/environment@0.2.12';
 import { getStdin } from 'wasi:cli/stdin@0.2.12';
 import { getStdout } from 'wasi:cli/stdout@0.2.12';
 
-const decoder = new TextDecoder();
+// Fatal: a request line that is not UTF-8 is answered as such, not read with U+FFFD in it.
+const decoder = new TextDecoder('utf-8', { fatal: true });
 const encoder = new TextEncoder();
 // What blocking-write-and-flush takes in one call: WASI allows up to 4096 bytes.
 const MOST_PER_WRITE = 4096;
@@ -120,6 +121,10 @@ export async function serve(main) {
   }
   if (ack) send(stdout, '{"ok":true}');
   for (const line of lines(stdin)) {
+    if (typeof line !== 'string') {
+      send(stdout, failure(`the request line is not UTF-8 (byte ${line.notUtf8} is not): a request is JSON text`));
+      continue;
+    }
     if (!line.trim()) continue;
     // Awaited only when main is async: each await is a trip through the event loop.
     let reply = answer(main, line, apiHost);
@@ -128,24 +133,67 @@ export async function serve(main) {
   }
 }
 
-// Yields each line of stdin as it arrives; blockingRead parks the instance between
-// requests, which is what keeps it alive and its state with it.
+// Yields each line of stdin as it arrives, as text, or as the offset of its first byte that
+// is not UTF-8; a last line without its newline too, once stdin ends. blockingRead parks
+// the instance between requests, which is what keeps it alive and its state with it.
 function* lines(stdin) {
-  let pending = '';
+  // The pieces of the line being read, joined once its newline comes.
+  let parts = [];
   for (;;) {
     let chunk;
     try {
       chunk = stdin.blockingRead(65536n);
     } catch {
-      return; // closed
+      // closed
+      if (parts.length) yield decoded(joined(parts));
+      return;
     }
-    pending += decoder.decode(chunk, { stream: true });
+    let from = 0;
     let newline;
-    while ((newline = pending.indexOf('\n')) >= 0) {
-      yield pending.slice(0, newline);
-      pending = pending.slice(newline + 1);
+    while ((newline = chunk.indexOf(10, from)) >= 0) {
+      parts.push(chunk.subarray(from, newline));
+      yield decoded(joined(parts));
+      parts = [];
+      from = newline + 1;
     }
+    if (from < chunk.length) parts.push(chunk.slice(from));
   }
+}
+
+function joined(parts) {
+  if (parts.length === 1) return parts[0];
+  const line = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    line.set(part, at);
+    at += part.length;
+  }
+  return line;
+}
+
+// A line's text, or `{ notUtf8: offset }`.
+function decoded(bytes) {
+  try {
+    return decoder.decode(bytes);
+  } catch {
+    return { notUtf8: firstInvalid(bytes) };
+  }
+}
+
+// Where the first byte that is not part of well-formed UTF-8 is.
+function firstInvalid(bytes) {
+  for (let at = 0; at < bytes.length; ) {
+    const c = bytes[at];
+    const n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (n === 0 || at + n > bytes.length) return at;
+    try {
+      decoder.decode(bytes.subarray(at, at + n));
+    } catch {
+      return at;
+    }
+    at += n;
+  }
+  return bytes.length;
 }
 
 // One write and flush for a line that fits in one; a longer one goes in pieces.

@@ -138,10 +138,19 @@ def serve(main):
         if os.environ.get("__OW_WAIT_FOR_ACK"):
             _send(results, b'{"ok":true}')
         api_host = os.environ.get("__OW_API_HOST", "")
-        for line in sys.stdin:
-            if not line.strip():
+        # Bytes: a line that is not UTF-8 gets its answer, and the loop goes on.
+        for raw in sys.stdin.buffer:
+            if not raw.strip():
                 continue
-            answer = _answer(main, line, api_host)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                answer = _error(
+                    f"the request line is not UTF-8 (byte {error.start} is not): "
+                    "a request is JSON text"
+                )
+            else:
+                answer = _answer(main, line, api_host)
             # The activation's logs before its answer: the runtime ends its logs with it.
             sys.stderr.flush()
             _send(results, answer)
@@ -188,14 +197,26 @@ def _answer(main, line, api_host):
 
 
 def _not_a_dict(value):
+    """What was returned instead of an object, in JSON's words (as every SDK says it) and
+    Python's."""
     if value is None:
-        return "the action returned None, not a dict: does main end without a return?"
+        return (
+            "the action returned null (None), not an object (a dict): "
+            "does main end without a return?"
+        )
     kind = type(value).__name__
-    article = "an" if kind[0] in "aeiou" else "a"
+    if isinstance(value, bool):
+        json_kind = "a boolean"
+    elif isinstance(value, (int, float)):
+        json_kind = "a number"
+    elif isinstance(value, str):
+        json_kind = "a string"
+    else:
+        json_kind = ("an " if kind[0] in "aeiou" else "a ") + kind
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return f"the action returned {article} {kind}, not a dict: {shown}"
+    return f"the action returned {json_kind} ({kind}), not an object (a dict): {shown}"
 
 
 def _error(message):

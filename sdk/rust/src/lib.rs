@@ -88,7 +88,7 @@ fn none<A>() -> Option<A> {
 /// Serves activations with `action` until stdin ends. `A` is what the request's `value` is
 /// read into (a struct of yours, or `serde_json::Value`; a missing `value` reads as `{}`);
 /// `R` is the result.
-pub fn serve<A, R, E, F>(mut action: F)
+pub fn serve<A, R, E, F>(action: F)
 where
     A: DeserializeOwned,
     R: Serialize,
@@ -99,30 +99,91 @@ where
     if std::env::var("__OW_WAIT_FOR_ACK").is_ok_and(|v| !v.is_empty()) {
         out.send(b"{\"ok\":true}");
     }
+    serve_lines(std::io::stdin().lock(), action, |answer| out.send(answer));
+}
+
+/// Serves the request lines of `input` with `action`, writing each answer and its newline
+/// to `output`, until `input` ends: what `serve` does over stdin and the result channel,
+/// for testing an action without a runtime.
+pub fn serve_from<A, R, E, F>(input: impl BufRead, mut output: impl Write, action: F)
+where
+    A: DeserializeOwned,
+    R: Serialize,
+    E: Display,
+    F: FnMut(A, &Context<'_>) -> Result<R, E>,
+{
+    serve_lines(input, action, |answer| {
+        output
+            .write_all(answer)
+            .and_then(|()| output.write_all(b"\n"))
+            .and_then(|()| output.flush())
+            .is_ok()
+    });
+}
+
+fn serve_lines<A, R, E, F>(
+    mut input: impl BufRead,
+    mut action: F,
+    mut send: impl FnMut(&[u8]) -> bool,
+) where
+    A: DeserializeOwned,
+    R: Serialize,
+    E: Display,
+    F: FnMut(A, &Context<'_>) -> Result<R, E>,
+{
     panics::report();
     let api_host = std::env::var("__OW_API_HOST").unwrap_or_default();
+    let mut line = Vec::new();
     let mut answer = Vec::new();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
+    loop {
+        line.clear();
+        // Bytes, not text: a line that is not UTF-8 gets its answer, and the loop goes on.
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
         answer.clear();
-        match answer_for(&line, &api_host, &mut action) {
-            Ok(result) => {
-                if serde_json::to_writer(&mut answer, &result).is_err() {
-                    answer.clear();
-                    error_line(
-                        &mut answer,
-                        "the action's result does not serialize to JSON",
-                    );
-                }
-            }
+        let outcome = match std::str::from_utf8(&line) {
+            Ok(text) => answer_for(text, &api_host, &mut action),
+            Err(e) => Err(format!(
+                "the request line is not UTF-8 (byte {} is not): a request is JSON text",
+                e.valid_up_to()
+            )),
+        };
+        match outcome {
+            Ok(result) => write_result(&mut answer, &result),
             Err(message) => error_line(&mut answer, &message),
         }
         // The action's own logs are out before its answer, and so before the activation ends.
         let _ = std::io::stderr().flush();
-        if !out.send(&answer) {
+        if !send(&answer) {
             break;
         }
     }
+}
+
+/// The result as JSON, or the error saying why it is not one an activation can answer.
+fn write_result<R: Serialize>(into: &mut Vec<u8>, result: &R) {
+    if serde_json::to_writer(&mut *into, result).is_err() {
+        into.clear();
+        return error_line(into, "the action's result does not serialize to JSON");
+    }
+    let kind = match into.first() {
+        Some(b'{' | b'[') => return,
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    };
+    let shown: String = String::from_utf8_lossy(into).chars().take(80).collect();
+    into.clear();
+    error_line(
+        into,
+        &format!("the action returned {kind}, not an object: {shown} (return a map or a struct, such as json!({{\"result\": ...}}))"),
+    );
 }
 
 /// The result of one request line, or the message of its `{"error": ...}`.
@@ -133,11 +194,22 @@ where
     F: FnMut(A, &Context<'_>) -> Result<R, E>,
 {
     let request: Request<'_, A> = serde_json::from_str(line).map_err(|e| {
-        format!(
-            "the request's value does not fit the action's arguments: {}",
-            without_position(&e)
-        )
+        // Told apart only on this path: a request line that fits costs one parse.
+        if serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() {
+            format!("the request line is not JSON: {}", without_position(&e))
+        } else if !line.trim_start().starts_with('{') {
+            "the request line is not a JSON object".to_owned()
+        } else {
+            format!(
+                "the request's value does not fit the action's arguments: {}",
+                without_position(&e)
+            )
+        }
     })?;
+    if !line.trim_start().starts_with('{') {
+        // serde would take an array's items as the struct's fields, in order.
+        return Err("the request line is not a JSON object".to_owned());
+    }
     let args = match request.value {
         Some(args) => args,
         None => serde_json::from_str("{}").map_err(|e| {

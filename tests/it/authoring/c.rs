@@ -100,7 +100,7 @@ fn the_c_sdk_answers_errors_wrong_types_and_results_that_are_not_objects_and_goe
     let inputs = "{\"name\":\"\"}\n{\"name\":\"many\"}\n{\"name\":\"list\"}\n{\"name\":\"none\"}\n\
                   {\"name\":5}\n{\"name\":\"fail\"}\n{\"name\":\"Mike\"}\n";
     // The SDK's own words where it answers for the action.
-    let not_an_object = "{\"error\":\"the action's result is an array, not a JSON object\"}";
+    let not_an_object = "{\"error\":\"the action returned an array, not a JSON object\"}";
     let nothing = "{\"error\":\"the action returned no error and wrote no result: a JSON \
                    object was expected\"}";
     let wrong_type = "{\"error\":\"the argument \\\"name\\\" is a number, not a string\"}";
@@ -234,7 +234,7 @@ fn the_c_sdk_reads_escapes_into_utf8_and_writes_them_back_exactly() {
         assert!(!once.status.success(), "{input}");
         assert_eq!(
             String::from_utf8_lossy(&once.stdout),
-            format!("{{\"error\":\"the input is not valid JSON: {error}\"}}\n"),
+            format!("{{\"error\":\"the input is not JSON: {error}\"}}\n"),
             "{input}"
         );
     }

@@ -119,7 +119,7 @@ fn the_python_template_builds_a_component_and_its_sdk_answers_errors() {
         stdout.lines().collect::<Vec<_>>(),
         [
             "{\"error\":\"ValueError: no such thing\"}",
-            "{\"error\":\"the action returned a str, not a dict: 'just text'\"}",
+            "{\"error\":\"the action returned a string (str), not an object (a dict): 'just text'\"}",
             "{\"error\":\"the action's result cannot be written as JSON: Object of type set \
              is not JSON serializable\"}",
             "{\"hello\":\"Mike\",\"id\":\"abc\",\"left\":true,\"host\":\"https://api.example\",\
