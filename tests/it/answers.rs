@@ -132,3 +132,28 @@ fn a_client_expecting_100_continue_gets_the_refusal_without_sending() {
     assert!(!answer.contains("100 Continue"), "{answer}");
     assert!(answer.ends_with(ALREADY), "{answer}");
 }
+
+/// Turned away while the server drains (after SIGTERM), a large request still gets its 503,
+/// the status the platform reads as "this container is going away".
+#[test]
+fn a_large_request_during_the_drain_gets_its_503() {
+    let server = Server::builder()
+        .args(&["--log-filter", "wasmloop::runtime=debug"])
+        .start()
+        .initialized_with(Backend::Native, "slow");
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| server.run(json!({"sleep_ms": 1500})));
+        server.wait_stderr("slow: started");
+        // SAFETY: kill(2) on the server we started.
+        unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+        server.wait_stderr("draining: new requests get 503");
+        let body = json!({"value": {"padding": "x".repeat(6_000_000)}}).to_string();
+        let (status, answer) = post_strictly(server.addr, "/run", body.as_bytes());
+        assert!(status.starts_with("HTTP/1.1 503 "), "{status}");
+        assert_eq!(
+            answer,
+            "{\"error\":\"the runtime is shutting down and takes no new requests\"}\n"
+        );
+        run.join().unwrap().assert(200, "{\"sleep_ms\":1500}\n");
+    });
+}

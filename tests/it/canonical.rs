@@ -349,6 +349,11 @@ fn run_case(backend: Backend, case: &Case) {
         }
     }
     server.wait_sentinels(case.sentinels);
+    // Lines with no sentinel after them are read from the server's stream on a thread of
+    // their own: waited for, before the streams are compared whole.
+    if let Streams::Stderr(lines) = case.streams {
+        server.wait_stderr(lines);
+    }
     let expected = match case.streams {
         Streams::Empty => (String::new(), String::new()),
         Streams::EachActivation(out, err) => {
