@@ -20,10 +20,7 @@ pub async fn init(
     let early = runtime
         .admit()
         .and_then(|admitted| runtime.refuse_second_init().map(|()| admitted));
-    let _admitted = match early {
-        Ok(admitted) => admitted,
-        Err(error) => return Err(refuse(error, &headers, body, limit).await),
-    };
+    let (_admitted, body) = before_body(early, &headers, body, limit).await?;
     let body = read_body(body, limit, "init").await?;
     // Its own buffer again (no copy when the body came with a Content-Length, as uploads
     // do): the code is decoded over its base64.
@@ -40,10 +37,7 @@ pub async fn run(
     let early = runtime
         .admit()
         .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
-    let (action, admitted) = match early {
-        Ok(admitted) => admitted,
-        Err(error) => return Err(refuse(error, &headers, body, limit).await),
-    };
+    let ((action, admitted), body) = before_body(early, &headers, body, limit).await?;
     let body = read_body(body, limit, "run").await?;
     let result = action.activate_to_completion(body, admitted).await?;
     Ok(json_response(StatusCode::OK, result))
@@ -57,6 +51,20 @@ pub async fn other() -> Response {
 /// How long a refused request's body may take to arrive before the answer goes out anyway
 /// (the connection's lingering close still lets the client read it).
 const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the checks made before the body is read (`early`) gave, with the body still to read;
+/// or their refusal, answered as `refuse` says.
+async fn before_body<T>(
+    early: Result<T, Error>,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<(T, Body), Error> {
+    match early {
+        Ok(passed) => Ok((passed, body)),
+        Err(error) => Err(refuse(error, headers, body, limit).await),
+    }
+}
 
 /// Answers `error` to a request refused before its body was read. A client sending a body
 /// reads the answer only once it has sent it, and a connection closed on unread bytes is

@@ -113,6 +113,7 @@ impl Reporting {
 }
 
 /// Unit tests' pools: no hints.
+#[cfg(test)]
 impl From<End> for Reporting {
     fn from(end: End) -> Reporting {
         Reporting { end, hints: false }

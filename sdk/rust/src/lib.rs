@@ -193,12 +193,17 @@ where
     E: Display,
     F: FnMut(A, &Context<'_>) -> Result<R, E>,
 {
+    if !line.trim_start().starts_with('{') {
+        // serde would take an array's items as the struct's fields, in order.
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(line) {
+            Ok(_) => "the request line is not a JSON object".to_owned(),
+            Err(e) => format!("the request line is not JSON: {}", without_position(&e)),
+        });
+    }
     let request: Request<'_, A> = serde_json::from_str(line).map_err(|e| {
         // Told apart only on this path: a request line that fits costs one parse.
         if serde_json::from_str::<serde::de::IgnoredAny>(line).is_err() {
             format!("the request line is not JSON: {}", without_position(&e))
-        } else if !line.trim_start().starts_with('{') {
-            "the request line is not a JSON object".to_owned()
         } else {
             format!(
                 "the request's value does not fit the action's arguments: {}",
@@ -206,10 +211,6 @@ where
             )
         }
     })?;
-    if !line.trim_start().starts_with('{') {
-        // serde would take an array's items as the struct's fields, in order.
-        return Err("the request line is not a JSON object".to_owned());
-    }
     let args = match request.value {
         Some(args) => args,
         None => serde_json::from_str("{}").map_err(|e| {
