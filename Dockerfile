@@ -7,6 +7,8 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
+# The workspace's other member: cargo reads its manifest, and builds none of it here.
+COPY bench ./bench
 # `wasmloop new` embeds the SDKs, the templates and the components' WIT world (build.rs
 # finds the WASI packages it names in cargo's registry).
 COPY sdk ./sdk

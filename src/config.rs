@@ -45,8 +45,6 @@ pub const DEFAULT_WASM_COMPILER: WasmCompiler = WasmCompiler::Tiered;
 pub const DEFAULT_CONCURRENCY: u16 = 1;
 /// The entry point name an `/init` without `main` gets, as the platform's default.
 pub const DEFAULT_MAIN: &str = "main";
-/// Which backends run actions unless the operator narrows it (`--backends`).
-pub const DEFAULT_BACKENDS: &str = "wasm,component,native";
 /// Our own executable, as the kernel keeps it.
 pub const SELF_EXE: &str = "/proc/self/exe";
 /// What `__OW_PROXY_VERSION` tells an action.
@@ -65,42 +63,76 @@ fn duration(text: &str) -> Duration {
     humantime::parse_duration(text).expect("the default durations above are well-formed")
 }
 
-/// Everything the runtime needs to know, resolved once at start-up.
-#[derive(Debug, Clone)]
+/// Everything the runtime needs to know, resolved once at start-up, grouped by what each
+/// part governs. Making one does nothing to the process: `fit_to_host` (where a server or
+/// a local run starts) raises the open-file limit and reads the container's memory limit.
+#[derive(Debug, Clone, Default)]
 pub struct Config {
+    /// What HTTP bodies, uploads and answers may weigh.
+    pub limits: Limits,
+    /// How an upload becomes a started action.
+    pub action: ActionSettings,
+    /// WebAssembly: compilers, the compile cache, trust, and each instance's caps.
+    pub wasm: WasmSettings,
+    /// The instances (or children) of an action and the activations that wait for them.
+    pub pool: PoolSettings,
+    /// What the runtime writes on the container's streams besides the action's lines.
+    pub logs: LogSettings,
+}
+
+/// Caps on what a request, an upload or an answer may weigh.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_init_bytes: usize,
+    pub max_run_bytes: usize,
+    pub max_result_bytes: usize,
+    pub max_archive_entries: usize,
+    pub max_unpacked_bytes: u64,
+}
+
+/// How an upload is unpacked, checked and started.
+#[derive(Debug, Clone)]
+pub struct ActionSettings {
     /// Folder under which each `/init` gets a fresh folder of its own.
-    pub action_dir: PathBuf,
+    pub dir: PathBuf,
     /// `OW_COMPILER`: the hook that turns sources into `bin/exec`.
-    pub compiler: Option<PathBuf>,
+    pub compiler_hook: Option<PathBuf>,
     /// Our own `PATH`, which the compiler hook (and only it) gets.
     pub path_env: Option<String>,
     /// `OW_WAIT_FOR_ACK` (non-empty): children announce readiness with `{"ok":true}`.
     pub wait_for_ack: Option<String>,
     /// `OW_EXECUTION_ENV` (non-empty): `bin/exec.env` must hold this value.
     pub execution_env: Option<String>,
-    /// `OW_LOG_INIT_ERROR` (non-empty): init errors go to the logs, the client gets a generic text.
-    pub log_init_error: bool,
     /// The runtime's own `__OW_*` variables, passed on to every action.
     pub inherited_env: Vec<(String, String)>,
     /// `--action`: the image's own action file and its `main`, installed at start-up.
-    pub built_in_action: Option<(PathBuf, String)>,
+    pub built_in: Option<(PathBuf, String)>,
     /// `-debug` of the reference proxy: allow more than one `/init`.
     pub allow_reinit: bool,
-    pub max_init_bytes: usize,
-    pub max_run_bytes: usize,
-    pub max_result_bytes: usize,
-    pub max_archive_entries: usize,
-    pub max_unpacked_bytes: u64,
     pub ack_timeout: Duration,
     pub start_probe: Duration,
     pub compile_timeout: Duration,
     /// `--compile-timeout` for the background compile of a tiered start, which an
     /// `/init`'s deadline does not shorten.
     pub background_compile_timeout: Duration,
-    /// Cap on each WebAssembly instance's linear memory.
-    pub max_memory_bytes: usize,
+    /// The backends an upload may run on, by name (`--backends`); others are refused at
+    /// `/init`. `None`: every one registered (`executor::registry::BACKENDS`).
+    pub backends: Option<Vec<&'static str>>,
+    /// The runtime serves one local run and ends (`wasmloop run`): a background tier-up
+    /// would never finish, so a tiered compiler's quick code is what it serves and keeps in
+    /// the compile cache for the next run; and each compile is told on stderr, where a
+    /// person reads.
+    pub one_shot: bool,
+}
+
+/// WebAssembly's compilers, cache and caps.
+#[derive(Debug, Clone)]
+pub struct WasmSettings {
+    /// Cap on each instance's linear memory; `None` until `fit_to_host` fits the default
+    /// to the container's memory limit (`DEFAULT_MAX_MEMORY_BYTES` without one).
+    pub max_memory_bytes: Option<usize>,
     /// Which compiler turns WebAssembly into machine code.
-    pub wasm_compiler: WasmCompiler,
+    pub compiler: WasmCompiler,
     /// Where compiled WebAssembly modules are kept between `/init`s (`None`: no cache).
     pub cache_dir: Option<PathBuf>,
     /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
@@ -110,6 +142,22 @@ pub struct Config {
     pub trust_keys: Vec<ed25519_dalek::VerifyingKey>,
     /// Where WebAssembly components may connect and send HTTP requests (empty: nowhere).
     pub allow_outbound: crate::outbound::AllowList,
+    /// Files each instance may hold open.
+    pub max_instance_files: usize,
+    /// Sockets (and HTTP connections) each instance may hold open.
+    pub max_instance_sockets: usize,
+    /// The `wasmloop` executable that compile children run: our own, even if its file was
+    /// replaced or removed since we started (a program embedding the runtime names one).
+    pub compile_exe: PathBuf,
+    /// Descriptors the process may hold before guests are refused more: the open-file
+    /// limit less what the runtime keeps for itself (`guest_descriptors`), as
+    /// `fit_to_host` finds it.
+    pub guest_descriptors: usize,
+}
+
+/// How many instances (or children) run an action, for how long, and who waits.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
     /// How many instances (wasm) or children (native) of the action may run at once.
     pub concurrency: usize,
     /// Activations one instance (or child) serves before it is replaced by a fresh one
@@ -124,33 +172,27 @@ pub struct Config {
     pub timeout: Option<Duration>,
     /// How long in-flight activations may still run after SIGTERM.
     pub shutdown_timeout: Duration,
-    /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
-    pub sentinels: bool,
-    /// How the action's log lines are written.
-    pub log_format: crate::logs::LogFormat,
+}
+
+/// What goes on the container's stdout and stderr besides the action's own lines.
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    /// How the action's log lines (and the runtime's own) are written.
+    pub format: crate::logs::LogFormat,
     /// Explain on stderr an answer that is not a JSON object or array (what it was, what to
     /// change). Off where the platform reads stderr as the action's logs and its runtime
     /// tests expect only the action's own lines there; on under `wasmloop run`, `-debug`,
     /// `-v`, `--log-format json` and `--hints`.
     pub hints: bool,
-    /// The runtime serves one local run and ends (`wasmloop run`): a background tier-up
-    /// would never finish, so a tiered compiler's quick code is what it serves and keeps in
-    /// the compile cache for the next run; and each compile is told on stderr, where a
-    /// person reads.
-    pub one_shot: bool,
-    /// The backends an upload may run on (`--backends`); others are refused at `/init`.
-    pub backends: Vec<Backend>,
-    /// Files each WebAssembly instance may hold open.
-    pub max_instance_files: usize,
-    /// Sockets (and HTTP connections) each WebAssembly instance may hold open.
-    pub max_instance_sockets: usize,
-    /// The `wasmloop` executable that compile children run: our own, even if its file was
-    /// replaced or removed since we started (a program embedding the runtime names one).
-    pub compile_exe: PathBuf,
-    /// Descriptors the process may hold before guests are refused more: the open-file
-    /// limit less what the runtime keeps for itself (`guest_descriptors`).
-    pub guest_descriptors: usize,
+    /// Mark the end of each activation's logs (off for `wasmloop run`, which has no platform).
+    pub sentinels: bool,
+    /// `OW_LOG_INIT_ERROR` (non-empty): init errors go to the logs, the client gets a generic text.
+    pub log_init_error: bool,
 }
+
+/// The open-file limit Linux starts a process with: what `Config::default` assumes until
+/// `fit_to_host` looks.
+const USUAL_OPEN_FILE_LIMIT: u64 = 1024;
 
 /// What the runtime leaves its guests of an open-file limit of `nofile`: it keeps 128,
 /// and 4 per instance or child (pipes, connections), for accepting connections, logging
@@ -184,39 +226,6 @@ pub fn open_file_limit() -> u64 {
     rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX)
-}
-
-/// The three ways an action runs. An image meant for sandboxed actions leaves `native` out,
-/// so that no upload runs with the container's own privileges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    /// A WebAssembly module (WASI preview 1).
-    Wasm,
-    /// A WebAssembly component (WASI 0.2).
-    Component,
-    /// A native executable or script, run as a child process.
-    Native,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Wasm => "wasm",
-            Backend::Component => "component",
-            Backend::Native => "native",
-        }
-    }
-
-    /// What `DEFAULT_BACKENDS` allows.
-    pub fn defaults() -> Vec<Backend> {
-        DEFAULT_BACKENDS
-            .split(',')
-            .map(|name| {
-                <Backend as clap::ValueEnum>::from_str(name, false)
-                    .expect("DEFAULT_BACKENDS names backends")
-            })
-            .collect()
-    }
 }
 
 /// How WebAssembly becomes machine code. A cold `/init` is almost all compiling, and
@@ -295,10 +304,36 @@ impl WasmCompiler {
 }
 
 impl Config {
+    /// Fits the settings to the process and the machine it runs on, where a server (or a
+    /// local run) starts: raises the open-file limit to its hard limit and leaves guests
+    /// what the runtime does not keep, and fits the default memory cap to the container's
+    /// memory limit.
+    pub fn fit_to_host(&mut self) {
+        self.wasm.guest_descriptors =
+            guest_descriptors(raise_open_file_limit(), self.pool.concurrency);
+        if self.wasm.max_memory_bytes.is_none() {
+            let limit = crate::memory::container_limit();
+            let instances = self.pool.concurrency;
+            let cap = crate::memory::default_cap(limit, instances, DEFAULT_MAX_MEMORY_BYTES);
+            if let Some(limit) = limit {
+                tracing::debug!(
+                    limit,
+                    instances,
+                    cap,
+                    "wasm memory cap from the container's limit"
+                );
+            }
+            self.wasm.max_memory_bytes = Some(cap);
+        }
+    }
+
     /// What the wasm engine for `codegen`'s code is made with.
     pub fn engine_settings(&self, codegen: Codegen) -> EngineSettings {
         EngineSettings {
-            memory_cap: self.max_memory_bytes,
+            memory_cap: self
+                .wasm
+                .max_memory_bytes
+                .unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
             codegen,
             instances: self.most_instances(),
         }
@@ -309,8 +344,8 @@ impl Config {
     /// makes before it swaps out an idle worker; with re-init allowed (`-debug`), twice
     /// that, as an old action's instances live until its last activation ends.
     pub fn most_instances(&self) -> u32 {
-        let per_action = self.concurrency.max(1).saturating_add(1);
-        let actions = if self.allow_reinit { 2 } else { 1 };
+        let per_action = self.pool.concurrency.max(1).saturating_add(1);
+        let actions = if self.action.allow_reinit { 2 } else { 1 };
         u32::try_from(per_action.saturating_mul(actions)).unwrap_or(u32::MAX)
     }
 }
@@ -325,48 +360,81 @@ pub struct EngineSettings {
     pub instances: u32,
 }
 
-impl Default for Config {
+impl Default for Limits {
     fn default() -> Self {
-        Config {
-            action_dir: std::env::temp_dir(),
-            compiler: None,
-            path_env: None,
-            wait_for_ack: None,
-            execution_env: None,
-            log_init_error: false,
-            inherited_env: Vec::new(),
-            allow_reinit: false,
+        Limits {
             max_init_bytes: DEFAULT_MAX_INIT_BYTES,
             max_run_bytes: DEFAULT_MAX_RUN_BYTES,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             max_archive_entries: DEFAULT_MAX_ARCHIVE_ENTRIES,
             max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
+        }
+    }
+}
+
+impl Default for ActionSettings {
+    fn default() -> Self {
+        ActionSettings {
+            dir: std::env::temp_dir(),
+            compiler_hook: None,
+            path_env: None,
+            wait_for_ack: None,
+            execution_env: None,
+            inherited_env: Vec::new(),
+            built_in: None,
+            allow_reinit: false,
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             start_probe: duration(DEFAULT_START_PROBE),
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             background_compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
-            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
-            wasm_compiler: DEFAULT_WASM_COMPILER,
-            cache_dir: Some(std::env::temp_dir().join("wasmloop-cache")),
+            backends: None,
+            one_shot: false,
+        }
+    }
+}
+
+impl Default for WasmSettings {
+    fn default() -> Self {
+        WasmSettings {
+            max_memory_bytes: None,
+            compiler: DEFAULT_WASM_COMPILER,
+            cache_dir: Some(default_cache_dir()),
             allow_precompiled: false,
-            built_in_action: None,
             trust_keys: Vec::new(),
             allow_outbound: crate::outbound::AllowList::default(),
+            max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
+            max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,
+            compile_exe: PathBuf::from(SELF_EXE),
+            guest_descriptors: guest_descriptors(USUAL_OPEN_FILE_LIMIT, 1),
+        }
+    }
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
             concurrency: usize::from(DEFAULT_CONCURRENCY),
             max_activations_per_instance: DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE,
             recycle_above_memory: None,
             max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
-            sentinels: true,
-            log_format: crate::logs::LogFormat::Text,
-            hints: false,
-            one_shot: false,
-            backends: Backend::defaults(),
-            max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
-            max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,
-            compile_exe: PathBuf::from(SELF_EXE),
-            guest_descriptors: guest_descriptors(open_file_limit(), 1),
         }
     }
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            format: crate::logs::LogFormat::Text,
+            hints: false,
+            sentinels: true,
+            log_init_error: false,
+        }
+    }
+}
+
+/// The compile cache's folder unless told otherwise.
+pub fn default_cache_dir() -> PathBuf {
+    std::env::temp_dir().join("wasmloop-cache")
 }

@@ -16,7 +16,7 @@ pub async fn init(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Error> {
-    let limit = runtime.config().max_init_bytes;
+    let limit = runtime.config().limits.max_init_bytes;
     let early = runtime
         .admit()
         .and_then(|admitted| runtime.refuse_second_init().map(|()| admitted));
@@ -33,7 +33,7 @@ pub async fn run(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Error> {
-    let limit = runtime.config().max_run_bytes;
+    let limit = runtime.config().limits.max_run_bytes;
     let early = runtime
         .admit()
         .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));

@@ -1,55 +1,55 @@
-//! wasmloop: an OpenWhisk ActionLoop runtime. A request's path through the modules:
+//! wasmloop: an OpenWhisk ActionLoop runtime. The workspace holds this crate, the runtime,
+//! and `bench/` (`wasmloop-bench`), the benchmark, which drives `wasmloop serve` processes
+//! over HTTP and which the binary includes with the `bench` feature (off in the image).
+//! A request's path through this crate's modules:
 //!
 //! - `cli`, `config`: flags and environment resolved into one `Config`, in one fallible
-//!   step (`ServeArgs::to_config`); every default lives in `config`.
+//!   step (`ServeArgs::to_config`); each flag is declared once, in groups that `serve` and
+//!   `run` share, and every default lives in `config`. `Config::fit_to_host` (where a
+//!   server or a local run starts) is the only part that asks the system.
 //! - `server`: the HTTP server (`app` builds the router, `run` serves it), over `linger`'s
 //!   connections, which close without losing an early answer; `handlers`: `/init`, `/run`,
 //!   other paths.
-//! - `runtime`: the action slot that `/init` fills and `/run` uses; it owns the wasm
-//!   engines (`executor::wasm::Engines`), made from its `Config`.
-//! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel.
+//! - `runtime`: the action slot that `/init` fills and `/run` uses; it holds the backend
+//!   registry (`executor::registry::Registry`), made from its `Config`.
+//! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel; `logs`:
+//!   the action's lines, whole and attributed, in the configured format.
 //! - `error`: the one error type and its status codes.
 //! - `action`: an upload turned into a startable folder (decode, detect, unpack, and
 //!   `hook`, the `OW_COMPILER` compiler hook).
 //! - `signing`: the signed-artifact format (keys, what is signed, verification), handed
 //!   the trusted keys and engine id: it knows nothing of wasmtime.
-//! - `executor`: the `Executor` seam the runtime holds, and `start`, which picks the
-//!   backend an upload needs.
+//! - `executor`: the `Executor` seam the runtime holds.
+//!   - `executor::registry`: the backends, listed once (`BACKENDS`): `--backends` takes
+//!     their names, an upload starts on the first that claims it, and the messages about
+//!     a backend are its entry's. A backend is a folder under `executor/` with one
+//!     `Registration` and one `Backend` implementation; adding one is that folder and a
+//!     line in `BACKENDS`.
 //!   - `executor::pool`: what every backend shares: `Pool<W>`, the one `Executor`, runs
 //!     activations on workers of one backend (queue, deadlines, restarts, each
-//!     activation's end and sentinels); a backend is a `Worker`.
+//!     activation's end and sentinels); a backend's worker is a `Worker`.
 //!   - `executor::lines`: JSON-lines framing and the one capped line splitter.
 //!   - `executor::native/`: the native backend, a child process over pipes (spawning,
 //!     its stdout tap, why a child does not start or answer).
-//!   - `executor::wasm/`: the WebAssembly backend, modules and components in wasmtime
+//!   - `executor::wasm/`: the WebAssembly backends, modules and components in wasmtime
 //!     (the only code that touches wasmtime: engines, compile children, the compile
 //!     cache, WASI streams, descriptor caps, the outbound gate).
-//!
-//!   A new backend is one folder under `executor/` with one `Worker` implementation, and
-//!   one arm in `executor::start`.
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
-//! - `local`: `wasmloop run`, the same path without HTTP.
-//! - `harness`: start a `wasmloop serve` process and `/init` an action in it, for `bench`
-//!   and the integration tests.
-//! - `bench`: `wasmloop bench`, the backends compared over real HTTP (cargo feature `bench`).
+//! - `local`: `wasmloop run`, the same path without HTTP; `template`: `wasmloop new`.
 //!
 //! The arrows point one way (no module uses one that uses it):
 //! `server` → `linger`, `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
 //! beside `runtime` and names `action`'s and `executor`'s errors; `config`, `protocol`,
-//! `outbound` and `memory` are used from above and use nothing above them; `local`, `cli`,
-//! `harness` and `bench` are at the top, beside `main` (`harness` uses only `executor`'s
-//! descriptor helper and `lines`' excerpt).
+//! `logs`, `outbound` and `memory` are used from above and use nothing above them; `local`
+//! and `cli` are at the top, beside `main`.
 
 pub mod action;
-#[cfg(feature = "bench")]
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod executor;
 pub mod handlers;
-pub mod harness;
 pub mod linger;
 pub mod local;
 pub mod logs;

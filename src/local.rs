@@ -22,8 +22,8 @@ pub struct RequestContext {
 }
 
 impl RequestContext {
-    /// The request line for `input` (JSON text).
-    fn request(&self, input: &str) -> anyhow::Result<Vec<u8>> {
+    /// The request line for `input` (JSON text), the `made`-th of this run.
+    fn request(&self, input: &str, made: u64) -> anyhow::Result<Vec<u8>> {
         let value: Value = serde_json::from_str(input)
             .map_err(|e| anyhow::anyhow!("the input is not JSON ({e}): {input}"))?;
         if self.raw {
@@ -36,7 +36,7 @@ impl RequestContext {
         let activation_id = self
             .activation_id
             .clone()
-            .unwrap_or_else(fresh_activation_id);
+            .unwrap_or_else(|| fresh_activation_id(made));
         Ok(json!({
             "value": value,
             "activation_id": activation_id,
@@ -50,15 +50,10 @@ impl RequestContext {
 }
 
 /// An id shaped as the platform's (32 hex digits), different for every activation.
-fn fresh_activation_id() -> String {
-    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+fn fresh_activation_id(made: u64) -> String {
     let mut hasher = blake3::Hasher::new();
     hasher.update(&std::process::id().to_le_bytes());
-    hasher.update(
-        &MADE
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .to_le_bytes(),
-    );
+    hasher.update(&made.to_le_bytes());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     hasher.update(&now.map_or(0, |d| d.as_nanos()).to_le_bytes());
     crate::hex(&hasher.finalize().as_bytes()[..16])
@@ -81,8 +76,9 @@ pub async fn run(
     env: Vec<(String, String)>,
     inputs: Inputs,
     context: RequestContext,
-    config: Config,
+    mut config: Config,
 ) -> anyhow::Result<()> {
+    config.fit_to_host();
     let runtime = Runtime::new(config);
     let outcome = tokio::select! {
         outcome = init_and_run(&runtime, file, main, env, inputs, &context) => outcome,
@@ -127,6 +123,7 @@ async fn init_and_run(
     let mut out = Results {
         stdout: tokio::io::stdout(),
         failures: 0,
+        made: 0,
         context,
     };
     match inputs {
@@ -163,6 +160,8 @@ async fn init_and_run(
 struct Results<'a> {
     stdout: tokio::io::Stdout,
     failures: usize,
+    /// Request lines made so far: each fresh activation id hashes its number.
+    made: u64,
     context: &'a RequestContext,
 }
 
@@ -177,7 +176,8 @@ impl Results<'_> {
         let which = line
             .map(|n| format!("input line {n}: "))
             .unwrap_or_default();
-        let result = match self.context.request(input) {
+        self.made += 1;
+        let result = match self.context.request(input, self.made) {
             Ok(line) => action.activate(&line).await.map_err(anyhow::Error::from),
             Err(e) => Err(e),
         };
@@ -197,7 +197,9 @@ impl Results<'_> {
             }
             Err(e) => {
                 self.failures += 1;
-                crate::protocol::log_stderr(&format!("wasmloop: {which}{e:#}"));
+                // A person reads these: `wasmloop run` writes text.
+                let message = format!("wasmloop: {which}{e:#}");
+                crate::protocol::log_stderr(crate::logs::LogFormat::Text, &message);
                 Ok(true)
             }
         }
@@ -222,13 +224,13 @@ pub async fn compile_to_zip(
         bytes: bytes.into(),
         main,
     };
-    let trust = crate::executor::wasm::Engines::new(config).trust(&config.trust_keys);
+    let trust = crate::executor::registry::Registry::new(config).trust(&config.wasm.trust_keys);
     let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).
     if let (Some(key), crate::action::Entry::Wasm(module)) = (sign_key, &prepared.entry) {
         let key = crate::signing::read_signing_key(key)?;
-        let settings = config.engine_settings(config.wasm_compiler.final_tier());
+        let settings = config.engine_settings(config.wasm.compiler.final_tier());
         crate::executor::wasm::sign_beside(module, settings, &key)?;
     }
     zip_folder(&prepared.bin_dir)

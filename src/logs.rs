@@ -6,7 +6,6 @@
 //! overlapping activations, the platform's sentinel-based reading cannot tell.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -23,17 +22,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// The format, for the whole process: the container has one stdout and one stderr, and
-/// every writer to them (the backends, the runtime's own lines) must agree.
-static FORMAT: AtomicU8 = AtomicU8::new(0);
-
-pub fn set_format(format: LogFormat) {
-    FORMAT.store(format as u8, Ordering::Relaxed);
-}
-
-/// Whether lines go out as JSON.
-pub fn json() -> bool {
-    FORMAT.load(Ordering::Relaxed) == LogFormat::Json as u8
+impl LogFormat {
+    pub fn is_json(self) -> bool {
+        self == LogFormat::Json
+    }
 }
 
 /// Past this many bytes a line goes out in pieces of at most this size, as Docker's
@@ -105,18 +97,34 @@ impl Labels {
     }
 }
 
-/// The current activation of a worker, shared with the streams that carry its logs. Lines
-/// written between activations keep the last one's labels.
-#[derive(Clone, Default)]
-pub struct Attribution(Arc<Mutex<Arc<Labels>>>);
+/// The current activation of a worker, shared with the streams that carry its logs, and
+/// the format they are written in. Lines written between activations keep the last one's
+/// labels.
+#[derive(Clone)]
+pub struct Attribution {
+    format: LogFormat,
+    labels: Arc<Mutex<Arc<Labels>>>,
+}
 
 impl Attribution {
-    pub fn set(&self, labels: Labels) {
-        *lock(&self.0) = Arc::new(labels);
+    pub fn new(format: LogFormat) -> Attribution {
+        Attribution {
+            format,
+            labels: Arc::default(),
+        }
     }
 
-    fn get(&self) -> Arc<Labels> {
-        lock(&self.0).clone()
+    pub fn format(&self) -> LogFormat {
+        self.format
+    }
+
+    pub fn set(&self, labels: Labels) {
+        *lock(&self.labels) = Arc::new(labels);
+    }
+
+    /// The labels a line is rendered with: only in JSON.
+    fn get(&self) -> Option<Arc<Labels>> {
+        self.format.is_json().then(|| lock(&self.labels).clone())
     }
 }
 
@@ -150,7 +158,7 @@ impl Lines {
     /// Takes what the action wrote; renders the lines it completes, and the pieces of a
     /// line that outgrew `LINE_MAX`, into `out`, to be written to the stream.
     pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<u8>) {
-        let labels = json().then(|| self.attribution.get());
+        let labels = self.attribution.get();
         while !bytes.is_empty() {
             let room = LINE_MAX - self.pending.len();
             // A newline right after `room` bytes still ends a line that fits.
@@ -190,7 +198,7 @@ impl Lines {
             return;
         }
         let line = std::mem::take(&mut self.pending);
-        let labels = json().then(|| self.attribution.get());
+        let labels = self.attribution.get();
         self.line(&line, Piece::Last, labels.as_deref(), out);
     }
 
@@ -207,7 +215,7 @@ impl Lines {
     /// Renders a line of the runtime's own about this stream's activation (a refused
     /// connection, say) into `out`: in JSON, under that activation's id.
     pub fn note(&self, message: &str, out: &mut Vec<u8>) {
-        let labels = json().then(|| self.attribution.get());
+        let labels = self.attribution.get();
         // In text, a line whose pieces are out is ended first: the note is a line of its own.
         if self.continuing && labels.is_none() {
             out.push(b'\n');
@@ -305,9 +313,9 @@ fn render_piece(
 
 /// A line of the runtime's own, on stderr: as it is, or (in JSON) attributed to no
 /// activation, so that a collector parsing every line as JSON never meets plain text.
-pub fn runtime_line(message: &str) {
+pub fn runtime_line(format: LogFormat, message: &str) {
     let mut out = Vec::with_capacity(message.len() + 1);
-    let labels = json().then(|| Labels {
+    let labels = format.is_json().then(|| Labels {
         action: "wasmloop".to_owned(),
         ..Labels::default()
     });
@@ -347,7 +355,7 @@ mod tests {
 
     #[test]
     fn pieces_come_out_as_whole_lines_and_an_unfinished_one_at_the_end() {
-        let mut lines = Lines::new(Stream::Stderr, Attribution::default());
+        let mut lines = Lines::new(Stream::Stderr, Attribution::new(LogFormat::Text));
         assert_eq!(text(&mut lines, &[b"a", b"b", b"c\nd"]), "abc\n");
         assert_eq!(text(&mut lines, &[b"e\n\nf"]), "de\n\n");
         assert_eq!(lines.last_line(), Some(&b"de"[..]));
@@ -359,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_line_past_the_cap_goes_out_whole_in_pieces_that_fit() {
-        let mut lines = Lines::new(Stream::Stdout, Attribution::default());
+        let mut lines = Lines::new(Stream::Stdout, Attribution::new(LogFormat::Text));
         let long = vec![b'x'; 3 * LINE_MAX + 10];
         let mut out = Vec::new();
         // The pieces go out as soon as they are full, not when the line ends.
@@ -382,7 +390,7 @@ mod tests {
 
     #[test]
     fn no_piece_splits_a_character() {
-        let mut lines = Lines::new(Stream::Stderr, Attribution::default());
+        let mut lines = Lines::new(Stream::Stderr, Attribution::new(LogFormat::Text));
         // One byte off the cap, so that a two-byte character straddles it.
         let line = format!("{}{}\n", "x".repeat(LINE_MAX - 1), "é".repeat(LINE_MAX));
         let mut out = Vec::new();
@@ -391,7 +399,7 @@ mod tests {
         }
         assert_eq!(out, line.as_bytes());
         // Each piece (what one push lets out) is whole characters on its own.
-        let mut lines = Lines::new(Stream::Stderr, Attribution::default());
+        let mut lines = Lines::new(Stream::Stderr, Attribution::new(LogFormat::Text));
         let mut pieces = 0;
         for chunk in line.as_bytes().chunks(1000) {
             let mut piece = Vec::new();
@@ -417,9 +425,9 @@ mod tests {
 
     #[test]
     fn json_pieces_are_marked_partial_but_the_last() {
-        let attribution = Attribution::default();
+        let attribution = Attribution::new(LogFormat::Json);
         attribution.set(Labels::of(br#"{"activation_id":"a1"}"#));
-        let labels = attribution.get();
+        let labels = attribution.get().unwrap();
         let mut out = Vec::new();
         render_piece(
             b"start",
@@ -449,11 +457,11 @@ mod tests {
 
     #[test]
     fn json_lines_carry_the_activation_and_the_stream() {
-        let attribution = Attribution::default();
+        let attribution = Attribution::new(LogFormat::Json);
         attribution.set(Labels::of(
             br#"{"value":{"x":[1]},"activation_id":"a1","namespace":"ns","action_name":"/ns/hello"}"#,
         ));
-        let labels = attribution.get();
+        let labels = attribution.get().unwrap();
         let mut out = Vec::new();
         render(b"said \"hi\"\r", Stream::Stdout, Some(&labels), &mut out);
         let entry: serde_json::Value = serde_json::from_slice(&out).unwrap();

@@ -4,8 +4,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-#[cfg(feature = "bench")]
-use wasmloop::cli::BenchArgs;
 use wasmloop::cli::{
     Cli, Command, CompileArgs, KeygenArgs, NewArgs, OwCompileArgs, RunArgs, ServeArgs,
 };
@@ -66,7 +64,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Keygen(args)) => keygen(args),
         #[cfg(feature = "bench")]
-        Some(Command::Bench(args)) => bench(args),
+        Some(Command::Bench(args)) => wasmloop_bench::command::run(args),
         None => serve(cli.serve, debug, verbose),
     }
 }
@@ -85,8 +83,6 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
 
 fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
     let config = args.to_config(debug, verbose)?;
-    // For the process: every writer to its stdout and stderr must agree.
-    wasmloop::logs::set_format(config.log_format);
     async_runtime(Some(args.worker_threads()))?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
@@ -119,7 +115,7 @@ fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
     let settings = args.engine_settings();
-    let written = match &args.sign_key {
+    let written = match &args.sign.sign_key {
         None => {
             let compiled = wasmloop::executor::wasm::precompile(&bytes, settings)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
@@ -232,130 +228,6 @@ fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
         .with_context(|| format!("--listen-fd {fd} is not a listening TCP socket"))
 }
 
-#[cfg(feature = "bench")]
-fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let mut bodies: Vec<bytes::Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
-    if let Some(file) = &args.body_file {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read --body-file {}", file.display()))?;
-        bodies.extend(
-            text.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| bytes::Bytes::from(l.to_owned())),
-        );
-        anyhow::ensure!(
-            !bodies.is_empty(),
-            "--body-file {} holds no body",
-            file.display()
-        );
-    }
-    let expect = args.expect.clone().map(|mut e| {
-        if !e.ends_with('\n') {
-            e.push('\n');
-        }
-        bytes::Bytes::from(e)
-    });
-    let payload = wasmloop::bench::Payload {
-        bodies,
-        expect,
-        logs: false,
-    };
-    if args.compare {
-        return compare(args, payload);
-    }
-    let options = wasmloop::bench::Options {
-        payload,
-        hits: args.hits,
-        warmup: args.warmup,
-        connections: args.connections,
-        concurrency: args
-            .concurrency
-            .unwrap_or(wasmloop::config::DEFAULT_CONCURRENCY),
-        rows: args.rows,
-        wasm: args.wasm,
-        native: args.native,
-        python: args.python,
-        component: args.component,
-        python_component: args.python_component,
-        url: args.url,
-        out: args.out,
-    };
-    let rows = async_runtime(None)?.block_on(wasmloop::bench::run(options))?;
-    print!("{}", wasmloop::bench::table(&rows));
-    if let Some(note) = wasmloop::bench::idle_cpu_note() {
-        eprint!("{note}");
-    }
-    let errors: usize = rows.iter().map(|r| r.errors).sum();
-    if errors > 0 {
-        anyhow::bail!("{errors} answers were wrong or not 200");
-    }
-    Ok(())
-}
-
-/// `wasmloop bench --compare`: the report of one action across backends.
-#[cfg(feature = "bench")]
-fn compare(args: BenchArgs, payload: wasmloop::bench::Payload) -> anyhow::Result<()> {
-    use wasmloop::bench::Form;
-    // The examples' hello crashes when asked, so that the restart can be timed; a body of
-    // one's own needs its own crashing body.
-    let crash_body = match (&args.crash_body, payload.bodies.is_empty()) {
-        (Some(body), _) => Some(bytes::Bytes::from(body.clone())),
-        (None, true) => Some(bytes::Bytes::from_static(b"{\"value\":{\"crash\":true}}")),
-        (None, false) => None,
-    };
-    // A project's forms are built first, into a folder that lives as long as the run.
-    let built_in = tempfile::tempdir()?;
-    let (module, component, native) = match &args.source {
-        Some(dir) => {
-            eprintln!("wasmloop: building {} for each backend", dir.display());
-            let built = wasmloop::bench::source::build(dir, built_in.path())?;
-            (built.module, built.component, built.native)
-        }
-        None => (
-            Some(args.wasm.clone()),
-            Some(args.component.clone()),
-            Some(args.native.clone()),
-        ),
-    };
-    // --forms picks among what there is, given or built.
-    let keep =
-        |form: Form, path: Option<std::path::PathBuf>| path.filter(|_| args.forms.contains(&form));
-    let options = wasmloop::bench::compare::Options {
-        hits: args.hits,
-        warmup: args.warmup,
-        rounds: args.rounds,
-        cold_runs: args.cold_runs,
-        concurrency: args.concurrency.unwrap_or(8),
-        module: keep(Form::Module, module),
-        component: keep(Form::Component, component),
-        native: keep(Form::Native, native),
-        payload,
-        crash_body,
-        crash_body_given: args.crash_body.is_some(),
-        out: args.out.clone(),
-    };
-    let runtime = async_runtime(None)?;
-    let comparison = match &args.url {
-        Some(url) => {
-            let (addr, path) = runtime.block_on(wasmloop::bench::resolve_url(url))?;
-            runtime.block_on(wasmloop::bench::compare::url(&options, addr, path))?
-        }
-        None => runtime.block_on(wasmloop::bench::compare::run(options))?,
-    };
-    print!("{}", wasmloop::bench::report::table(&comparison));
-    if let Some(dir) = &args.out {
-        eprintln!(
-            "wasmloop: wrote {}/report.html and compare.csv",
-            dir.display()
-        );
-    }
-    let errors: usize = comparison.variants.iter().map(|v| v.errors).sum();
-    if errors > 0 {
-        anyhow::bail!("{errors} answers were wrong or not 200");
-    }
-    Ok(())
-}
-
 fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     let mut input = Vec::new();
@@ -368,7 +240,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
         &args.main,
         args.env_json.as_deref(),
         &config,
-        args.sign_key.as_deref(),
+        args.sign.sign_key.as_deref(),
     ))?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&zip)?;

@@ -82,12 +82,12 @@ impl InitBound {
         let left = Duration::from_millis(u64::try_from(left.as_millis()).ok()?);
         // A tenth of what is left (at most a second) to answer before the platform gives up.
         let bound = left - (left / 10).min(Duration::from_secs(1));
-        if bound >= config.compile_timeout && bound >= config.ack_timeout {
+        if bound >= config.action.compile_timeout && bound >= config.action.ack_timeout {
             return None;
         }
         let mut config = config.clone();
-        config.compile_timeout = config.compile_timeout.min(bound);
-        config.ack_timeout = config.ack_timeout.min(bound);
+        config.action.compile_timeout = config.action.compile_timeout.min(bound);
+        config.action.ack_timeout = config.action.ack_timeout.min(bound);
         Some(InitBound { config, left })
     }
 }
@@ -110,8 +110,9 @@ impl Drop for Action {
 
 pub struct Runtime {
     config: Config,
-    /// The wasm engines, made from `config` and kept for the runtime's life.
-    engines: Arc<executor::wasm::Engines>,
+    /// The backends, made from `config` and kept for the runtime's life (the wasm
+    /// engines among what they keep).
+    registry: executor::registry::Registry,
     action: RwLock<Option<Arc<Action>>>,
     /// Serializes `/init`s, so that two at once cannot both succeed.
     init_lock: tokio::sync::Mutex<()>,
@@ -139,7 +140,7 @@ impl Drop for Admitted {
 impl Runtime {
     pub fn new(config: Config) -> Self {
         Runtime {
-            engines: Arc::new(executor::wasm::Engines::new(&config)),
+            registry: executor::registry::Registry::new(&config),
             config,
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
@@ -179,8 +180,8 @@ impl Runtime {
         &self.config
     }
 
-    pub fn engines(&self) -> &Arc<executor::wasm::Engines> {
-        &self.engines
+    pub fn registry(&self) -> &executor::registry::Registry {
+        &self.registry
     }
 
     pub fn action(&self) -> Option<Arc<Action>> {
@@ -194,7 +195,7 @@ impl Runtime {
     /// not with an `/init`: `/init`s without code then succeed, as the platform sends them
     /// to such images.
     fn built_in(&self) -> bool {
-        self.config.built_in_action.is_some()
+        self.config.action.built_in.is_some()
     }
 
     /// docs/protocol.md 1.2 step 1, which comes before the body is even read.
@@ -203,8 +204,8 @@ impl Runtime {
         if self.built_in() {
             return Ok(());
         }
-        if self.action().is_some() && !self.config.allow_reinit {
-            protocol::log_stderr(protocol::MSG_ALREADY_INITIALIZED);
+        if self.action().is_some() && !self.config.action.allow_reinit {
+            protocol::log_stderr(self.config.logs.format, protocol::MSG_ALREADY_INITIALIZED);
             return Err(Error::AlreadyInitialized);
         }
         Ok(())
@@ -218,7 +219,7 @@ impl Runtime {
                 // The request is read as usual: malformed JSON is still a 400.
                 Err(e @ Error::BadRequest(_)) => Err(e),
                 _ => {
-                    protocol::log_stderr(MSG_BUILT_IN);
+                    protocol::log_stderr(self.config.logs.format, MSG_BUILT_IN);
                     Err(Error::BuiltIn)
                 }
             };
@@ -252,19 +253,21 @@ impl Runtime {
             _ => error,
         };
         let upload = Upload { bytes, main: &main };
-        let trust = self.engines.trust(&config.trust_keys);
+        let trust = self.registry.trust(&config.wasm.trust_keys);
         let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
             .map_err(|e| self.init_failure(past_deadline(Error::Prepare(e))))?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
         let spec = StartSpec::new(config, env, main);
-        let executor = executor::start(&prepared, spec, config, &self.engines)
+        let executor = self
+            .registry
+            .start(&prepared, spec, config)
             .await
             .map_err(|e| self.init_failure(past_deadline(Error::Start(e))))?;
         let action = Arc::new(Action {
             executor,
-            sentinels: config.sentinels,
-            timeout: config.timeout,
+            sentinels: config.logs.sentinels,
+            timeout: config.pool.timeout,
             _prepared: prepared,
         });
         // With re-init allowed, the old action (and its children) goes when its last run ends.
@@ -274,15 +277,15 @@ impl Runtime {
 
     /// `OW_LOG_INIT_ERROR`: the detail goes to the logs, the client gets a generic message.
     fn init_failure(&self, error: Error) -> Error {
-        if !self.config.log_init_error {
+        if !self.config.logs.log_init_error {
             return error;
         }
         let detail = match &error {
             Error::Start(e) => e.to_string(),
             other => other.to_string(),
         };
-        protocol::log_stderr(&detail);
-        if self.config.sentinels {
+        protocol::log_stderr(self.config.logs.format, &detail);
+        if self.config.logs.sentinels {
             protocol::write_sentinels();
         }
         match error {

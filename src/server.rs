@@ -22,30 +22,22 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
 
 /// Serves until `shutdown` completes; then answers new requests with 503 while in-flight
 /// activations finish for up to `--shutdown-timeout`, and stops the action (killing its
-/// children).
+/// children). The settings are fitted to the host first (`Config::fit_to_host`), and the
+/// log format they name is what every line of the action's and the runtime's is written in.
 pub async fn run(
     listener: TcpListener,
-    config: Config,
+    mut config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let grace = config.shutdown_timeout;
+    config.fit_to_host();
+    let grace = config.pool.shutdown_timeout;
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
-    let built_in = config.built_in_action.clone();
+    let built_in = config.action.built_in.clone();
     let runtime = Arc::new(Runtime::new(config));
-    // Made now, off the async workers, so that the first wasm /init does not pay for them:
-    // measured, 1.9-2.4 ms for a hello from the compile cache against 2.7-3.2 ms made on
-    // demand. A native-only deployment pays with ~2 MiB of resident memory (10.3 MiB idle
-    // against 8.3) and the pool's address-space reservation; cold starts of wasm actions,
-    // this runtime's main use, weigh more.
-    let (first, then) = runtime.engines().tiers();
-    let made = std::iter::once(first).chain(then).map(|codegen| {
-        let engines = runtime.engines().clone();
-        tokio::task::spawn_blocking(move || engines.engine(codegen))
-    });
-    // A failure is the first wasm /init's to report (and to try again).
-    for making in made.collect::<Vec<_>>() {
-        let _ = making.await;
-    }
+    // Made now, off the async workers, so that the first /init does not pay for it (the
+    // wasm engines: see each backend's `warm`). Only the backends `--backends` allows: a
+    // native-only image keeps the ~2 MiB and the address space an engine's pool reserves.
+    runtime.registry().warm().await;
     if let Some((file, main)) = built_in {
         // Before accepting: the platform's first request waits in the backlog, then finds
         // the action compiled and started.

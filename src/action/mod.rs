@@ -88,17 +88,21 @@ pub async fn prepare_as_configured(
     config: &crate::config::Config,
     trust: Option<crate::signing::Trust>,
 ) -> Result<Prepared, PrepareError> {
-    let compiler = config.compiler.as_deref().map(|program| Compiler {
-        program,
-        env,
-        path: config.path_env.as_deref(),
-        timeout: config.compile_timeout,
-    });
+    let compiler = config
+        .action
+        .compiler_hook
+        .as_deref()
+        .map(|program| Compiler {
+            program,
+            env,
+            path: config.action.path_env.as_deref(),
+            timeout: config.action.compile_timeout,
+        });
     let limits = Limits {
-        max_entries: config.max_archive_entries,
-        max_bytes: config.max_unpacked_bytes,
+        max_entries: config.limits.max_archive_entries,
+        max_bytes: config.limits.max_unpacked_bytes,
     };
-    let base = &config.action_dir;
+    let base = &config.action.dir;
     prepare(upload, base, limits, compiler.as_ref(), trust).await
 }
 

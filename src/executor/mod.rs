@@ -3,20 +3,19 @@
 pub mod lines;
 pub mod native;
 pub mod pool;
+pub mod registry;
 pub mod wasm;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::action::{Entry, Prepared};
-use crate::config::{Backend, Config, PROXY_VERSION};
+use crate::config::{Config, PROXY_VERSION};
 use crate::protocol;
 
 /// Runs activations of one initialized action: what a backend gives the runtime, which
@@ -117,47 +116,22 @@ pub enum StartError {
     #[error(
         "this upload is a {} (the {} backend), which this runtime does not run: --backends \
          (WASMLOOP_BACKENDS) allows {}. {}",
-        found_what(*found),
-        found.name(),
+        found.runs,
+        found.name,
         names(allowed),
-        found_advice(*found)
+        found.refused
     )]
     BackendNotAllowed {
-        found: Backend,
-        allowed: Vec<Backend>,
+        found: &'static registry::Registration,
+        allowed: Vec<&'static str>,
     },
 }
 
-fn found_what(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Wasm => "WebAssembly module (WASI preview 1)",
-        Backend::Component => "WebAssembly component (WASI 0.2)",
-        Backend::Native => "native executable or script",
-    }
-}
-
-/// What to change when an upload's backend is refused.
-fn found_advice(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Native => {
-            "Build the action as WebAssembly (a wasm32-wasip1 module, or a wasm32-wasip2 \
-             component), or deploy it on an image that allows native"
-        }
-        Backend::Component => {
-            "Build it as a module (Rust: --target wasm32-wasip1), or add component to the setting"
-        }
-        Backend::Wasm => {
-            "Build it as a component (Rust: --target wasm32-wasip2), or add wasm to the setting"
-        }
-    }
-}
-
-fn names(backends: &[Backend]) -> String {
+fn names(backends: &[&str]) -> String {
     if backends.is_empty() {
         return "none".to_owned();
     }
-    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
-    names.join(",")
+    backends.join(",")
 }
 
 /// docs/protocol.md 1.5: the ack is JSON with `"ok":true`, spaced as the action likes.
@@ -229,6 +203,8 @@ pub struct StartSpec {
     /// Each worker serves one activation (`--max-activations-per-instance 1`): it may
     /// be given that activation's values in its environment.
     pub fresh: bool,
+    /// How the worker's log lines, and the runtime's about it, are written.
+    pub log_format: crate::logs::LogFormat,
 }
 
 impl StartSpec {
@@ -241,101 +217,14 @@ impl StartSpec {
         StartSpec {
             env,
             main,
-            wait_for_ack: config.wait_for_ack.is_some(),
-            ack_timeout: config.ack_timeout,
-            start_probe: config.start_probe,
-            max_result_bytes: config.max_result_bytes,
-            fresh: config.max_activations_per_instance == 1,
+            wait_for_ack: config.action.wait_for_ack.is_some(),
+            ack_timeout: config.action.ack_timeout,
+            start_probe: config.action.start_probe,
+            max_result_bytes: config.limits.max_result_bytes,
+            fresh: config.pool.max_activations_per_instance == 1,
+            log_format: config.logs.format,
         }
     }
-}
-
-/// Starts the backend that fits what `/init` unpacked.
-pub async fn start(
-    prepared: &Prepared,
-    spec: StartSpec,
-    config: &Config,
-    engines: &wasm::Engines,
-) -> Result<Arc<dyn Executor>, StartError> {
-    if let Some(expected) = &config.execution_env {
-        check_execution_env(&prepared.bin_dir, expected)?;
-    }
-    // Told once, from the file: a precompiled module is an ELF file too.
-    let backend = backend_of(&prepared.entry);
-    if !config.backends.contains(&backend) {
-        return Err(StartError::BackendNotAllowed {
-            found: backend,
-            allowed: config.backends.clone(),
-        });
-    }
-    let size = pool::PoolSize {
-        workers: config.concurrency,
-        max_waiting: config.max_queue,
-        max_activations: std::num::NonZeroU32::new(config.max_activations_per_instance),
-        recycle_above: config.recycle_above_memory,
-    };
-    let source = match &prepared.entry {
-        Entry::Native(exec) if backend != Backend::Native => {
-            if !config.allow_precompiled {
-                return Err(StartError::Unsupported(
-                    "this is a precompiled WebAssembly module; loading one runs its machine \
-                     code unchecked, so it is accepted only with --allow-precompiled"
-                        .to_owned(),
-                ));
-            }
-            wasm::Source::Precompiled(exec)
-        }
-        Entry::Native(exec) => {
-            let spec = native::NativeSpec {
-                exec: exec.clone(),
-                start: spec,
-                pipe_size: native::pipe_size(size.workers),
-            };
-            let pool: Arc<pool::Pool<native::Process>> =
-                pool::Pool::start(spec, size, pool::Reporting::of(config)).await?;
-            return Ok(pool);
-        }
-        Entry::Signed(code) => wasm::Source::Signed(code),
-        Entry::Wasm(path) => wasm::Source::Wasm {
-            path,
-            // Only the file the upload was written to has it.
-            sha256: prepared.wasm_sha256.as_deref(),
-        },
-    };
-    // An archive's folder is the guest's read-only `/action`; a bare module sees nothing.
-    let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-    Ok(wasm::start(source, spec, preopen, config, engines, size).await?)
-}
-
-/// The backend an entry runs on, which `--backends` may leave out: an upload refused then
-/// is refused before it runs (or its WebAssembly is compiled).
-fn backend_of(entry: &Entry) -> Backend {
-    match entry {
-        Entry::Native(exec) => wasm::precompiled_backend(exec).unwrap_or(Backend::Native),
-        Entry::Wasm(path) => wasm::wasm_backend(path),
-        Entry::Signed(code) => wasm::wasm_backend(&code.path()),
-    }
-}
-
-/// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.
-fn check_execution_env(bin_dir: &Path, expected: &str) -> Result<(), StartError> {
-    let path = bin_dir.join("exec.env");
-    let actual = std::fs::read_to_string(&path)
-        .map_err(|source| StartError::ExecEnvUnreadable { path, source })?;
-    if actual.trim() != expected {
-        let newline = if actual.ends_with('\n') { "" } else { "\n" };
-        let mut out = std::io::stdout().lock();
-        let _ = std::io::Write::write_all(
-            &mut out,
-            format!(
-                "Expected exec.env should start with {expected}\nActual value: {actual}{newline}"
-            )
-            .as_bytes(),
-        );
-        let _ = std::io::Write::flush(&mut out);
-        return Err(StartError::ExecEnvMismatch);
-    }
-    Ok(())
 }
 
 /// The action's environment (docs/protocol.md 1.5), later entries overriding earlier ones. Ours
@@ -349,13 +238,13 @@ pub fn action_env(
     let mut env = BTreeMap::new();
     env.insert("__OW_PROXY_VERSION".to_owned(), PROXY_VERSION.to_owned());
     env.insert("__OW_ACTION_MAIN".to_owned(), main.to_owned());
-    if let Some(value) = &config.execution_env {
+    if let Some(value) = &config.action.execution_env {
         env.insert("__OW_EXECUTION_ENV".to_owned(), value.clone());
     }
-    if let Some(value) = &config.wait_for_ack {
+    if let Some(value) = &config.action.wait_for_ack {
         env.insert("__OW_WAIT_FOR_ACK".to_owned(), value.clone());
     }
-    env.extend(config.inherited_env.iter().cloned());
+    env.extend(config.action.inherited_env.iter().cloned());
     env.extend(init_env);
     env.into_iter().collect()
 }
@@ -366,14 +255,12 @@ mod tests {
 
     #[test]
     fn later_sources_override_earlier_ones_in_the_action_env() {
-        let config = Config {
-            wait_for_ack: Some("1".into()),
-            inherited_env: vec![
-                ("__OW_API_HOST".into(), "https://h?a=b".into()),
-                ("__OW_WAIT_FOR_ACK".into(), "yes".into()),
-            ],
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.action.wait_for_ack = Some("1".into());
+        config.action.inherited_env = vec![
+            ("__OW_API_HOST".into(), "https://h?a=b".into()),
+            ("__OW_WAIT_FOR_ACK".into(), "yes".into()),
+        ];
         let env = action_env(
             &config,
             "niam",

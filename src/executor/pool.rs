@@ -15,26 +15,16 @@ pub trait Worker: Sized + Send + 'static {
     /// Everything needed to start (and restart) a worker.
     type Spec: Send + Sync;
 
-    fn start(spec: &Self::Spec) -> impl Future<Output = Result<Self, StartError>> + Send;
-
-    /// Starts a successor made ahead of its activation, once the action has started
-    /// before (a worker may skip checks that only matter at `/init`).
-    fn start_ahead(spec: &Self::Spec) -> impl Future<Output = Result<Self, StartError>> + Send {
-        Self::start(spec)
-    }
+    /// Starts a worker, the way `how` says.
+    fn start(
+        spec: &Self::Spec,
+        how: Start<'_>,
+    ) -> impl Future<Output = Result<Self, StartError>> + Send;
 
     /// Whether a fresh worker (one activation each) must start once its activation has
     /// come, to be given that activation's values (a worker that cannot learn them later):
-    /// then none is made ahead.
+    /// then none is made ahead, and each starts with `Start::OnArrival`.
     const FRESH_STARTS_ON_ARRIVAL: bool = false;
-
-    /// Starts the worker for the activation whose request is `line`.
-    fn start_on_arrival(
-        spec: &Self::Spec,
-        _line: &[u8],
-    ) -> impl Future<Output = Result<Self, StartError>> + Send {
-        Self::start_ahead(spec)
-    }
 
     /// False once the worker has ended on its own (exited, trapped).
     fn is_alive(&mut self) -> bool;
@@ -68,6 +58,20 @@ pub trait Worker: Sized + Send + 'static {
     }
 }
 
+/// How a worker is started.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'a> {
+    /// The action's first worker, or one replacing a worker that died: with every check
+    /// that tells `/init` about an action that cannot start.
+    Checked,
+    /// A successor made ahead of its activation, once the action has started before: a
+    /// worker may skip the checks that only matter at `/init`.
+    Ahead,
+    /// A fresh worker started once its activation has come, whose request is this line
+    /// (see `Worker::FRESH_STARTS_ON_ARRIVAL`).
+    OnArrival(&'a [u8]),
+}
+
 /// How many workers, how many activations may wait for one, and how long a worker lives.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolSize {
@@ -95,19 +99,22 @@ pub enum End {
 pub struct Reporting {
     pub end: End,
     /// Whether an answer that is not a JSON object or array is explained on stderr
-    /// (`Config::hints`); the HTTP body is the fixed message either way.
+    /// (`Config::logs.hints`); the HTTP body is the fixed message either way.
     pub hints: bool,
+    /// How those lines are written.
+    pub format: crate::logs::LogFormat,
 }
 
 impl Reporting {
     pub fn of(config: &crate::config::Config) -> Reporting {
         Reporting {
-            end: if config.sentinels {
+            end: if config.logs.sentinels {
                 End::Sentinels
             } else {
                 End::Logs
             },
-            hints: config.hints,
+            hints: config.logs.hints,
+            format: config.logs.format,
         }
     }
 }
@@ -116,7 +123,11 @@ impl Reporting {
 #[cfg(test)]
 impl From<End> for Reporting {
     fn from(end: End) -> Reporting {
-        Reporting { end, hints: false }
+        Reporting {
+            end,
+            hints: false,
+            format: crate::logs::LogFormat::Text,
+        }
     }
 }
 
@@ -162,9 +173,7 @@ pub struct Pool<W: Worker> {
     /// Bumped with each new spec.
     generation: AtomicU64,
     size: PoolSize,
-    end: End,
-    /// See `Reporting::hints`.
-    hints: bool,
+    reporting: Reporting,
     /// One per worker that may exist: held by each activation until it has ended, and by
     /// the making of a retired worker's successor until that is idle.
     permits: Arc<tokio::sync::Semaphore>,
@@ -238,14 +247,13 @@ impl<W: Worker> Pool<W> {
         size: PoolSize,
         reporting: impl Into<Reporting>,
     ) -> Result<Arc<Self>, StartError> {
-        let Reporting { end, hints } = reporting.into();
-        let worker = W::start(&spec).await?;
+        let reporting = reporting.into();
+        let worker = W::start(&spec, Start::Checked).await?;
         Ok(Arc::new_cyclic(|me| Pool {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
             size,
-            end,
-            hints,
+            reporting,
             permits: Arc::new(tokio::sync::Semaphore::new(size.workers.max(1))),
             me: me.clone(),
             idle: Mutex::new(vec![Idle::new(worker, 0)]),
@@ -290,13 +298,13 @@ impl<W: Worker> Pool<W> {
     }
 
     /// A worker made from the current spec; `ahead` of its activation for a retired
-    /// worker's successor (see `Worker::start_ahead`).
+    /// worker's successor (see `Start::Ahead`).
     async fn start_worker(&self, ahead: bool) -> Result<Idle<W>, StartError> {
         let (generation, spec) = self.current_spec();
         let worker = if ahead {
-            W::start_ahead(&spec).await?
+            W::start(&spec, Start::Ahead).await?
         } else {
-            W::start(&spec).await?
+            W::start(&spec, Start::Checked).await?
         };
         Ok(Idle::new(worker, generation))
     }
@@ -374,7 +382,7 @@ impl<W: Worker> Pool<W> {
     /// ends: its state is the action's, and persistent actions count on it. Returns how
     /// many workers were swapped.
     pub async fn upgrade(&self, spec: W::Spec) -> Result<usize, StartError> {
-        let worker = W::start(&spec).await?;
+        let worker = W::start(&spec, Start::Checked).await?;
         let current = {
             let mut slot_spec = self.spec.write().unwrap_or_else(|e| e.into_inner());
             *slot_spec = Arc::new(spec);
@@ -428,7 +436,7 @@ where
                 result = self.activate(line, deadline, &mut ending) => result,
             };
             if !ending.written {
-                self.end.write();
+                self.reporting.end.write();
             }
             // Only now may the next activation start on these workers.
             drop(ending);
@@ -495,7 +503,7 @@ impl<W: Worker> Pool<W> {
             let (generation, spec) = self.current_spec();
             let began = std::time::Instant::now();
             let started = within(deadline, async {
-                let worker = W::start_on_arrival(&spec, &line).await;
+                let worker = W::start(&spec, Start::OnArrival(&line)).await;
                 worker
                     .map(|worker| Idle::new(worker, generation))
                     .map_err(RunError::Restart)
@@ -519,11 +527,12 @@ impl<W: Worker> Pool<W> {
         };
         let worker = &mut entry.worker;
         if let Some(stray) = worker.discard_stray_output() {
-            lines::report_stray(&stray);
+            lines::report_stray(self.reporting.format, &stray);
         }
         worker.others_queued(self.waiting.load(Ordering::Relaxed) > 0);
         // Parsing the request line costs a few µs: only when the lines carry the result.
-        if crate::logs::json() {
+        let Reporting { hints, format, .. } = self.reporting;
+        if format.is_json() {
             worker.attribute(crate::logs::Labels::of(&line));
         }
         let result = within(deadline, async {
@@ -533,11 +542,11 @@ impl<W: Worker> Pool<W> {
         // OpenWhisk's runtime tests expect nothing on stderr here but what the action
         // wrote: the explanation is for those who asked for it.
         match &result {
-            Err(RunError::NotJson(line)) if self.hints => lines::report_not_json(line),
-            Err(RunError::NotAnObject(line)) if self.hints => lines::report_not_an_object(line),
+            Err(RunError::NotJson(line)) if hints => lines::report_not_json(format, line),
+            Err(RunError::NotAnObject(line)) if hints => lines::report_not_an_object(format, line),
             _ => {}
         }
-        worker.end_activation(self.end);
+        worker.end_activation(self.reporting.end);
         ending.written = true;
         // A JSON answer that is not an object leaves the worker in step; any other failure
         // may leave it mid-request or out of step: it is dropped (killing the child or the
@@ -582,7 +591,7 @@ mod tests {
     impl Worker for Fake {
         type Spec = FakeSpec;
 
-        async fn start(spec: &FakeSpec) -> Result<Self, StartError> {
+        async fn start(spec: &FakeSpec, _: Start<'_>) -> Result<Self, StartError> {
             if spec.starts {
                 Ok(Fake(spec.id))
             } else {
@@ -665,7 +674,7 @@ mod tests {
     impl Worker for Counting {
         type Spec = Arc<AtomicUsize>;
 
-        async fn start(made: &Self::Spec) -> Result<Self, StartError> {
+        async fn start(made: &Self::Spec, _: Start<'_>) -> Result<Self, StartError> {
             made.fetch_add(1, Ordering::SeqCst);
             Ok(Counting(0))
         }
@@ -733,7 +742,7 @@ mod tests {
     impl Worker for Gated {
         type Spec = (Arc<tokio::sync::Semaphore>, Arc<Mutex<Vec<bool>>>);
 
-        async fn start(spec: &Self::Spec) -> Result<Self, StartError> {
+        async fn start(spec: &Self::Spec, _: Start<'_>) -> Result<Self, StartError> {
             Ok(Gated {
                 gate: spec.0.clone(),
                 told: spec.1.clone(),

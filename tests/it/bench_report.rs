@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasmloop::bench::report::{Cold, Comparison, Conditions, Spread, Variant, Warm, html};
+use wasmloop_bench::report::{Cold, Comparison, Conditions, Spread, Variant, Warm, html};
 
 /// Chromium's first start on a loaded 2-core machine takes seconds; a hung one must not
 /// hold the test run.

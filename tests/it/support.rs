@@ -190,10 +190,10 @@ pub fn zip_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
 
 /// One HTTP answer, with the framing already checked, and the checks tests make of it.
 #[derive(Debug)]
-pub struct Reply(wasmloop::harness::Reply);
+pub struct Reply(wasmloop_bench::harness::Reply);
 
 impl std::ops::Deref for Reply {
-    type Target = wasmloop::harness::Reply;
+    type Target = wasmloop_bench::harness::Reply;
 
     fn deref(&self) -> &Self::Target {
         &self.0
@@ -236,7 +236,7 @@ impl Reply {
 /// `Content-Length` matching its body (the platform needs it) and is not chunked.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Reply {
     let reply = Reply(
-        wasmloop::harness::request(addr, method, path, body)
+        wasmloop_bench::harness::request(addr, method, path, body)
             .unwrap_or_else(|e| panic!("{method} {path}: {e}")),
     );
     assert_eq!(
@@ -359,13 +359,13 @@ impl InProcess {
         let mut config = serve
             .to_config(cli.debug, cli.verbose)
             .unwrap_or_else(|e| panic!("wasmloop {args:?}: {e:#}"));
-        config.action_dir = action_dir.to_owned();
+        config.action.dir = action_dir.to_owned();
         // Compile children run the binary: this process is the test's.
-        config.compile_exe = PathBuf::from(env!("CARGO_BIN_EXE_wasmloop"));
+        config.wasm.compile_exe = PathBuf::from(env!("CARGO_BIN_EXE_wasmloop"));
         // The test's own stdout: sentinels would only clutter it.
-        config.sentinels = false;
+        config.logs.sentinels = false;
         // Dropped, it stops at once (see `InProcess::drop`).
-        config.shutdown_timeout = Duration::ZERO;
+        config.pool.shutdown_timeout = Duration::ZERO;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -473,7 +473,7 @@ impl ServerBuilder {
             };
         }
         let mut launch =
-            wasmloop::harness::Launch::new(env!("CARGO_BIN_EXE_wasmloop"), self.listen_fd);
+            wasmloop_bench::harness::Launch::new(env!("CARGO_BIN_EXE_wasmloop"), self.listen_fd);
         if let Some(limit) = self.nofile {
             launch = launch.nofile(limit);
         }

@@ -14,8 +14,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
 use super::lines::{LineError, LineReader, NoAnswer};
-use super::pool::Worker;
+use super::pool::{Pool, PoolSize, Reporting, Start, Worker};
+use super::registry::{Backend, Registration, StartFuture};
 use super::{AbortOnDrop, RunError, StartError, StartSpec, parse_ack};
+use crate::action::{Entry, Prepared};
+use crate::config::Config;
 use diagnose::InputWatch;
 use log_tap::LogTap;
 use spawn::{Child, spawn};
@@ -31,6 +34,48 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 
 /// How many times an activation looks for its answer before waiting for the reactor.
 const SPIN_POLLS: usize = 64;
+
+/// The native backend: any executable or script, as a child process over pipes. Last in
+/// the registry: it claims whatever executable the WebAssembly backends did not.
+pub const NATIVE: Registration = Registration {
+    name: "native",
+    runs: "native executable or script",
+    refused: "Build the action as WebAssembly (a wasm32-wasip1 module, or a wasm32-wasip2 \
+              component), or deploy it on an image that allows native",
+    make: |_, _| Arc::new(Native),
+};
+
+/// The native backend keeps nothing of its own between actions.
+struct Native;
+
+impl Backend for Native {
+    fn claims(&self, entry: &Entry) -> bool {
+        matches!(entry, Entry::Native(_))
+    }
+
+    fn start<'a>(
+        &'a self,
+        prepared: &'a Prepared,
+        spec: StartSpec,
+        config: &'a Config,
+        size: PoolSize,
+    ) -> StartFuture<'a> {
+        Box::pin(async move {
+            let Entry::Native(exec) = &prepared.entry else {
+                return Err(StartError::Unsupported(
+                    "not a native executable".to_owned(),
+                ));
+            };
+            let spec = NativeSpec {
+                exec: exec.clone(),
+                start: spec,
+                pipe_size: pipe_size(size.workers),
+            };
+            let pool: Arc<Pool<Process>> = Pool::start(spec, size, Reporting::of(config)).await?;
+            Ok(pool as Arc<dyn super::Executor>)
+        })
+    }
+}
 
 /// What starts a child: the executable and the common start-up settings.
 pub struct NativeSpec {
@@ -53,24 +98,23 @@ pub fn pipe_size(workers: usize) -> usize {
 impl Worker for Process {
     type Spec = NativeSpec;
 
-    async fn start(spec: &NativeSpec) -> Result<Self, StartError> {
-        Process::spawn(spec, &[], true).await
-    }
-
-    /// Without the start probe: it tells `/init` about an action that cannot start, and
-    /// this one has; a successor that dies at once fails its activation like any child
-    /// that dies, and the next gets a fresh one. Its ack, if asked for, is still read.
-    async fn start_ahead(spec: &NativeSpec) -> Result<Self, StartError> {
-        Process::spawn(spec, &[], false).await
+    /// Only a checked start waits out the start probe: it tells `/init` about an action
+    /// that cannot start, and a successor's action has started before; one that dies at
+    /// once fails its activation like any child that dies, and the next gets a fresh one.
+    /// Its ack, if asked for, is still read.
+    async fn start(spec: &NativeSpec, how: Start<'_>) -> Result<Self, StartError> {
+        match how {
+            Start::Checked => Process::spawn(spec, &[], true).await,
+            Start::Ahead => Process::spawn(spec, &[], false).await,
+            Start::OnArrival(line) => {
+                Process::spawn(spec, &crate::protocol::activation_env(line), false).await
+            }
+        }
     }
 
     /// A child's environment is fixed as it starts: one made ahead could not have its
     /// activation's values, so a fresh child starts on its activation's arrival.
     const FRESH_STARTS_ON_ARRIVAL: bool = true;
-
-    async fn start_on_arrival(spec: &NativeSpec, line: &[u8]) -> Result<Self, StartError> {
-        Process::spawn(spec, &crate::protocol::activation_env(line), false).await
-    }
 
     fn is_alive(&mut self) -> bool {
         self.child.seems_alive()
@@ -185,7 +229,8 @@ impl Process {
         };
         let child = spawn(exec, &env, &stdin_read, &outputs).map_err(|error| {
             let cause = diagnose::spawn_failure(exec, &spec.main, &error);
-            crate::protocol::log_stderr(&format!("wasmloop: cannot start the action: {cause}"));
+            let message = format!("wasmloop: cannot start the action: {cause}");
+            crate::protocol::log_stderr(spec.log_format, &message);
             StartError::Spawn { error, cause }
         })?;
         // Our copies of the child's ends must go, or we would never see end-of-file on
@@ -193,7 +238,7 @@ impl Process {
         drop((stdin_read, results_write, stdout_write, stderr_write));
         let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(StartError::Pipe)?;
         let receiver = pipe::Receiver::from_owned_fd(results_read).map_err(StartError::Pipe)?;
-        let attribution = crate::logs::Attribution::default();
+        let attribution = crate::logs::Attribution::new(spec.log_format);
         let (stdout, stdout_pump) = LogTap::start(
             stdout_read,
             crate::logs::Stream::Stdout,

@@ -53,10 +53,7 @@ impl ExitWatch {
     }
 
     fn thread(pid: Pid) -> io::Result<ExitWatch> {
-        static SAID: std::sync::Once = std::sync::Once::new();
-        SAID.call_once(|| {
-            tracing::debug!("no pidfd_open here: a thread waits for each native child");
-        });
+        tracing::trace!("no pidfd_open here: a thread waits for this native child");
         let (exited, watch) = tokio::sync::watch::channel(false);
         std::thread::Builder::new()
             .name("wasmloop-child-exit".to_owned())

@@ -5,8 +5,6 @@ use std::path::Path;
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module, Precompiled};
 
-use crate::config::Backend;
-
 /// What an upload compiles to; everything before instantiation is the same for both.
 #[derive(Clone)]
 pub enum Code {
@@ -20,28 +18,39 @@ pub fn is_component(bytes: &[u8]) -> bool {
     bytes.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00])
 }
 
-/// The backend whose code the file at `path` is, if wasmtime precompiled it (an ELF file,
-/// but not one to execute).
-pub fn precompiled_backend(path: &Path) -> Option<Backend> {
-    match Engine::detect_precompiled_file(path) {
-        Ok(Some(Precompiled::Component)) => Some(Backend::Component),
-        Ok(Some(Precompiled::Module)) => Some(Backend::Wasm),
-        _ => None,
-    }
+/// The two sides of the WebAssembly backend: each is a backend of its own in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// A core module (WASI preview 1).
+    Module,
+    /// A component (WASI 0.2).
+    Component,
 }
 
-/// The backend the file at `path` is for: WebAssembly, or code precompiled from it.
-pub fn wasm_backend(path: &Path) -> Backend {
-    precompiled_backend(path).unwrap_or_else(|| {
-        let mut head = [0u8; 8];
-        let read = std::fs::File::open(path)
-            .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head));
-        if read.is_ok() && is_component(&head) {
-            Backend::Component
-        } else {
-            Backend::Wasm
+impl Side {
+    /// The side whose code the file at `path` is, if wasmtime precompiled it (an ELF file,
+    /// but not one to execute).
+    pub fn of_precompiled(path: &Path) -> Option<Side> {
+        match Engine::detect_precompiled_file(path) {
+            Ok(Some(Precompiled::Component)) => Some(Side::Component),
+            Ok(Some(Precompiled::Module)) => Some(Side::Module),
+            _ => None,
         }
-    })
+    }
+
+    /// The side the file at `path` is for: WebAssembly, or code precompiled from it.
+    pub fn of_file(path: &Path) -> Side {
+        Side::of_precompiled(path).unwrap_or_else(|| {
+            let mut head = [0u8; 8];
+            let read = std::fs::File::open(path)
+                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head));
+            if read.is_ok() && is_component(&head) {
+                Side::Component
+            } else {
+                Side::Module
+            }
+        })
+    }
 }
 
 /// The interface a component must export to be run like a p1 command's `_start`.

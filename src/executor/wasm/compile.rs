@@ -7,61 +7,10 @@ use std::time::Duration;
 use wasmtime::component::Component;
 use wasmtime::{Engine, ExternType, Module};
 
-use super::cache::{WasmDigest, store_in_cache};
+use super::cache::{CompileCache, WasmDigest, store_in_cache};
 use super::code::{Code, check_component_command, is_component};
-use super::engine::{WasmEngine, config};
+use super::engine::{WasmEngine, engine_config};
 use crate::config::{ChildRole, Codegen, EngineSettings};
-
-impl WasmEngine {
-    /// Compiles the module in `wasm` (whose digest is `digest`) in a child process, which
-    /// keeps the compiler's memory and code pages out of this one (a long-lived server
-    /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
-    /// crash. With `cache_dir`, the result is kept there (best effort).
-    pub async fn compile(
-        &self,
-        wasm: &Path,
-        digest: &WasmDigest,
-        cache_dir: Option<&Path>,
-        child: CompileChild,
-    ) -> Result<Code, CompileError> {
-        let (began, tell) = (std::time::Instant::now(), child.tell);
-        let compiled = child.run(&self.compiler, wasm, self.settings).await?;
-        let engine = self.engine.clone();
-        let cached = cache_dir.map(|dir| dir.join(self.cache_name(digest)));
-        let (module, kept) = tokio::task::spawn_blocking(move || {
-            // Mapped from the cache file when there is one: its code is then file-backed
-            // memory, shared with other processes loading the same file.
-            if let Some(path) = cached.filter(|path| store_in_cache(&compiled, path)) {
-                // SAFETY: the file holds what our own executable just compiled.
-                if let Ok(code) = unsafe { Code::deserialize_file(&engine, &path) } {
-                    return Ok((code, Some(path)));
-                }
-            }
-            // SAFETY: the bytes are what our own executable just compiled.
-            unsafe { Code::deserialize(&engine, &compiled) }.map(|code| (code, None))
-        })
-        .await
-        .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
-        .map_err(|e| CompileError::fatal(format!("cannot load the compiled module: {e:#}")))?;
-        if tell {
-            let kept = match kept {
-                Some(path) => format!("; kept for the next run in {}", path.display()),
-                None => " (no compile cache: --no-cache, or no usable --cache-dir)".to_owned(),
-            };
-            crate::protocol::log_stderr(&format!(
-                "wasmloop: compiled the action with {} in {:.1} s{kept}",
-                self.settings.codegen.name(),
-                began.elapsed().as_secs_f64()
-            ));
-        }
-        tracing::debug!(
-            wasm = %wasm.display(),
-            codegen = self.settings.codegen.name(),
-            "module compiled"
-        );
-        Ok(module)
-    }
-}
 
 /// Why a compile child made no module.
 #[derive(Debug)]
@@ -103,11 +52,64 @@ pub struct CompileChild {
     pub deadline: tokio::time::Instant,
     /// The `--compile-timeout` the deadline comes from, for the message.
     pub timeout: Duration,
-    /// Say on stderr that the code was compiled, and whether it was kept (`Config::one_shot`).
-    pub tell: bool,
+    /// Say on stderr, in this format, that the code was compiled and whether it was kept
+    /// (under `ActionSettings::one_shot`).
+    pub tell: Option<crate::logs::LogFormat>,
 }
 
 impl CompileChild {
+    /// Compiles the module in `wasm` (whose digest is `digest`) for `engine` in this child
+    /// process, which keeps the compiler's memory and code pages out of this one (a long-lived server
+    /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
+    /// crash. With a `cache`, the result is kept there (best effort).
+    pub async fn compile(
+        self,
+        engine: &WasmEngine,
+        wasm: &Path,
+        digest: &WasmDigest,
+        cache: Option<&CompileCache>,
+    ) -> Result<Code, CompileError> {
+        let (began, tell) = (std::time::Instant::now(), self.tell);
+        let compiled = self.run(&engine.compiler, wasm, engine.settings).await?;
+        let cached = cache.map(|cache| cache.entry(engine, digest));
+        let (settings, engine) = (engine.settings, engine.engine.clone());
+        let (module, kept) = tokio::task::spawn_blocking(move || {
+            // Mapped from the cache file when there is one: its code is then file-backed
+            // memory, shared with other processes loading the same file.
+            if let Some(path) = cached.filter(|path| store_in_cache(&compiled, path)) {
+                // SAFETY: the file holds what our own executable just compiled.
+                if let Ok(code) = unsafe { Code::deserialize_file(&engine, &path) } {
+                    return Ok((code, Some(path)));
+                }
+            }
+            // SAFETY: the bytes are what our own executable just compiled.
+            unsafe { Code::deserialize(&engine, &compiled) }.map(|code| (code, None))
+        })
+        .await
+        .map_err(|e| CompileError::fatal(format!("loading the compiled module stopped: {e}")))?
+        .map_err(|e| CompileError::fatal(format!("cannot load the compiled module: {e:#}")))?;
+        if let Some(format) = tell {
+            let kept = match kept {
+                Some(path) => format!("; kept for the next run in {}", path.display()),
+                None => " (no compile cache: --no-cache, or no usable --cache-dir)".to_owned(),
+            };
+            crate::protocol::log_stderr(
+                format,
+                &format!(
+                    "wasmloop: compiled the action with {} in {:.1} s{kept}",
+                    settings.codegen.name(),
+                    began.elapsed().as_secs_f64()
+                ),
+            );
+        }
+        tracing::debug!(
+            wasm = %wasm.display(),
+            codegen = settings.codegen.name(),
+            "module compiled"
+        );
+        Ok(module)
+    }
+
     async fn run(
         self,
         program: &Path,
@@ -191,7 +193,7 @@ pub fn compile_here(
     parallel: bool,
 ) -> Result<Vec<u8>, CompileError> {
     // Made once and thrown away: no instance pool, no epoch ticker (neither changes the code).
-    let mut config = config(settings, false);
+    let mut config = engine_config(settings, false);
     config.parallel_compilation(parallel);
     let engine = Engine::new(&config).map_err(|e| CompileError::fatal(format!("{e:#}")))?;
     let component = is_component(bytes);
@@ -207,7 +209,7 @@ pub fn compile_here(
             ..settings
         };
         let not_for_winch = settings.codegen == Codegen::Winch
-            && Engine::new(&self::config(cranelift, false)).is_ok_and(|engine| {
+            && Engine::new(&engine_config(cranelift, false)).is_ok_and(|engine| {
                 if component {
                     Component::new(&engine, bytes).is_ok()
                 } else {

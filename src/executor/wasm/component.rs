@@ -19,7 +19,7 @@ use wasmtime_wasi_http::{
 };
 
 use super::descriptors::{self, Descriptors};
-use super::host::MemoryCap;
+use super::memory_cap::MemoryCap;
 use super::streams::GuestStderr;
 use crate::outbound::{AllowList, DenialLog, denied_message, looked_up_as};
 
@@ -86,7 +86,7 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<ComponentHos
     tcp_create_socket::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
     udp_create_socket::add_to_linker::<ComponentHost, GatedNames>(&mut linker, gated)?;
     count_opened_files(&mut linker)?;
-    super::environ::serve_to_components(&mut linker)?;
+    super::environ::serve_to_components(&mut linker, |host| &host.environ)?;
     linker.allow_shadowing(false);
     Ok(linker)
 }

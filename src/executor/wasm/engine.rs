@@ -4,16 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, Strategy,
-};
+use std::hash::{Hash, Hasher};
+
+use sha2::{Digest, Sha256};
+use wasmtime::{Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig, Strategy};
 
 use super::code::Code;
 use super::component::{self, ComponentHost};
-use super::descriptors;
-use super::host::ModuleHost;
+use super::module::{self, ModuleHost};
 use super::ticker::Ticker;
-use super::{StartError, WasmError, cache};
+use super::{StartError, WasmError};
 use crate::config::{Codegen, EngineSettings, WasmCompiler};
 
 /// Core instances one component may be made of.
@@ -32,6 +32,9 @@ pub struct WasmEngine {
     pub linker: Linker<ModuleHost>,
     pub components: wasmtime::component::Linker<ComponentHost>,
     pub settings: EngineSettings,
+    /// Its compatibility id (`engine_id`): what the compile cache and signed artifacts
+    /// name, computed once.
+    pub id: String,
     /// Advances the engine's epoch while its guests run.
     pub ticker: Ticker,
     /// The `wasmloop` executable whose `compile --for-server` compiles for this engine.
@@ -59,12 +62,12 @@ pub struct Engines {
 impl Engines {
     pub fn new(config: &crate::config::Config) -> Engines {
         Engines {
-            settings: config.engine_settings(config.wasm_compiler.final_tier()),
-            wasm_compiler: config.wasm_compiler,
+            settings: config.engine_settings(config.wasm.compiler.final_tier()),
+            wasm_compiler: config.wasm.compiler,
             made: Mutex::new([None, None]),
             artifact_id: OnceLock::new(),
             ticker: Ticker::default(),
-            compiler: config.compile_exe.clone(),
+            compiler: config.wasm.compile_exe.clone(),
         }
     }
 
@@ -130,19 +133,44 @@ fn made_once<T>(
 /// names, and what a runtime compares with its own.
 pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
     // Compile children use this configuration (no pool: it does not change the code).
-    Engine::new(&config(settings, false))
-        .map(|engine| cache::engine_id(&engine))
+    Engine::new(&engine_config(settings, false))
+        .map(|engine| engine_id(&engine))
         .map_err(|e| format!("{e:#}"))
+}
+
+/// The engine's compatibility hash in hex: code compiled by one engine loads in another
+/// with the same id (wasmtime version, compiler, its settings). SHA-256: `DefaultHasher`'s
+/// algorithm may change with a Rust release, and every cache entry would silently miss.
+fn engine_id(engine: &Engine) -> String {
+    let mut hasher = StableHasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// Feeds what `Hash` writes into SHA-256, whose output is the same on every build.
+struct StableHasher(Sha256);
+
+impl Hasher for StableHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        u64::from_be_bytes(first)
+    }
 }
 
 /// The configuration a server's engine has for `settings`, its instance pool included:
 /// for measuring wasmtime alone with the runtime's settings (`examples/wasmtime_floor.rs`).
-pub fn pooled_config(settings: EngineSettings) -> Config {
-    config(settings, true)
+pub fn pooled_config(settings: EngineSettings) -> wasmtime::Config {
+    engine_config(settings, true)
 }
 
-pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
-    let mut config = Config::new();
+pub(super) fn engine_config(settings: EngineSettings, pooling: bool) -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
     config.epoch_interruption(true);
     // A trap's message is all an activation's error and the logs show; capturing the wasm
     // stack also runs each time a fresh instance is dropped mid-read (`future dropped`).
@@ -183,66 +211,6 @@ pub(super) fn config(settings: EngineSettings, pooling: bool) -> Config {
     config
 }
 
-/// `path_open`, the only way a module opens a descriptor, held to the instance's cap on
-/// open files (`descriptors`): past it, the guest gets `mfile` ("too many open files").
-fn count_opened_files(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()> {
-    use wasmtime::{AsContextMut, Caller, Extern};
-    use wasmtime_wasi::WasiView;
-    use wasmtime_wasi::p1::types::Errno;
-    use wasmtime_wasi::p1::wasi_snapshot_preview1::{self as p1, WasiSnapshotPreview1};
-    linker.allow_shadowing(true);
-    linker.func_wrap_async(
-        "wasi_snapshot_preview1",
-        "path_open",
-        |mut caller: Caller<'_, ModuleHost>,
-         (dir, dirflags, path, path_len, oflags, base, inheriting, fdflags, opened): (
-            i32,
-            i32,
-            i32,
-            i32,
-            i32,
-            i64,
-            i64,
-            i32,
-            i32,
-        )| {
-            Box::new(async move {
-                // As wasmtime-wasi's own glue does before each call.
-                let fuel = caller.as_context_mut().hostcall_fuel();
-                let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
-                    wasmtime::bail!("the module exports no memory for WASI to use");
-                };
-                let (bytes, host) = memory.data_and_store_mut(&mut caller);
-                let files = descriptors::live::<wasmtime_wasi::filesystem::Descriptor>(
-                    host.wasi.ctx().table,
-                )
-                .saturating_sub(host.preopens);
-                if host.descriptors.admit_file(files).is_err() {
-                    return Ok(i32::from(u16::from(Errno::Mfile)));
-                }
-                host.wasi.set_hostcall_fuel(fuel);
-                let mut memory = wiggle::GuestMemory::Unshared(bytes);
-                p1::path_open(
-                    &mut host.wasi,
-                    &mut memory,
-                    dir,
-                    dirflags,
-                    path,
-                    path_len,
-                    oflags,
-                    base,
-                    inheriting,
-                    fdflags,
-                    opened,
-                )
-                .await
-            })
-        },
-    )?;
-    linker.allow_shadowing(false);
-    Ok(())
-}
-
 impl WasmEngine {
     pub fn new(
         settings: EngineSettings,
@@ -251,33 +219,20 @@ impl WasmEngine {
     ) -> wasmtime::Result<Arc<WasmEngine>> {
         // The pool reserves address space for every slot; hosts with strict overcommit
         // refuse that, and then instances are allocated one by one instead.
-        let engine = Engine::new(&config(settings, true)).or_else(|e| {
+        let engine = Engine::new(&engine_config(settings, true)).or_else(|e| {
             tracing::info!(
                 error = %e,
                 instances = settings.instances,
                 "the host refused the address space of an instance pool this large: \
                  instances are allocated on demand instead (slower to start)"
             );
-            Engine::new(&config(settings, false))
+            Engine::new(&engine_config(settings, false))
         })?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut ModuleHost| {
-            &mut host.wasi
-        })?;
-        // The stock WASI functions, with our streams behind fds 0-2. A direct path of our
-        // own for fd_read and fd_write on them (re-implementing wasmtime-wasi's glue) was
-        // measured against this, pinned to one CPU, 30,000 hello activations, twice each:
-        // 47,313 and 47,707 req/s against 46,718 and 46,259 (about 0.5 µs, 2%, of a 20 µs
-        // activation); not worth owning wasmtime-wasi's internals. In instructions it is
-        // more (callgrind, server side of a warm hello activation: 35,400 with the direct
-        // path, 43,600 without; ~4,000 of them in the two fd_writes' blocking_write_and_flush,
-        // which boxes a future per readiness check and copies each buffer): where the
-        // microseconds get scarcer than the code, fd_write on fds 1 and 2 is the place.
-        count_opened_files(&mut linker)?;
-        super::environ::serve_to_modules(&mut linker)?;
+        let linker = module::linker(&engine)?;
         let components = component::linker(&engine)?;
         ticker.add(&engine)?;
         Ok(Arc::new(WasmEngine {
+            id: engine_id(&engine),
             engine,
             linker,
             components,
@@ -314,6 +269,16 @@ impl WasmEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stable_hasher_gives_the_same_value_on_every_build() {
+        let mut hasher = StableHasher(Sha256::new());
+        ("wasmloop", 48u32, [1u8, 2, 3]).hash(&mut hasher);
+        // The first 8 bytes of SHA-256 over what `Hash` writes: b"wasmloop\xff", 48 as a
+        // little-endian u32, the array's length as a u64, then its bytes (as computed by
+        // Python's hashlib).
+        assert_eq!(format!("{:016x}", hasher.finish()), "69bf6eaae43fb72a");
+    }
 
     #[test]
     fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {

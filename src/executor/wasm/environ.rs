@@ -11,9 +11,6 @@ use wasmtime::component::Linker as ComponentLinker;
 use wasmtime::{Caller, Extern, Linker};
 use wasmtime_wasi::p1::types::Errno;
 
-use super::component::ComponentHost;
-use super::host::ModuleHost;
-
 /// One instance's environment. Shared by its store (which answers the guest) and the
 /// instance (which tells it the activation's values).
 #[derive(Clone)]
@@ -87,15 +84,22 @@ impl Environ {
     }
 }
 
+/// Where a store's data keeps its instance's `Environ` (as wasmtime-wasi's
+/// `add_to_linker` is given where its context is).
+pub type Accessor<T> = fn(&T) -> &Environ;
+
 /// `environ_sizes_get` and `environ_get` for modules, from the instance's `Environ`.
-pub fn serve_to_modules(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()> {
+pub fn serve_to_modules<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    environ: Accessor<T>,
+) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     linker.func_wrap_async(
         "wasi_snapshot_preview1",
         "environ_sizes_get",
-        |mut caller: Caller<'_, ModuleHost>, (count_at, size_at): (i32, i32)| {
+        move |mut caller: Caller<'_, T>, (count_at, size_at): (i32, i32)| {
             Box::new(async move {
-                let vars = caller.data().environ.clone().read().await;
+                let vars = environ(caller.data()).clone().read().await;
                 let size: usize = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
                 Ok(errno(with_memory(&mut caller, |memory| {
                     put_u32(memory, count_at, vars.len())?;
@@ -107,9 +111,9 @@ pub fn serve_to_modules(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()>
     linker.func_wrap_async(
         "wasi_snapshot_preview1",
         "environ_get",
-        |mut caller: Caller<'_, ModuleHost>, (pointers_at, strings_at): (i32, i32)| {
+        move |mut caller: Caller<'_, T>, (pointers_at, strings_at): (i32, i32)| {
             Box::new(async move {
-                let vars = caller.data().environ.clone().read().await;
+                let vars = environ(caller.data()).clone().read().await;
                 Ok(errno(with_memory(&mut caller, |memory| {
                     let (mut pointer, mut string) = (pointers_at as u32, strings_at as u32);
                     for (key, value) in vars.iter() {
@@ -137,12 +141,15 @@ pub fn serve_to_modules(linker: &mut Linker<ModuleHost>) -> wasmtime::Result<()>
 const ENVIRONMENT: &str = "wasi:cli/environment@0.2.12";
 
 /// `get-environment` for components, from the instance's `Environ`.
-pub fn serve_to_components(linker: &mut ComponentLinker<ComponentHost>) -> wasmtime::Result<()> {
+pub fn serve_to_components<T: Send + 'static>(
+    linker: &mut ComponentLinker<T>,
+    environ: Accessor<T>,
+) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     linker.instance(ENVIRONMENT)?.func_wrap_async(
         "get-environment",
-        |store: wasmtime::StoreContextMut<'_, ComponentHost>, (): ()| {
-            let environ = store.data().environ.clone();
+        move |store: wasmtime::StoreContextMut<'_, T>, (): ()| {
+            let environ = environ(store.data()).clone();
             Box::new(async move { Ok((environ.read().await.to_vec(),)) })
         },
     )?;
@@ -155,8 +162,8 @@ fn errno(result: Result<(), Errno>) -> i32 {
 }
 
 /// Runs `write` on the module's memory (`fault` without one).
-fn with_memory(
-    caller: &mut Caller<'_, ModuleHost>,
+fn with_memory<T>(
+    caller: &mut Caller<'_, T>,
     write: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
 ) -> Result<(), Errno> {
     match caller.get_export("memory") {

@@ -325,7 +325,7 @@ fn crash_to_answer(
             if reply.status == 200 && crash_body_given {
                 bail!(
                     "--crash-body did not crash the action: it answered 200 `{}`",
-                    crate::executor::lines::excerpt(reply.body.as_ref(), 200)
+                    crate::shown(reply.body.as_ref(), 200)
                 );
             }
             crashed = reply.status != 200;
@@ -363,7 +363,7 @@ fn crash_to_answer(
             bail!(
                 "after a crash, the next activations answered {} `{}`",
                 reply.status,
-                crate::executor::lines::excerpt(reply.body.as_ref(), 200)
+                crate::shown(reply.body.as_ref(), 200)
             );
         }
         millis.push(took.as_secs_f64() * 1e3);
@@ -399,7 +399,7 @@ fn conditions(options: &Options) -> Conditions {
         hits: options.hits,
         rounds: options.rounds,
         concurrency: options.concurrency,
-        body: crate::executor::lines::excerpt(&options.payload.body(0), 200),
+        body: crate::shown(&options.payload.body(0), 200),
         cold_runs: options.cold_runs,
     }
 }
@@ -443,9 +443,9 @@ pub async fn run(options: Options) -> anyhow::Result<Comparison> {
         .iter()
         .zip(&servers)
         .map(|(plan, server)| Target {
-            label: Box::leak(plan.label().into_boxed_str()),
+            label: plan.label(),
             addr: server.addr,
-            path: "/run",
+            path: "/run".into(),
             check: true,
             logs: false,
             pid: Some(server.child.id()),
@@ -523,11 +523,7 @@ pub fn write(dir: &Path, comparison: &Comparison) -> anyhow::Result<()> {
 }
 
 /// Measures a running server's /run (`--url`) the same way, as one variant.
-pub async fn url(
-    options: &Options,
-    addr: SocketAddr,
-    path: &'static str,
-) -> anyhow::Result<Comparison> {
+pub async fn url(options: &Options, addr: SocketAddr, path: &str) -> anyhow::Result<Comparison> {
     let target = Target::url(addr, path, &options.payload);
     let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
     let mut warms = Vec::new();

@@ -1,5 +1,11 @@
-//! `wasmloop bench`: the same hello action through each backend, over real HTTP keep-alive
-//! connections, in one table of latencies (the ActionLoop announcement's columns).
+//! `wasmloop bench`: the backends compared over real HTTP keep-alive connections, against `wasmloop serve` processes.
+//!
+//! - `command`: the subcommand's flags and what it runs.
+//! - `harness`: start a `wasmloop serve` process and `/init` an action in it (also what the
+//!   runtime's integration tests use).
+//! - this module: the hello rows (`--rows`), their servers, the load and its table.
+//! - `compare`: one action across backends, compilers and lifetimes; `source`: a project
+//!   built into each form; `report`: the comparison as a table, CSV and an HTML page.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,9 +23,25 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+pub mod command;
 pub mod compare;
+pub mod harness;
 pub mod report;
 pub mod source;
+
+/// The entry point name each `/init` names, as the platform's default.
+pub const DEFAULT_MAIN: &str = "main";
+
+/// The start of `bytes` as one line of text for a message: cut after `max` characters.
+pub fn shown(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end_matches(['\n', '\r']);
+    let mut out: String = text.chars().take(max).collect();
+    if text.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
 
 /// A form of the action `--compare` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -226,7 +248,7 @@ impl Served {
     /// Initializes the server with `code` (from the file `what`), in how long.
     fn init(&mut self, code: &[u8], what: &Path) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        let answer = match crate::harness::init(self.addr, code, crate::config::DEFAULT_MAIN) {
+        let answer = match crate::harness::init(self.addr, code, crate::DEFAULT_MAIN) {
             Ok(answer) => answer.text(),
             Err(error) => return Err(self.explain(error.into())),
         };
@@ -311,12 +333,13 @@ async fn drive(
     connections: usize,
     progress: &ProgressBar,
 ) -> anyhow::Result<Driven> {
-    let (addr, path, check) = (target.addr, target.path, target.check);
+    let (addr, check) = (target.addr, target.check);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
         let (next, progress, payload) = (next.clone(), progress.clone(), payload.clone());
+        let path = target.path.clone();
         tasks.push(tokio::spawn(async move {
             let stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
@@ -334,7 +357,7 @@ async fn drive(
                     if n >= hits {
                         break;
                     }
-                    let request = Request::post(path)
+                    let request = Request::post(&*path)
                         .header("host", "bench")
                         .header("content-type", "application/json")
                         .body(Full::new(payload.body(n)))?;
@@ -348,7 +371,7 @@ async fn drive(
                     if !status.is_success() || (check && !right) {
                         driven.errors += 1;
                         driven.first_wrong.get_or_insert_with(|| {
-                            let shown = |b: &[u8]| crate::executor::lines::excerpt(b, 200);
+                            let shown = |b: &[u8]| crate::shown(b, 200);
                             let wanted = match &expected {
                                 Some(e) => format!("200 `{}`", shown(e)),
                                 None => "a 200".to_owned(),
@@ -381,9 +404,10 @@ async fn drive(
 
 /// Where one row's requests go.
 struct Target {
-    label: &'static str,
+    label: String,
     addr: SocketAddr,
-    path: &'static str,
+    /// Shared with the connections' tasks.
+    path: Arc<str>,
     /// Whether each answer is checked (not the floor's, which answers nothing).
     check: bool,
     /// Whether its requests ask the hello to log more.
@@ -395,11 +419,11 @@ struct Target {
 impl Target {
     /// A server someone else runs (`--url`): its answers are checked if `--expect` says
     /// what they must be.
-    fn url(addr: SocketAddr, path: &'static str, payload: &Payload) -> Target {
+    fn url(addr: SocketAddr, path: &str, payload: &Payload) -> Target {
         Target {
-            label: "url",
+            label: "url".to_owned(),
             addr,
-            path,
+            path: path.into(),
             check: payload.expect.is_some(),
             logs: false,
             pid: None,
@@ -446,7 +470,7 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
         .map(|(t, mut driven)| {
             driven.micros.sort_by(f64::total_cmp);
             Measured {
-                label: t.label.to_owned(),
+                label: t.label.clone(),
                 micros: driven.micros,
                 elapsed: driven.elapsed,
                 errors: driven.errors,
@@ -458,7 +482,7 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
 }
 
 /// The address and path `--url` names.
-pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, &'static str)> {
+pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, String)> {
     let url: hyper::Uri = url.parse().context("--url is not a URL")?;
     let host = url
         .authority()
@@ -469,9 +493,7 @@ pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, &'static str)
         .await?
         .next()
         .context("--url: no address")?;
-    // One per run: leaked, so that the targets can hold it as the rows' labels do.
-    let path: &'static str = Box::leak(url.path().to_owned().into_boxed_str());
-    Ok((addr, path))
+    Ok((addr, url.path().to_owned()))
 }
 
 pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
@@ -480,7 +502,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     }
     if let Some(url) = &options.url {
         let (addr, path) = resolve_url(url).await?;
-        let target = Target::url(addr, path, &options.payload);
+        let target = Target::url(addr, &path, &options.payload);
         let rows = measure(&[target], &options).await?;
         if let Some(dir) = &options.out {
             write_outputs(dir, &rows)?;
@@ -545,9 +567,9 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
             Row::Exec => (serve_exec(options.native.clone()).await?, "/run", true),
         };
         targets.push(Target {
-            label: row.label(),
+            label: row.label().to_owned(),
             addr,
-            path,
+            path: path.into(),
             check,
             logs: matches!(row, Row::WasmLogs | Row::PipeLogs),
             pid: server.map(|at| servers[at].child.id()),

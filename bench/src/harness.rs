@@ -63,7 +63,7 @@ impl Launch {
                     };
                     rustix::process::setrlimit(rustix::process::Resource::Nofile, limit)?;
                 }
-                crate::executor::native::install_as(fd, target)
+                install_as(fd, target)
             })
         };
         let child = self.command.spawn()?;
@@ -72,6 +72,21 @@ impl Launch {
         drop(listener);
         Ok((child, addr))
     }
+}
+
+/// For a `pre_exec` hook: make `fd` the child's descriptor `target`, open across exec.
+fn install_as(fd: std::os::fd::RawFd, target: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+    unsafe {
+        if fd == target {
+            if libc::fcntl(target, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        } else if libc::dup2(fd, target) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// The `/init` body that installs `code` (sent as base64) with `main`.
@@ -127,7 +142,7 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::
             std::io::ErrorKind::InvalidData,
             format!(
                 "no HTTP answer to {path}, only: {:?}",
-                crate::executor::lines::excerpt(&raw, 200)
+                crate::shown(&raw, 200)
             ),
         )
     })

@@ -1,22 +1,9 @@
-//! What each store holds: the guest's WASI context (its stdio among it) and its memory cap.
+//! The cap on an instance's linear memory, which module and component stores alike hold.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::ResourceLimiter;
-use wasmtime_wasi::p1::WasiP1Ctx;
-
-/// What each store holds.
-pub struct ModuleHost {
-    pub wasi: WasiP1Ctx,
-    pub limits: MemoryCap,
-    /// The files it holds, against its cap.
-    pub descriptors: super::descriptors::Descriptors,
-    /// Folders preopened for it: descriptors it holds without opening them.
-    pub preopens: usize,
-    /// What it reads as its environment.
-    pub environ: super::environ::Environ,
-}
 
 /// Caps an instance's linear memory. Growing past the cap traps (the activation fails,
 /// the next gets a fresh instance) with a message that names the cap and the flag: a

@@ -1,0 +1,222 @@
+//! The `bench` subcommand: its flags, and the rows or the comparison they ask for.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+/// An async runtime with a worker per CPU, for the load and the servers' answers.
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Measured activations per row (after the warm-up).
+    #[arg(long, default_value_t = 10_000)]
+    pub hits: usize,
+    /// Activations per row before measuring.
+    #[arg(long, default_value_t = 1_000)]
+    pub warmup: usize,
+    /// Keep-alive connections sending at once.
+    #[arg(long, short, default_value_t = 1)]
+    pub connections: usize,
+    /// Instances (or children) each server runs at once (its --concurrency) [default: 1;
+    /// with --compare, 8, so that 8 connections meet 8 instances].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: Option<u16>,
+    /// Compare one action across backends, compilers and instance lifetimes instead of
+    /// the rows: cold /init (compiled, from the cache, signed), warm latency and req/s at 1
+    /// and 8 connections with their spread over rounds, memory, and the time from a crash
+    /// to the next answer. The action's forms are --wasm, --component and --native (see
+    /// --forms); --out writes report.html and compare.csv.
+    #[arg(long)]
+    pub compare: bool,
+    /// With --compare: a project `wasmloop new` made (or one laid out the same way),
+    /// built with its language's own tools into every form the language reaches (Rust: a
+    /// module, a component and a native executable; Go and C: a module and a native one;
+    /// Python and JavaScript: a component), instead of --wasm, --component and --native.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// With --compare: which forms of the action to compare.
+    #[arg(long, value_delimiter = ',', default_value = "module,component,native")]
+    pub forms: Vec<crate::Form>,
+    /// With --compare: fresh servers per cold /init figure (the median is shown).
+    #[arg(long, default_value_t = 5)]
+    pub cold_runs: usize,
+    /// With --compare: rounds each variant's hits are split into, taken in turns across
+    /// the variants; the spread over rounds is shown beside each median.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// With --compare: a /run body that crashes the action, to time the next answer after
+    /// a crash [default: `{"value":{"crash":true}}` for the examples' hello; for a body of
+    /// your own, natively its process is killed instead, and WebAssembly rows show none].
+    #[arg(long)]
+    pub crash_body: Option<String>,
+    /// Which rows, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wasm,component,pipe,exec,floor"
+    )]
+    pub rows: Vec<crate::Row>,
+    /// The WebAssembly hello (wasm-examples/build.sh makes it).
+    #[arg(long, default_value = "wasm-examples/out/hello-rust.wasm")]
+    pub wasm: PathBuf,
+    /// The native hello (native-examples/build.sh makes it).
+    #[arg(long, default_value = "native-examples/out/hello-rust")]
+    pub native: PathBuf,
+    /// The Python hello, a zip of the launcher and main.py (native-examples/build.sh).
+    #[arg(long, default_value = "native-examples/out/hello-python.zip")]
+    pub python: PathBuf,
+    /// The Rust hello as a component (component-examples/build.sh makes it).
+    #[arg(long, default_value = "component-examples/out/hello-rust.wasm")]
+    pub component: PathBuf,
+    /// The Python hello as a component (component-examples/build.sh makes it).
+    #[arg(long, default_value = "component-examples/out/hello-python.wasm")]
+    pub python_component: PathBuf,
+    /// Measure a running, initialized server's /run instead (e.g. http://127.0.0.1:8080/run).
+    /// By default each request is the hello's, `{"value":{"name":"bench<N>"}}`, and only
+    /// the status is checked; --body and --expect change that.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The whole /run body each request sends, e.g. '{"value":{"text":"a b"}}' (instead of
+    /// the hello's `{"value":{"name":"bench<N>"}}`).
+    #[arg(long, conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// A file of /run bodies, one per line, sent in turn.
+    #[arg(long)]
+    pub body_file: Option<PathBuf>,
+    /// The exact answer every request must get (a trailing newline is added if missing);
+    /// other answers count as errors. Without it, the hello's greeting is expected for the
+    /// hello's body, and any 200 for a body of your own.
+    #[arg(long)]
+    pub expect: Option<String>,
+    /// Also write bench.csv and latency.svg into this folder (with --compare, report.html
+    /// and compare.csv).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut bodies: Vec<bytes::Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
+    if let Some(file) = &args.body_file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read --body-file {}", file.display()))?;
+        bodies.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| bytes::Bytes::from(l.to_owned())),
+        );
+        anyhow::ensure!(
+            !bodies.is_empty(),
+            "--body-file {} holds no body",
+            file.display()
+        );
+    }
+    let expect = args.expect.clone().map(|mut e| {
+        if !e.ends_with('\n') {
+            e.push('\n');
+        }
+        bytes::Bytes::from(e)
+    });
+    let payload = crate::Payload {
+        bodies,
+        expect,
+        logs: false,
+    };
+    if args.compare {
+        return compare(args, payload);
+    }
+    let options = crate::Options {
+        payload,
+        hits: args.hits,
+        warmup: args.warmup,
+        connections: args.connections,
+        // The runtime's own default.
+        concurrency: args.concurrency.unwrap_or(1),
+        rows: args.rows,
+        wasm: args.wasm,
+        native: args.native,
+        python: args.python,
+        component: args.component,
+        python_component: args.python_component,
+        url: args.url,
+        out: args.out,
+    };
+    let rows = async_runtime()?.block_on(crate::run(options))?;
+    print!("{}", crate::table(&rows));
+    if let Some(note) = crate::idle_cpu_note() {
+        eprint!("{note}");
+    }
+    let errors: usize = rows.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        anyhow::bail!("{errors} answers were wrong or not 200");
+    }
+    Ok(())
+}
+
+/// `wasmloop bench --compare`: the report of one action across backends.
+fn compare(args: Args, payload: crate::Payload) -> anyhow::Result<()> {
+    use crate::Form;
+    // The examples' hello crashes when asked, so that the restart can be timed; a body of
+    // one's own needs its own crashing body.
+    let crash_body = match (&args.crash_body, payload.bodies.is_empty()) {
+        (Some(body), _) => Some(bytes::Bytes::from(body.clone())),
+        (None, true) => Some(bytes::Bytes::from_static(b"{\"value\":{\"crash\":true}}")),
+        (None, false) => None,
+    };
+    // A project's forms are built first, into a folder that lives as long as the run.
+    let built_in = tempfile::tempdir()?;
+    let (module, component, native) = match &args.source {
+        Some(dir) => {
+            eprintln!("wasmloop: building {} for each backend", dir.display());
+            let built = crate::source::build(dir, built_in.path())?;
+            (built.module, built.component, built.native)
+        }
+        None => (
+            Some(args.wasm.clone()),
+            Some(args.component.clone()),
+            Some(args.native.clone()),
+        ),
+    };
+    // --forms picks among what there is, given or built.
+    let keep =
+        |form: Form, path: Option<std::path::PathBuf>| path.filter(|_| args.forms.contains(&form));
+    let options = crate::compare::Options {
+        hits: args.hits,
+        warmup: args.warmup,
+        rounds: args.rounds,
+        cold_runs: args.cold_runs,
+        concurrency: args.concurrency.unwrap_or(8),
+        module: keep(Form::Module, module),
+        component: keep(Form::Component, component),
+        native: keep(Form::Native, native),
+        payload,
+        crash_body,
+        crash_body_given: args.crash_body.is_some(),
+        out: args.out.clone(),
+    };
+    let runtime = async_runtime()?;
+    let comparison = match &args.url {
+        Some(url) => {
+            let (addr, path) = runtime.block_on(crate::resolve_url(url))?;
+            runtime.block_on(crate::compare::url(&options, addr, &path))?
+        }
+        None => runtime.block_on(crate::compare::run(options))?,
+    };
+    print!("{}", crate::report::table(&comparison));
+    if let Some(dir) = &args.out {
+        eprintln!(
+            "wasmloop: wrote {}/report.html and compare.csv",
+            dir.display()
+        );
+    }
+    let errors: usize = comparison.variants.iter().map(|v| v.errors).sum();
+    if errors > 0 {
+        anyhow::bail!("{errors} answers were wrong or not 200");
+    }
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! The backends, listed once: `--backends` takes their names, an upload runs on the first that claims it, and messages about a backend come from its entry.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::pool::PoolSize;
+use super::{Executor, StartError, StartSpec, native, wasm};
+use crate::action::{Entry, Prepared};
+use crate::config::Config;
+
+/// Every backend, in the order an upload is offered to them: a module precompiled by
+/// `wasmloop compile` is an ELF file too, so the WebAssembly backends look first. A new
+/// backend is a folder under `executor/` with a `Registration`, and a line here.
+pub const BACKENDS: &[Registration] = &[wasm::MODULES, wasm::COMPONENTS, native::NATIVE];
+
+/// What is known of a backend before a runtime makes it: enough for the command line and
+/// for the messages naming it.
+#[derive(Debug)]
+pub struct Registration {
+    /// Its name in `--backends` and in messages.
+    pub name: &'static str,
+    /// What it runs, as a message names it after "a" ("native executable or script").
+    pub runs: &'static str,
+    /// What to change when `--backends` leaves it out and an upload needs it.
+    pub refused: &'static str,
+    /// Makes it for one runtime. State that backends of one folder share (the wasm
+    /// engines) is made once, in `shared`.
+    pub make: fn(&Config, &mut Shared) -> Arc<dyn Backend>,
+}
+
+/// A backend's start of an action: its first worker, in the pool that runs its activations.
+pub type StartFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Arc<dyn Executor>, StartError>> + Send + 'a>>;
+
+/// One way of running actions, made for one runtime and owning what it keeps for it.
+pub trait Backend: Send + Sync {
+    /// Whether it runs what `/init` unpacked (asked in `BACKENDS`' order).
+    fn claims(&self, entry: &Entry) -> bool;
+
+    /// Starts the action it claimed.
+    fn start<'a>(
+        &'a self,
+        prepared: &'a Prepared,
+        spec: StartSpec,
+        config: &'a Config,
+        size: PoolSize,
+    ) -> StartFuture<'a>;
+
+    /// Makes what the first `/init` would otherwise wait for: called on a blocking
+    /// thread before the server accepts, for the backends `--backends` allows. A failure
+    /// is the first `/init`'s to report (and to try again).
+    fn warm(&self) {}
+
+    /// Which signed artifacts' code it loads without compiling, given the trusted keys.
+    fn trust(&self, _keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
+        None
+    }
+}
+
+/// State shared by the backends of one folder, one value per type, made by the first
+/// backend that asks.
+#[derive(Default)]
+pub struct Shared(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl Shared {
+    pub fn get_or_make<T: Any + Send + Sync>(&mut self, make: impl FnOnce() -> T) -> Arc<T> {
+        let value = self
+            .0
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(make()))
+            .clone();
+        value
+            .downcast::<T>()
+            .unwrap_or_else(|_| unreachable!("stored under its own type id"))
+    }
+}
+
+/// A backend's name, as `--backends` parses it: one of `BACKENDS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendName(pub &'static str);
+
+impl std::fmt::Display for BackendName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// Every backend's name, in order: what `--backends` allows unless told otherwise.
+pub fn every_name() -> Vec<BackendName> {
+    BACKENDS.iter().map(|b| BackendName(b.name)).collect()
+}
+
+/// Parses one name of `--backends`; clap lists the names (and what each runs) on a mistake.
+pub fn name_parser() -> impl clap::builder::TypedValueParser<Value = BackendName> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let values = BACKENDS
+        .iter()
+        .map(|b| PossibleValue::new(b.name).help(b.runs));
+    PossibleValuesParser::new(values).map(|name| {
+        let found = BACKENDS.iter().find(|b| b.name == name);
+        BackendName(found.map_or("", |b| b.name))
+    })
+}
+
+/// The backends of one runtime, made from its settings.
+pub struct Registry {
+    made: Vec<(&'static Registration, Arc<dyn Backend>)>,
+    /// The names `--backends` allows.
+    allowed: Vec<&'static str>,
+}
+
+impl Registry {
+    /// Makes every registered backend (each makes little until it is warmed or used):
+    /// one that `--backends` leaves out still tells what it would have claimed.
+    pub fn new(config: &Config) -> Registry {
+        let mut shared = Shared::default();
+        let made = BACKENDS
+            .iter()
+            .map(|registration| (registration, (registration.make)(config, &mut shared)))
+            .collect();
+        let allowed = match &config.action.backends {
+            Some(names) => names.clone(),
+            None => BACKENDS.iter().map(|b| b.name).collect(),
+        };
+        Registry { made, allowed }
+    }
+
+    fn allowed(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
+        self.made
+            .iter()
+            .filter(|(r, _)| self.allowed.contains(&r.name))
+            .map(|(_, backend)| backend)
+    }
+
+    /// Warms the allowed backends, each on a blocking thread.
+    pub async fn warm(&self) {
+        let warming: Vec<_> = self
+            .allowed()
+            .cloned()
+            .map(|backend| tokio::task::spawn_blocking(move || backend.warm()))
+            .collect();
+        for backend in warming {
+            let _ = backend.await;
+        }
+    }
+
+    /// Which signed artifacts' code this runtime loads: the first allowed backend's that
+    /// loads any.
+    pub fn trust(&self, keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
+        self.allowed().find_map(|backend| backend.trust(keys))
+    }
+
+    /// Starts the action `/init` unpacked on the backend that claims it, if `--backends`
+    /// allows that one.
+    pub async fn start(
+        &self,
+        prepared: &Prepared,
+        spec: StartSpec,
+        config: &Config,
+    ) -> Result<Arc<dyn Executor>, StartError> {
+        if let Some(expected) = &config.action.execution_env {
+            check_execution_env(&prepared.bin_dir, expected)?;
+        }
+        // Told once, from the file, before it runs (or its WebAssembly is compiled).
+        let Some((registration, backend)) = self
+            .made
+            .iter()
+            .find(|(_, backend)| backend.claims(&prepared.entry))
+        else {
+            return Err(StartError::Unsupported(
+                "no backend runs this upload".to_owned(),
+            ));
+        };
+        if !self.allowed.contains(&registration.name) {
+            return Err(StartError::BackendNotAllowed {
+                found: registration,
+                allowed: self.allowed.clone(),
+            });
+        }
+        let size = PoolSize {
+            workers: config.pool.concurrency,
+            max_waiting: config.pool.max_queue,
+            max_activations: std::num::NonZeroU32::new(config.pool.max_activations_per_instance),
+            recycle_above: config.pool.recycle_above_memory,
+        };
+        backend.start(prepared, spec, config, size).await
+    }
+}
+
+/// `OW_EXECUTION_ENV`: the action must have been built for this runtime image.
+fn check_execution_env(bin_dir: &Path, expected: &str) -> Result<(), StartError> {
+    let path = bin_dir.join("exec.env");
+    let actual = std::fs::read_to_string(&path)
+        .map_err(|source| StartError::ExecEnvUnreadable { path, source })?;
+    if actual.trim() != expected {
+        let newline = if actual.ends_with('\n') { "" } else { "\n" };
+        let mut out = std::io::stdout().lock();
+        let _ = std::io::Write::write_all(
+            &mut out,
+            format!(
+                "Expected exec.env should start with {expected}\nActual value: {actual}{newline}"
+            )
+            .as_bytes(),
+        );
+        let _ = std::io::Write::flush(&mut out);
+        return Err(StartError::ExecEnvMismatch);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_have_distinct_names_and_say_what_they_run() {
+        let mut names: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
+        assert_eq!(names, ["wasm", "component", "native"]);
+        names.dedup();
+        assert_eq!(names.len(), BACKENDS.len());
+        assert!(
+            BACKENDS
+                .iter()
+                .all(|b| !b.runs.is_empty() && !b.refused.is_empty())
+        );
+    }
+
+    #[test]
+    fn backends_of_one_folder_share_what_it_keeps() {
+        let mut shared = Shared::default();
+        let made = shared.get_or_make(|| 1_u32);
+        let again = shared.get_or_make(|| 2_u32);
+        assert!(Arc::ptr_eq(&made, &again));
+        assert_eq!(*shared.get_or_make(|| "text"), "text");
+    }
+}
