@@ -284,7 +284,7 @@ fn render_piece(
     };
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
-    struct Entry<'a> {
+    struct Record<'a> {
         time: String,
         stream: &'static str,
         activation_id: &'a str,
@@ -295,7 +295,7 @@ fn render_piece(
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         partial: bool,
     }
-    let entry = Entry {
+    let entry = Record {
         time: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
         stream: stream.name(),
         activation_id: &labels.activation_id,

@@ -31,7 +31,9 @@ pub struct Args {
     /// the rows: cold /init (compiled, from the cache, signed), warm latency and req/s at 1
     /// and 8 connections with their spread over rounds, memory, and the time from a crash
     /// to the next answer. The action's forms are --wasm, --component and --native (see
-    /// --forms); --out writes report.html and compare.csv.
+    /// --forms), the examples' hellos unless given; --out writes report.html and
+    /// compare.csv. Giving a form of one's own (or --source) without --rows compares it,
+    /// with or without this flag.
     #[arg(long)]
     pub compare: bool,
     /// With --compare: a project `wasmloop new` made (or one laid out the same way),
@@ -42,7 +44,7 @@ pub struct Args {
     pub source: Option<PathBuf>,
     /// With --compare: which forms of the action to compare.
     #[arg(long, value_delimiter = ',', default_value = "module,component,native")]
-    pub forms: Vec<crate::Form>,
+    pub forms: Vec<crate::report::Backend>,
     /// With --compare: fresh servers per cold /init figure (the median is shown).
     #[arg(long, default_value_t = 5)]
     pub cold_runs: usize,
@@ -55,25 +57,25 @@ pub struct Args {
     /// your own, natively its process is killed instead, and WebAssembly rows show none].
     #[arg(long)]
     pub crash_body: Option<String>,
-    /// Which rows, in order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "wasm,component,pipe,exec,floor"
-    )]
-    pub rows: Vec<crate::Row>,
-    /// The WebAssembly hello (wasm-examples/build.sh makes it).
-    #[arg(long, default_value = "wasm-examples/out/hello-rust.wasm")]
-    pub wasm: PathBuf,
-    /// The native hello (native-examples/build.sh makes it).
-    #[arg(long, default_value = "native-examples/out/hello-rust")]
-    pub native: PathBuf,
+    /// Which rows, in order [default: wasm,component,pipe,exec,floor].
+    #[arg(long, value_delimiter = ',')]
+    pub rows: Option<Vec<crate::Row>>,
+    /// The WebAssembly module: the action's own (which alone compares it, unless --rows),
+    /// or the rows' [default: wasm-examples/out/hello-rust.wasm, which
+    /// wasm-examples/build.sh makes].
+    #[arg(long)]
+    pub wasm: Option<PathBuf>,
+    /// The native executable, the action's own or the rows' [default:
+    /// native-examples/out/hello-rust, which native-examples/build.sh makes].
+    #[arg(long)]
+    pub native: Option<PathBuf>,
     /// The Python hello, a zip of the launcher and main.py (native-examples/build.sh).
     #[arg(long, default_value = "native-examples/out/hello-python.zip")]
     pub python: PathBuf,
-    /// The Rust hello as a component (component-examples/build.sh makes it).
-    #[arg(long, default_value = "component-examples/out/hello-rust.wasm")]
-    pub component: PathBuf,
+    /// The component, the action's own or the rows' [default:
+    /// component-examples/out/hello-rust.wasm, which component-examples/build.sh makes].
+    #[arg(long)]
+    pub component: Option<PathBuf>,
     /// The Python hello as a component (component-examples/build.sh makes it).
     #[arg(long, default_value = "component-examples/out/hello-python.wasm")]
     pub python_component: PathBuf,
@@ -98,6 +100,34 @@ pub struct Args {
     /// and compare.csv).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// The examples' hellos (their build.sh scripts make them), for the rows and a bare
+/// `--compare`.
+const HELLO_MODULE: &str = "wasm-examples/out/hello-rust.wasm";
+const HELLO_NATIVE: &str = "native-examples/out/hello-rust";
+const HELLO_COMPONENT: &str = "component-examples/out/hello-rust.wasm";
+
+/// The rows unless `--rows` names others.
+const DEFAULT_ROWS: [crate::Row; 5] = [
+    crate::Row::Wasm,
+    crate::Row::Component,
+    crate::Row::Pipe,
+    crate::Row::Exec,
+    crate::Row::Floor,
+];
+
+impl Args {
+    /// Whether an action of one's own was given in one of its forms.
+    fn has_own_form(&self) -> bool {
+        self.wasm.is_some() || self.component.is_some() || self.native.is_some()
+    }
+
+    /// A comparison, not the rows: asked for, or an action of one's own given without
+    /// `--rows` (the rows measure the hellos, or the form given in place of one).
+    fn compares(&self) -> bool {
+        self.compare || (self.rows.is_none() && (self.source.is_some() || self.has_own_form()))
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -127,21 +157,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         expect,
         logs: false,
     };
-    if args.compare {
+    if args.compares() {
         return compare(args, payload);
     }
-    let options = crate::Options {
+    let options = crate::RowOptions {
         payload,
         hits: args.hits,
         warmup: args.warmup,
         connections: args.connections,
         // The runtime's own default.
         concurrency: args.concurrency.unwrap_or(1),
-        rows: args.rows,
-        wasm: args.wasm,
-        native: args.native,
+        rows: args.rows.unwrap_or_else(|| DEFAULT_ROWS.to_vec()),
+        wasm: args.wasm.unwrap_or_else(|| HELLO_MODULE.into()),
+        native: args.native.unwrap_or_else(|| HELLO_NATIVE.into()),
         python: args.python,
-        component: args.component,
+        component: args.component.unwrap_or_else(|| HELLO_COMPONENT.into()),
         python_component: args.python_component,
         url: args.url,
         out: args.out,
@@ -160,7 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// `wasmloop bench --compare`: the report of one action across backends.
 fn compare(args: Args, payload: crate::Payload) -> anyhow::Result<()> {
-    use crate::Form;
+    use crate::report::Backend;
     // The examples' hello crashes when asked, so that the restart can be timed; a body of
     // one's own needs its own crashing body.
     let crash_body = match (&args.crash_body, payload.bodies.is_empty()) {
@@ -176,24 +206,31 @@ fn compare(args: Args, payload: crate::Payload) -> anyhow::Result<()> {
             let built = crate::source::build(dir, built_in.path())?;
             (built.module, built.component, built.native)
         }
+        // Forms of one's own are the comparison; without any, the examples' hellos.
+        None if args.has_own_form() => (
+            args.wasm.clone(),
+            args.component.clone(),
+            args.native.clone(),
+        ),
         None => (
-            Some(args.wasm.clone()),
-            Some(args.component.clone()),
-            Some(args.native.clone()),
+            Some(HELLO_MODULE.into()),
+            Some(HELLO_COMPONENT.into()),
+            Some(HELLO_NATIVE.into()),
         ),
     };
     // --forms picks among what there is, given or built.
-    let keep =
-        |form: Form, path: Option<std::path::PathBuf>| path.filter(|_| args.forms.contains(&form));
-    let options = crate::compare::Options {
+    let keep = |form: Backend, path: Option<std::path::PathBuf>| {
+        path.filter(|_| args.forms.contains(&form))
+    };
+    let options = crate::compare::CompareOptions {
         hits: args.hits,
         warmup: args.warmup,
         rounds: args.rounds,
         cold_runs: args.cold_runs,
         concurrency: args.concurrency.unwrap_or(8),
-        module: keep(Form::Module, module),
-        component: keep(Form::Component, component),
-        native: keep(Form::Native, native),
+        module: keep(Backend::Module, module),
+        component: keep(Backend::Component, component),
+        native: keep(Backend::Native, native),
         payload,
         crash_body,
         crash_body_given: args.crash_body.is_some(),

@@ -9,17 +9,20 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use indicatif::ProgressBar;
 
-use super::report::{Cold, Comparison, Conditions, Spread, Variant, Warm};
-use super::{Driven, Payload, Served, Target, child_pids, drive, resident_bytes};
+use super::report::{
+    Backend, Cold, Comparison, Compiler, Conditions, Lifetime, Source, Spread, Variant, Warm,
+};
+use super::{Driven, Payload, Rounds, Served, Target, child_pids, in_rounds, resident_bytes};
+use crate::stats::spread;
 
 /// The connection counts every variant is measured at.
 const CONNECTIONS: [usize; 2] = [1, 8];
 
 /// The WebAssembly compilers compared: the optimizing one and the baseline one (`tiered`,
 /// the default, starts as the second and ends as the first).
-const COMPILERS: [&str; 2] = ["cranelift", "winch"];
+const COMPILERS: [Compiler; 2] = [Compiler::Cranelift, Compiler::Winch];
 
-pub struct Options {
+pub struct CompareOptions {
     pub hits: usize,
     pub warmup: usize,
     pub rounds: usize,
@@ -37,28 +40,10 @@ pub struct Options {
     pub out: Option<PathBuf>,
 }
 
-/// One backend's form of the action.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Module,
-    Component,
-    Native,
-}
-
-impl Backend {
-    fn name(self) -> &'static str {
-        match self {
-            Backend::Module => "module",
-            Backend::Component => "component",
-            Backend::Native => "native",
-        }
-    }
-}
-
 /// One way of serving the action, before it is measured.
 struct Plan {
     backend: Backend,
-    compiler: Option<&'static str>,
+    compiler: Option<Compiler>,
     fresh: bool,
     file: PathBuf,
 }
@@ -66,8 +51,12 @@ struct Plan {
 impl Plan {
     /// Its row of the report, before anything is measured.
     fn variant(&self) -> Variant {
-        let lifetime = if self.fresh { "fresh" } else { "persistent" };
-        Variant::named(self.backend.name(), self.compiler, lifetime)
+        let lifetime = if self.fresh {
+            Lifetime::Fresh
+        } else {
+            Lifetime::Persistent
+        };
+        Variant::named(self.backend, self.compiler, lifetime)
     }
 
     fn label(&self) -> String {
@@ -78,7 +67,7 @@ impl Plan {
     fn server_args(&self, concurrency: u16) -> Vec<String> {
         let mut args = vec!["--concurrency".to_owned(), concurrency.to_string()];
         if let Some(compiler) = self.compiler {
-            args.extend(["--wasm-compiler".to_owned(), compiler.to_owned()]);
+            args.extend(["--wasm-compiler".to_owned(), compiler.to_string()]);
         }
         if self.fresh {
             args.extend(["--max-activations-per-instance".to_owned(), "1".to_owned()]);
@@ -89,7 +78,7 @@ impl Plan {
 
 /// The plans for the forms given: every compiler of a WebAssembly form, each persistent
 /// and fresh.
-fn plans(options: &Options) -> anyhow::Result<Vec<Plan>> {
+fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
     let forms = [
         (Backend::Module, &options.module),
         (Backend::Component, &options.component),
@@ -106,7 +95,7 @@ fn plans(options: &Options) -> anyhow::Result<Vec<Plan>> {
                 backend.name()
             );
         }
-        let compilers: &[&'static str] = match backend {
+        let compilers: &[Compiler] = match backend {
             Backend::Native => &[],
             _ => &COMPILERS,
         };
@@ -148,33 +137,6 @@ fn start(args: &[String]) -> anyhow::Result<Served> {
     Served::start(args, &SET_BY_FLAGS)
 }
 
-/// The median, least and most of `values` (none: all zero).
-pub fn spread(values: &[f64]) -> Spread {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => Spread::default(),
-        n => Spread {
-            median: if n % 2 == 1 {
-                sorted[n / 2]
-            } else {
-                (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-            },
-            min: sorted[0],
-            max: sorted[n - 1],
-        },
-    }
-}
-
-/// The `p`th percentile of sorted `micros`.
-fn percentile(micros: &[f64], p: f64) -> f64 {
-    if micros.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * (micros.len() - 1) as f64).round() as usize;
-    micros[i.min(micros.len() - 1)]
-}
-
 /// Where the compile cache, keys and artifacts of one comparison live.
 struct Scratch {
     dir: tempfile::TempDir,
@@ -188,7 +150,7 @@ impl Scratch {
 
 /// Cold `/init`s of `plan`'s backend and compiler: each on a fresh server, compiled, from
 /// a warm compile cache, and from a signed artifact (natively: started).
-fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec<Cold>> {
+fn cold(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<Vec<Cold>> {
     let code = std::fs::read(&plan.file)
         .with_context(|| format!("cannot read {}", plan.file.display()))?;
     let args = plan.server_args(1);
@@ -200,14 +162,14 @@ fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec
         }
         Ok(spread(&millis))
     };
-    let cold = |source: &str, millis| Cold {
-        source: source.to_owned(),
+    let cold = |source: Source, millis| Cold {
+        source,
         millis,
         runs: options.cold_runs,
     };
     if plan.compiler.is_none() {
         return Ok(vec![cold(
-            "start",
+            Source::Start,
             runs(&["--no-cache".to_owned()], &code)?,
         )]);
     }
@@ -235,7 +197,7 @@ fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec
         "--sign-key".as_ref(),
         keys.join("sign.key").as_os_str(),
         "--wasm-compiler".as_ref(),
-        plan.compiler.unwrap_or("cranelift").as_ref(),
+        plan.compiler.unwrap_or(Compiler::Cranelift).name().as_ref(),
     ])?;
     let signed_code = std::fs::read(&artifact)?;
     let trust = [
@@ -245,9 +207,9 @@ fn cold(plan: &Plan, options: &Options, scratch: &Scratch) -> anyhow::Result<Vec
     ];
     let signed = runs(&trust, &signed_code)?;
     Ok(vec![
-        cold("compiled", compiled),
-        cold("cache", cached),
-        cold("signed", signed),
+        cold(Source::Compiled, compiled),
+        cold(Source::Cache, cached),
+        cold(Source::Signed, signed),
     ])
 }
 
@@ -260,49 +222,21 @@ fn wasmloop(args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
     )
 }
 
-/// Warm latencies of every target at `connections`, in rounds interleaved across targets,
-/// each round's p50, p99 and rate kept for the spread.
+/// Warm latencies of every target at `connections`: the rows' engine (`in_rounds`).
 async fn warm(
     targets: &[Target],
     payload: &Payload,
-    options: &Options,
+    options: &CompareOptions,
     connections: usize,
     progress: &ProgressBar,
 ) -> anyhow::Result<Vec<(Warm, Driven)>> {
-    for target in targets {
-        drive(target, payload, options.warmup, connections, progress).await?;
-    }
-    let rounds = options.rounds.clamp(1, options.hits);
-    let mut all: Vec<(Driven, Vec<[f64; 3]>)> =
-        targets.iter().map(|_| Default::default()).collect();
-    for round in 0..rounds {
-        let share = options.hits / rounds + usize::from(round < options.hits % rounds);
-        for (target, (sum, stats)) in targets.iter().zip(&mut all) {
-            let mut driven = drive(target, payload, share, connections, progress).await?;
-            driven.micros.sort_by(f64::total_cmp);
-            stats.push([
-                percentile(&driven.micros, 50.0),
-                percentile(&driven.micros, 99.0),
-                driven.micros.len() as f64 / driven.elapsed.as_secs_f64(),
-            ]);
-            sum.add(driven);
-        }
-    }
-    Ok(all
-        .into_iter()
-        .map(|(mut sum, stats)| {
-            sum.micros.sort_by(f64::total_cmp);
-            let column = |k: usize| spread(&stats.iter().map(|s| s[k]).collect::<Vec<_>>());
-            let warm = Warm {
-                connections,
-                micros: std::mem::take(&mut sum.micros),
-                p50: column(0),
-                p99: column(1),
-                per_second: column(2),
-            };
-            (warm, sum)
-        })
-        .collect())
+    let plan = Rounds {
+        warmup: options.warmup,
+        hits: options.hits,
+        rounds: options.rounds,
+        connections,
+    };
+    in_rounds(targets, |_| payload, plan, progress).await
 }
 
 /// The time from a crash to the next right answer, over `runs` crashes: the crash is
@@ -372,7 +306,7 @@ fn crash_to_answer(
 }
 
 /// The run's conditions, for the report.
-fn conditions(options: &Options) -> Conditions {
+fn conditions(options: &CompareOptions) -> Conditions {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu_model = cpuinfo
         .lines()
@@ -405,7 +339,7 @@ fn conditions(options: &Options) -> Conditions {
 }
 
 /// Measures every plan and returns the comparison (and writes its report with `out`).
-pub async fn run(options: Options) -> anyhow::Result<Comparison> {
+pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     if options.hits == 0 || options.cold_runs == 0 {
         bail!("--hits and --cold-runs must be at least 1");
     }
@@ -523,7 +457,11 @@ pub fn write(dir: &Path, comparison: &Comparison) -> anyhow::Result<()> {
 }
 
 /// Measures a running server's /run (`--url`) the same way, as one variant.
-pub async fn url(options: &Options, addr: SocketAddr, path: &str) -> anyhow::Result<Comparison> {
+pub async fn url(
+    options: &CompareOptions,
+    addr: SocketAddr,
+    path: &str,
+) -> anyhow::Result<Comparison> {
     let target = Target::url(addr, path, &options.payload);
     let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
     let mut warms = Vec::new();
@@ -546,13 +484,11 @@ pub async fn url(options: &Options, addr: SocketAddr, path: &str) -> anyhow::Res
     let comparison = Comparison {
         conditions: conditions(options),
         variants: vec![Variant {
-            backend: "url".to_owned(),
-            lifetime: "as served".to_owned(),
             label: format!("url {}", path),
             warm: warms,
             errors: checked.errors,
             first_wrong: checked.first_wrong,
-            ..Variant::default()
+            ..Variant::named(Backend::Url, None, Lifetime::AsServed)
         }],
         notes: Vec::new(),
     };

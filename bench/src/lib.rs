@@ -28,6 +28,7 @@ pub mod compare;
 pub mod harness;
 pub mod report;
 pub mod source;
+pub mod stats;
 
 /// The entry point name each `/init` names, as the platform's default.
 pub const DEFAULT_MAIN: &str = "main";
@@ -41,17 +42,6 @@ pub fn shown(bytes: &[u8], max: usize) -> String {
         out.push('…');
     }
     out
-}
-
-/// A form of the action `--compare` measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Form {
-    /// A WebAssembly module (--wasm).
-    Module,
-    /// A WASI 0.2 component (--component).
-    Component,
-    /// A native executable (--native).
-    Native,
 }
 
 /// One way of serving the hello.
@@ -104,7 +94,7 @@ impl Row {
     }
 }
 
-pub struct Options {
+pub struct RowOptions {
     pub hits: usize,
     pub warmup: usize,
     pub connections: usize,
@@ -169,12 +159,11 @@ pub struct Measured {
 
 impl Measured {
     fn percentile(&self, p: f64) -> f64 {
-        let i = ((p / 100.0) * (self.micros.len() - 1) as f64).round() as usize;
-        self.micros[i.min(self.micros.len() - 1)]
+        stats::percentile(&self.micros, p)
     }
 
     fn average(&self) -> f64 {
-        self.micros.iter().sum::<f64>() / self.micros.len() as f64
+        stats::mean(&self.micros)
     }
 
     fn per_second(&self) -> f64 {
@@ -434,10 +423,74 @@ impl Target {
 /// How many slices each row's hits are measured in.
 const ROUNDS: usize = 10;
 
-/// Warms every row up, then measures them in turn, a slice of their hits at a time: drift
-/// over the run (other load, CPU frequency) then falls on every row alike instead of on
-/// whichever row happened to run during it, which keeps the ratios between rows honest.
-async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Measured>> {
+/// How targets are measured: warmed up, then `hits` requests each over `connections`, in
+/// `rounds` slices taken in turns across the targets.
+#[derive(Debug, Clone, Copy)]
+struct Rounds {
+    warmup: usize,
+    hits: usize,
+    rounds: usize,
+    connections: usize,
+}
+
+/// The one engine of the rows and the comparison: every target warmed up, then measured
+/// in turns, a slice of its hits at a time, so that drift over the run (other load, CPU
+/// frequency) falls on every target alike instead of on whichever ran during it, which
+/// keeps the ratios between them honest. Each round's p50, p99 and rate are kept for the
+/// spread; the latencies come back sorted.
+async fn in_rounds<'p>(
+    targets: &[Target],
+    payload_of: impl Fn(&Target) -> &'p Payload,
+    plan: Rounds,
+    progress: &ProgressBar,
+) -> anyhow::Result<Vec<(report::Warm, Driven)>> {
+    for target in targets {
+        drive(
+            target,
+            payload_of(target),
+            plan.warmup,
+            plan.connections,
+            progress,
+        )
+        .await?;
+    }
+    let rounds = plan.rounds.clamp(1, plan.hits.max(1));
+    let mut all: Vec<(Driven, Vec<[f64; 3]>)> =
+        targets.iter().map(|_| Default::default()).collect();
+    for round in 0..rounds {
+        let share = plan.hits / rounds + usize::from(round < plan.hits % rounds);
+        for (target, (sum, figures)) in targets.iter().zip(&mut all) {
+            let payload = payload_of(target);
+            let mut driven = drive(target, payload, share, plan.connections, progress).await?;
+            driven.micros.sort_by(f64::total_cmp);
+            figures.push([
+                stats::percentile(&driven.micros, 50.0),
+                stats::percentile(&driven.micros, 99.0),
+                driven.micros.len() as f64 / driven.elapsed.as_secs_f64(),
+            ]);
+            sum.add(driven);
+        }
+    }
+    Ok(all
+        .into_iter()
+        .map(|(mut sum, figures)| {
+            sum.micros.sort_by(f64::total_cmp);
+            let column =
+                |k: usize| stats::spread(&figures.iter().map(|f| f[k]).collect::<Vec<_>>());
+            let warm = report::Warm {
+                connections: plan.connections,
+                micros: std::mem::take(&mut sum.micros),
+                p50: column(0),
+                p99: column(1),
+                per_second: column(2),
+            };
+            (warm, sum)
+        })
+        .collect())
+}
+
+/// The rows' latencies, measured by `in_rounds`.
+async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec<Measured>> {
     let total = targets.len() * (options.warmup + options.hits);
     let progress = ProgressBar::new(total as u64);
     progress.set_style(
@@ -446,37 +499,29 @@ async fn measure(targets: &[Target], options: &Options) -> anyhow::Result<Vec<Me
             .progress_chars("=> "),
     );
     progress.set_prefix("bench");
-    let connections = options.connections;
     let logged = Payload {
         logs: true,
         ..options.payload.clone()
     };
     let payload_of = |t: &Target| if t.logs { &logged } else { &options.payload };
-    for t in targets {
-        drive(t, payload_of(t), options.warmup, connections, &progress).await?;
-    }
-    let mut sums: Vec<Driven> = targets.iter().map(|_| Driven::default()).collect();
-    let rounds = ROUNDS.min(options.hits);
-    for round in 0..rounds {
-        let share = options.hits / rounds + usize::from(round < options.hits % rounds);
-        for (t, sum) in targets.iter().zip(&mut sums) {
-            sum.add(drive(t, payload_of(t), share, connections, &progress).await?);
-        }
-    }
+    let plan = Rounds {
+        warmup: options.warmup,
+        hits: options.hits,
+        rounds: ROUNDS,
+        connections: options.connections,
+    };
+    let measured = in_rounds(targets, payload_of, plan, &progress).await?;
     progress.finish_and_clear();
     Ok(targets
         .iter()
-        .zip(sums)
-        .map(|(t, mut driven)| {
-            driven.micros.sort_by(f64::total_cmp);
-            Measured {
-                label: t.label.clone(),
-                micros: driven.micros,
-                elapsed: driven.elapsed,
-                errors: driven.errors,
-                first_wrong: driven.first_wrong,
-                resident: t.pid.and_then(resident_bytes),
-            }
+        .zip(measured)
+        .map(|(t, (warm, driven))| Measured {
+            label: t.label.clone(),
+            micros: warm.micros,
+            elapsed: driven.elapsed,
+            errors: driven.errors,
+            first_wrong: driven.first_wrong,
+            resident: t.pid.and_then(resident_bytes),
         })
         .collect())
 }
@@ -496,7 +541,7 @@ pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, String)> {
     Ok((addr, url.path().to_owned()))
 }
 
-pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
+pub async fn run(options: RowOptions) -> anyhow::Result<Vec<Measured>> {
     if options.hits == 0 || options.connections == 0 {
         bail!("--hits and --connections must be at least 1");
     }
@@ -505,7 +550,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
         let target = Target::url(addr, &path, &options.payload);
         let rows = measure(&[target], &options).await?;
         if let Some(dir) = &options.out {
-            write_outputs(dir, &rows)?;
+            write_outputs(dir, &rows, options.connections)?;
         }
         return Ok(rows);
     }
@@ -578,7 +623,7 @@ pub async fn run(options: Options) -> anyhow::Result<Vec<Measured>> {
     let rows = measure(&targets, &options).await?;
     drop(servers);
     if let Some(dir) = &options.out {
-        write_outputs(dir, &rows)?;
+        write_outputs(dir, &rows, options.connections)?;
     }
     Ok(rows)
 }
@@ -694,7 +739,7 @@ fn halt_polling_note(poll_ns: &str, cpus: usize) -> Option<String> {
     ))
 }
 
-fn write_outputs(dir: &Path, rows: &[Measured]) -> anyhow::Result<()> {
+fn write_outputs(dir: &Path, rows: &[Measured], connections: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut csv = COLUMNS.join(",") + "\n";
     for row in rows {
@@ -702,55 +747,33 @@ fn write_outputs(dir: &Path, rows: &[Measured]) -> anyhow::Result<()> {
         csv.push('\n');
     }
     std::fs::write(dir.join("bench.csv"), csv)?;
-    plot(&dir.join("latency.svg"), rows)
+    plot(&dir.join("latency.svg"), rows, connections)
 }
 
-/// Latency against percentile, one line per row, on a log scale.
-fn plot(path: &Path, rows: &[Measured]) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let max = rows
+/// Latency against percentile, one line per row: the report's chart, at the rows'
+/// connection count.
+fn plot(path: &Path, rows: &[Measured], connections: usize) -> anyhow::Result<()> {
+    let warms: Vec<report::Warm> = rows
         .iter()
-        .map(|r| r.micros[r.micros.len() - 1])
-        .fold(1.0, f64::max);
-    let min = rows
+        .map(|row| report::Warm {
+            connections,
+            micros: row.micros.clone(),
+            p50: stats::spread(&[row.percentile(50.0)]),
+            p99: stats::spread(&[row.percentile(99.0)]),
+            per_second: stats::spread(&[row.per_second()]),
+        })
+        .collect();
+    let curves = rows
         .iter()
-        .map(|r| r.micros[0])
-        .fold(f64::MAX, f64::min)
-        .max(1.0);
-    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("wasmloop bench: latency by percentile", ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..100f64, (min..max * 1.2).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_desc("percentile")
-        .y_desc("latency (µs)")
-        .draw()?;
-    for (i, row) in rows.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let points = (0..=1000).map(|k| {
-            let p = k as f64 / 10.0;
-            (p, row.percentile(p))
-        });
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(row.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
-    Ok(())
+        .zip(&warms)
+        .map(|(row, warm)| report::Curve {
+            label: &row.label,
+            dashed: row.label.ends_with("-fresh"),
+            warm,
+        })
+        .collect();
+    std::fs::write(path, report::latency_svg(curves, connections))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

@@ -53,13 +53,17 @@ fn variant(backend: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> 
         warm: vec![warm(1, base), warm(8, base * 2.4)],
         resident_after_init: Some((base as u64 / 2) << 20),
         resident_per_extra_instance: Some((base as u64 * 8) << 10),
-        ..Variant::named(backend, compiler, lifetime)
+        ..Variant::named(
+            backend.parse().unwrap(),
+            compiler.map(|c| c.parse().unwrap()),
+            lifetime.parse().unwrap(),
+        )
     }
 }
 
 fn cold(source: &str, ms: f64) -> Cold {
     Cold {
-        source: source.to_owned(),
+        source: source.parse().unwrap(),
         millis: spread(ms),
         runs: 5,
     }

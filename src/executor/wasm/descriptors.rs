@@ -15,7 +15,7 @@ use super::streams::GuestStderr;
 
 /// What a guest asks to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum Opening {
     File,
     /// A TCP or UDP socket, or an HTTP request's connection.
     Socket,
@@ -61,9 +61,9 @@ pub struct Caps {
 
 /// Why a guest may not open one more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum NoRoom {
     /// The instance holds its cap of this kind.
-    Cap(Kind),
+    Cap(Opening),
     /// The process holds all the descriptors the runtime leaves its guests.
     Shared,
 }
@@ -87,22 +87,22 @@ struct State {
 impl State {
     /// Whether one more of `kind` fits beside the `held` the instance holds (as its
     /// caller has just counted them) and what the process holds.
-    fn admit(&mut self, kind: Kind, held: usize) -> Result<(), Refusal> {
+    fn admit(&mut self, kind: Opening, held: usize) -> Result<(), NoRoom> {
         let cap = match kind {
-            Kind::File => self.caps.files,
-            Kind::Socket => self.caps.sockets,
+            Opening::File => self.caps.files,
+            Opening::Socket => self.caps.sockets,
         };
         let refusal = if held >= cap {
-            Refusal::Cap(kind)
+            NoRoom::Cap(kind)
         } else if self.caps.shared.full() {
-            Refusal::Shared
+            NoRoom::Shared
         } else {
             return Ok(());
         };
         let which = match refusal {
-            Refusal::Cap(Kind::File) => 0,
-            Refusal::Cap(Kind::Socket) => 1,
-            Refusal::Shared => 2,
+            NoRoom::Cap(Opening::File) => 0,
+            NoRoom::Cap(Opening::Socket) => 1,
+            NoRoom::Shared => 2,
         };
         if !std::mem::replace(&mut self.said[which], true) {
             self.logs.note(&self.refusal_line(kind, refusal));
@@ -111,26 +111,26 @@ impl State {
     }
 
     /// The log line of a refusal: what was refused, the cap, and the setting to change.
-    fn refusal_line(&self, kind: Kind, refusal: Refusal) -> String {
+    fn refusal_line(&self, kind: Opening, refusal: NoRoom) -> String {
         let what = match kind {
-            Kind::File => "a file",
-            Kind::Socket => "a socket",
+            Opening::File => "a file",
+            Opening::Socket => "a socket",
         };
         match refusal {
-            Refusal::Cap(Kind::File) => format!(
+            NoRoom::Cap(Opening::File) => format!(
                 "wasmloop: refused to open {what}: too many open files for this instance: {} \
                  (--max-instance-files, WASMLOOP_MAX_INSTANCE_FILES); close files the action \
                  is done with, or raise the cap",
                 self.caps.files
             ),
-            Refusal::Cap(Kind::Socket) => format!(
+            NoRoom::Cap(Opening::Socket) => format!(
                 "wasmloop: refused to open {what}: too many open sockets for this instance: {} \
                  (--max-instance-sockets, WASMLOOP_MAX_INSTANCE_SOCKETS; HTTP requests count \
                  while their connection is open); close connections the action is done with, \
                  or raise the cap",
                 self.caps.sockets
             ),
-            Refusal::Shared => format!(
+            NoRoom::Shared => format!(
                 "wasmloop: refused to open {what}: the runtime holds {} descriptors, all that \
                  the container's open-file limit (nofile) leaves its guests beside what it \
                  keeps for itself; raise the limit (docker run --ulimit nofile=N), or lower \
@@ -153,24 +153,24 @@ impl Descriptors {
     }
 
     /// May the guest, holding `files` open files, open one more?
-    pub fn admit_file(&self, files: usize) -> Result<(), Refusal> {
-        crate::lock(&self.0).admit(Kind::File, files)
+    pub fn admit_file(&self, files: usize) -> Result<(), NoRoom> {
+        crate::lock(&self.0).admit(Opening::File, files)
     }
 
     /// May the guest, holding `sockets` TCP and UDP sockets, open one more?
-    pub fn admit_socket(&self, sockets: usize) -> Result<(), Refusal> {
+    pub fn admit_socket(&self, sockets: usize) -> Result<(), NoRoom> {
         let mut state = crate::lock(&self.0);
         state.sockets = sockets;
         let held = sockets + state.connections;
-        state.admit(Kind::Socket, held)
+        state.admit(Opening::Socket, held)
     }
 
     /// May the guest send an HTTP request? Its connection counts as a socket until the
     /// returned guard goes.
-    pub fn admit_connection(&self) -> Result<Connection, Refusal> {
+    pub fn admit_connection(&self) -> Result<Connection, NoRoom> {
         let mut state = crate::lock(&self.0);
         let held = state.sockets + state.connections;
-        state.admit(Kind::Socket, held)?;
+        state.admit(Opening::Socket, held)?;
         state.connections += 1;
         Ok(Connection(self.clone()))
     }
@@ -215,12 +215,12 @@ mod tests {
         let one = instance(shared, 2, 2);
         assert_eq!(one.admit_file(0), Ok(()));
         assert_eq!(one.admit_file(1), Ok(()));
-        assert_eq!(one.admit_file(2), Err(Refusal::Cap(Kind::File)));
+        assert_eq!(one.admit_file(2), Err(NoRoom::Cap(Opening::File)));
         // A file closed since is found missing at the next count.
         assert_eq!(one.admit_file(1), Ok(()));
         let connection = one.admit_connection().unwrap();
         assert_eq!(one.admit_socket(0), Ok(()));
-        assert_eq!(one.admit_socket(1), Err(Refusal::Cap(Kind::Socket)));
+        assert_eq!(one.admit_socket(1), Err(NoRoom::Cap(Opening::Socket)));
         drop(connection);
         assert_eq!(one.admit_socket(1), Ok(()));
         // Past what the process may hold, nothing more, whatever the instance's caps.
@@ -229,8 +229,8 @@ mod tests {
             open: || 10,
         };
         let two = instance(full, 8, 8);
-        assert_eq!(two.admit_file(0), Err(Refusal::Shared));
-        assert_eq!(two.admit_socket(0), Err(Refusal::Shared));
+        assert_eq!(two.admit_file(0), Err(NoRoom::Shared));
+        assert_eq!(two.admit_socket(0), Err(NoRoom::Shared));
         assert!(open_descriptors() > 2, "stdio at least");
     }
 
@@ -244,7 +244,7 @@ mod tests {
         assert_eq!(said(&one), [false; 3]);
         assert!(one.admit_file(0).is_err());
         assert_eq!(said(&one), [true, false, false]);
-        let line = crate::lock(&one.0).refusal_line(Kind::File, Refusal::Cap(Kind::File));
+        let line = crate::lock(&one.0).refusal_line(Opening::File, NoRoom::Cap(Opening::File));
         assert_eq!(
             line,
             "wasmloop: refused to open a file: too many open files for this instance: 0 \

@@ -1,0 +1,114 @@
+//! Every figure of the comparison, one CSV row per variant and connection count.
+
+use super::*;
+
+pub(super) const CSV_COLUMNS: [&str; 25] = [
+    "label",
+    "backend",
+    "compiler",
+    "lifetime",
+    "connections",
+    "hits",
+    "p50_us",
+    "p50_min_us",
+    "p50_max_us",
+    "p90_us",
+    "p99_us",
+    "p99_min_us",
+    "p99_max_us",
+    "max_us",
+    "req_s",
+    "req_s_min",
+    "req_s_max",
+    "cold_compiled_ms",
+    "cold_cache_ms",
+    "cold_signed_ms",
+    "cold_start_ms",
+    "rss_after_init_bytes",
+    "rss_per_extra_instance_bytes",
+    "crash_to_answer_ms",
+    "errors",
+];
+
+/// The CSV's rows, also the HTML page's full table: one per variant and connection count,
+/// and one with empty warm figures for a variant measured warm at no count, so no variant
+/// goes missing.
+pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
+    let number = |v: f64, decimals: usize| {
+        if v.is_finite() {
+            format!("{v:.decimals$}")
+        } else {
+            String::new()
+        }
+    };
+    let mut rows = Vec::new();
+    for v in &c.variants {
+        let mut warms: Vec<Option<&Warm>> = v.warm.iter().map(Some).collect();
+        warms.sort_by_key(|w| w.map(|w| w.connections));
+        if warms.is_empty() {
+            warms.push(None);
+        }
+        for warm in warms {
+            let mut row = vec![
+                v.label.clone(),
+                v.backend.to_string(),
+                v.compiler.map(|c| c.to_string()).unwrap_or_default(),
+                v.lifetime.to_string(),
+            ];
+            match warm {
+                Some(w) => row.extend([
+                    w.connections.to_string(),
+                    w.micros.len().to_string(),
+                    number(w.p50.median, 1),
+                    number(w.p50.min, 1),
+                    number(w.p50.max, 1),
+                    number(percentile(&w.micros, 90.0), 1),
+                    number(w.p99.median, 1),
+                    number(w.p99.min, 1),
+                    number(w.p99.max, 1),
+                    number(w.micros.last().copied().unwrap_or(f64::NAN), 1),
+                    number(w.per_second.median, 1),
+                    number(w.per_second.min, 1),
+                    number(w.per_second.max, 1),
+                ]),
+                None => row.extend((0..13).map(|_| String::new())),
+            }
+            for source in Source::ALL {
+                row.push(
+                    v.cold_from(source)
+                        .map_or(String::new(), |c| number(c.millis.median, 3)),
+                );
+            }
+            let count = |b: Option<u64>| b.map_or(String::new(), |b| b.to_string());
+            row.push(count(v.resident_after_init));
+            row.push(count(v.resident_per_extra_instance));
+            row.push(
+                v.crash_to_answer_ms
+                    .map_or(String::new(), |s| number(s.median, 3)),
+            );
+            row.push(v.errors.to_string());
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+pub(super) fn csv_field(field: &str) -> String {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_owned()
+    }
+}
+
+/// One row per variant and connection count, under a header.
+pub fn csv(c: &Comparison) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for row in full_rows(c) {
+        let fields: Vec<String> = row.iter().map(|f| csv_field(f)).collect();
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}

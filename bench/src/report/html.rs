@@ -1,0 +1,193 @@
+//! The comparison as one self-contained HTML page: conditions, verdicts, warnings, charts and every figure.
+
+use super::*;
+
+pub(super) const PAGE_TITLE: &str = "wasmloop bench: which backend for this action";
+
+pub(super) const STYLE: &str = "\
+body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;\
+color:#1d1d1f;background:#fff;max-width:1120px;margin:24px auto;padding:0 24px}\
+h1{font-size:26px;margin:0 0 14px}\
+h2{font-size:19px;margin:30px 0 10px;padding-bottom:4px;border-bottom:1px solid #ddd}\
+dl.conditions{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0}\
+dl.conditions dt{color:#555}dl.conditions dd{margin:0}\
+code{font:13px ui-monospace,'DejaVu Sans Mono',monospace;background:#f3f3f3;padding:1px 4px;\
+border-radius:3px;word-break:break-all}\
+ul.verdicts{padding-left:22px}ul.verdicts li{margin:5px 0}\
+ul.notes{list-style:none;padding:0}\
+ul.notes li{background:#fff4d6;border-left:5px solid #d99a00;padding:7px 12px;margin:6px 0}\
+.warn{font-weight:700;color:#8a5a00;margin-right:6px}\
+p.quiet{color:#666}\
+figure{margin:22px 0}\
+svg{display:block;max-width:100%;height:auto;border:1px solid #e4e4e4;border-radius:4px}\
+svg text{font-family:system-ui,'DejaVu Sans',sans-serif;font-size:13px;fill:#222}\
+svg .title{font-size:17px;font-weight:600}\
+svg .heading{font-size:14px;font-weight:600;fill:#333}\
+svg .strong{font-weight:600}\
+svg .tick{font-size:12px;fill:#555}\
+svg .axis{font-size:13px;fill:#333}\
+svg .value{font-size:12px;fill:#333}\
+svg .note{font-size:12px;fill:#666}\
+svg .key{font-size:12.5px;fill:#333}\
+svg .none{font-size:16px;font-style:italic;fill:#888}\
+svg .grid{stroke:#e8e8e8;stroke-width:1}\
+svg .frame{fill:none;stroke:#999}\
+svg .whisker{stroke:#333;stroke-width:1.4}\
+.scroll{overflow-x:auto}\
+table{border-collapse:collapse;font-size:12px}\
+th,td{border:1px solid #ddd;padding:3px 6px;white-space:nowrap}\
+th{background:#f3f3f3;text-align:left}\
+tr>:first-child{position:sticky;left:0;background:#fff;box-shadow:1px 0 0 #ddd}\
+th:first-child{background:#f3f3f3}\
+td.n{text-align:right;font-variant-numeric:tabular-nums}\
+p.wrong{background:#fde8e8;border-left:5px solid #c62828;padding:7px 12px}";
+
+pub(super) fn conditions(out: &mut String, c: &Comparison) {
+    let k = &c.conditions;
+    let counts: Vec<String> = c
+        .connection_counts()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let cpu = format!(
+        "{}; {} CPU{} usable, {}",
+        k.cpu_model,
+        k.cpus,
+        if k.cpus == 1 { "" } else { "s" },
+        if k.pinned {
+            "pinned with taskset"
+        } else {
+            "not pinned"
+        }
+    );
+    let rows = [
+        ("wasmloop", format!("{} (commit {})", k.version, k.commit)),
+        ("CPU", cpu),
+        (
+            "connections",
+            if counts.is_empty() {
+                "none measured".to_owned()
+            } else {
+                listed(&counts)
+            },
+        ),
+        (
+            "requests",
+            format!("{} per variant and connection count", k.hits),
+        ),
+        (
+            "rounds",
+            format!("{}, interleaved across the variants", k.rounds),
+        ),
+        (
+            "concurrency",
+            format!("{} (the servers' --concurrency)", k.concurrency),
+        ),
+        (
+            "cold /init",
+            format!("{} fresh servers per figure", k.cold_runs),
+        ),
+        ("date", k.date.clone()),
+    ];
+    out.push_str("<dl class=\"conditions\">");
+    for (name, value) in rows {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(name), escape(&value));
+    }
+    let _ = write!(
+        out,
+        "<dt>/run body</dt><dd><code>{}</code></dd></dl>",
+        escape(&k.body)
+    );
+}
+
+/// One self-contained page: the conditions, verdicts, warnings, charts and every figure.
+pub fn html(c: &Comparison) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>\n<h1>{PAGE_TITLE}</h1>\n"
+    );
+    out.push_str("<section><h2>Conditions</h2>");
+    conditions(&mut out, c);
+    out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
+    for verdict in verdicts(c) {
+        let said = match verdict.findings.is_empty() {
+            true => "nothing measured.".to_owned(),
+            false => format!("{}.", verdict.findings.join("; ")),
+        };
+        let _ = write!(
+            out,
+            "<li><strong>{}</strong>: {}</li>",
+            verdict.backend,
+            escape(&said)
+        );
+    }
+    out.push_str("</ul></section>\n<section><h2>Warnings</h2>");
+    let notes = all_notes(c);
+    if notes.is_empty() {
+        out.push_str("<p class=\"quiet\">None.</p>");
+    } else {
+        out.push_str("<ul class=\"notes\">");
+        for note in notes {
+            let _ = write!(
+                out,
+                "<li><span class=\"warn\">⚠ warning:</span>{}</li>",
+                escape(bare(&note))
+            );
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("</section>\n<section><h2>Charts</h2>\n");
+    let mut charts: Vec<String> = c
+        .connection_counts()
+        .into_iter()
+        .map(|n| latency_chart(c, n))
+        .collect();
+    if charts.is_empty() {
+        charts.push(not_measured(
+            "latency",
+            "latency by percentile",
+            "no variant was measured warm",
+        ));
+    }
+    charts.extend([
+        cold_chart(c),
+        memory_chart(c),
+        throughput_chart(c),
+        crash_chart(c),
+    ]);
+    for chart in charts {
+        let _ = writeln!(out, "<figure>{chart}</figure>");
+    }
+    out.push_str(
+        "</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table><thead><tr>",
+    );
+    for column in CSV_COLUMNS {
+        let _ = write!(out, "<th>{}</th>", escape(column));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in full_rows(c) {
+        out.push_str("<tr>");
+        for (i, cell) in row.iter().enumerate() {
+            // The first four name the row; the rest are figures.
+            let class = if i < 4 { "" } else { " class=\"n\"" };
+            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></div>");
+    for v in c.variants.iter().filter(|v| v.errors > 0) {
+        let _ = write!(
+            out,
+            "<p class=\"wrong\"><strong>{}</strong>: {} answers were wrong; the first: \
+             <code>{}</code></p>",
+            escape(&v.label),
+            v.errors,
+            escape(v.first_wrong.as_deref().unwrap_or("not recorded"))
+        );
+    }
+    out.push_str("</section>\n</body></html>\n");
+    out
+}

@@ -1,0 +1,783 @@
+//! A backend comparison's model (variants, their figures, the conditions), and how it reads: `table`, `verdicts`, `csv`, `charts`, `html`.
+
+mod charts;
+mod csv;
+mod html;
+mod table;
+mod verdicts;
+
+use charts::*;
+use csv::*;
+
+pub use crate::stats::Spread;
+pub use charts::{Curve, latency_svg};
+pub use csv::csv;
+pub use html::html;
+pub use table::table;
+pub use verdicts::{Verdict, overlap_notes, verdicts};
+
+use crate::stats::percentile;
+
+use std::fmt::Write as _;
+
+/// What the figures were measured under.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions {
+    /// wasmloop's version.
+    pub version: String,
+    /// Short git commit, or "unknown".
+    pub commit: String,
+    /// From /proc/cpuinfo.
+    pub cpu_model: String,
+    /// CPUs the run may use (its affinity).
+    pub cpus: usize,
+    /// Run under taskset to fewer CPUs than the machine has.
+    pub pinned: bool,
+    /// RFC 3339, UTC.
+    pub date: String,
+    /// Measured requests per row and connection count.
+    pub hits: usize,
+    /// Rounds the hits are split into, interleaved across rows.
+    pub rounds: usize,
+    /// The servers' `--concurrency`.
+    pub concurrency: u16,
+    /// The /run body sent (excerpt).
+    pub body: String,
+    /// Fresh servers per cold /init figure.
+    pub cold_runs: usize,
+}
+
+/// One variant's warm figures at one connection count.
+#[derive(Debug, Clone, Default)]
+pub struct Warm {
+    pub connections: usize,
+    /// Every latency, sorted ascending, microseconds.
+    pub micros: Vec<f64>,
+    /// Per-round p50s, µs.
+    pub p50: Spread,
+    /// Per-round p99s, µs.
+    pub p99: Spread,
+    /// Per-round requests per second.
+    pub per_second: Spread,
+}
+
+/// Names the model's words as the table, CSV and page write them, and reads them back.
+macro_rules! named {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vmeta])* $variant,)* }
+
+        impl $name {
+            pub fn name(self) -> &'static str {
+                match self { $($name::$variant => $text,)* }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(text: &str) -> Result<Self, String> {
+                match text {
+                    $($text => Ok($name::$variant),)*
+                    other => Err(format!("not a {}: {other}", stringify!($name))),
+                }
+            }
+        }
+    };
+}
+
+named! {
+    /// Which backend serves a variant: the three the runtime has (its `wasm` is a module
+    /// here, as an author builds it), or a server someone else runs (`--url`).
+    pub enum Backend {
+        Module = "module",
+        Component = "component",
+        Native = "native",
+        Url = "url",
+    }
+}
+
+/// `--forms`: the backends an action of one's own comes in (`url` is no form of it).
+impl clap::ValueEnum for Backend {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Backend::Module, Backend::Component, Backend::Native]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self {
+            Backend::Module => "A WebAssembly module (--wasm)",
+            Backend::Component => "A WASI 0.2 component (--component)",
+            Backend::Native => "A native executable (--native)",
+            Backend::Url => return None,
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}
+
+named! {
+    /// Which of wasmtime's compilers made a WebAssembly variant's code.
+    pub enum Compiler {
+        Cranelift = "cranelift",
+        Winch = "winch",
+    }
+}
+
+named! {
+    /// How long an instance (or child) lives.
+    pub enum Lifetime {
+        Persistent = "persistent",
+        /// One activation each (`--max-activations-per-instance 1`).
+        Fresh = "fresh",
+        /// A server someone else runs, whatever it does.
+        AsServed = "as served",
+    }
+}
+
+named! {
+    /// Where a cold /init's code came from, in the order a reader meets them: the slowest
+    /// path first, then what each way of skipping the compiler saves.
+    pub enum Source {
+        Compiled = "compiled",
+        Cache = "cache",
+        Signed = "signed",
+        /// Native: nothing to compile, the process starting.
+        Start = "start",
+    }
+}
+
+impl Source {
+    pub const ALL: [Source; 4] = [
+        Source::Compiled,
+        Source::Cache,
+        Source::Signed,
+        Source::Start,
+    ];
+
+    /// Its column in the terminal table.
+    fn header(self) -> &'static str {
+        match self {
+            Source::Compiled => "cmpl",
+            Source::Signed => "sign",
+            other => other.name(),
+        }
+    }
+
+    /// What it means, for the legends.
+    fn meaning(self) -> &'static str {
+        match self {
+            Source::Compiled => "compiled at /init",
+            Source::Cache => "from the compile cache",
+            Source::Signed => "a signed precompiled artifact",
+            Source::Start => "the native process starting",
+        }
+    }
+
+    /// How a sentence says it ("52 ms from the cache").
+    fn phrase(self) -> &'static str {
+        match self {
+            Source::Cache => "from the cache",
+            Source::Start => "to start",
+            other => other.name(),
+        }
+    }
+}
+
+/// How long a fresh server's /init took, by where its code came from.
+#[derive(Debug, Clone)]
+pub struct Cold {
+    pub source: Source,
+    /// Over `runs` fresh servers.
+    pub millis: Spread,
+    pub runs: usize,
+}
+
+/// One backend, compiler and instance lifetime.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub backend: Backend,
+    /// For modules and components.
+    pub compiler: Option<Compiler>,
+    pub lifetime: Lifetime,
+    /// E.g. "module cranelift persistent".
+    pub label: String,
+    /// One per connection count.
+    pub warm: Vec<Warm>,
+    /// Empty on fresh variants (the same as their persistent twin's).
+    pub cold: Vec<Cold>,
+    /// Bytes.
+    pub resident_after_init: Option<u64>,
+    /// Bytes.
+    pub resident_per_extra_instance: Option<u64>,
+    /// From a crash to the next answer.
+    pub crash_to_answer_ms: Option<Spread>,
+    pub errors: usize,
+    /// The first wrong answer, quoted, and what was expected.
+    pub first_wrong: Option<String>,
+}
+
+impl Variant {
+    /// A variant with nothing measured yet, labelled from its parts ("module cranelift
+    /// persistent", "native fresh").
+    pub fn named(backend: Backend, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
+        let label = [
+            Some(backend.name()),
+            compiler.map(Compiler::name),
+            Some(lifetime.name()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
+        Variant {
+            backend,
+            compiler,
+            lifetime,
+            label,
+            warm: Vec::new(),
+            cold: Vec::new(),
+            resident_after_init: None,
+            resident_per_extra_instance: None,
+            crash_to_answer_ms: None,
+            errors: 0,
+            first_wrong: None,
+        }
+    }
+}
+
+/// Everything one comparison measured.
+#[derive(Debug, Clone, Default)]
+pub struct Comparison {
+    pub conditions: Conditions,
+    pub variants: Vec<Variant>,
+    pub notes: Vec<String>,
+}
+
+impl Variant {
+    fn warm_at(&self, connections: usize) -> Option<&Warm> {
+        self.warm.iter().find(|w| w.connections == connections)
+    }
+
+    fn cold_from(&self, source: Source) -> Option<&Cold> {
+        self.cold.iter().find(|c| c.source == source)
+    }
+
+    /// What tells this variant from the others of its backend.
+    fn flavour(&self) -> String {
+        match self.compiler {
+            Some(compiler) => format!("{}, {compiler}", self.lifetime),
+            None => self.lifetime.name().to_owned(),
+        }
+    }
+
+    /// The compiler when that is the difference, else the whole label.
+    fn short_name(&self) -> &str {
+        match self.compiler {
+            Some(compiler) => compiler.name(),
+            None => &self.label,
+        }
+    }
+}
+
+impl Comparison {
+    fn connection_counts(&self) -> Vec<usize> {
+        let mut counts: Vec<usize> = self
+            .variants
+            .iter()
+            .flat_map(|v| v.warm.iter().map(|w| w.connections))
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        counts
+    }
+
+    /// The sources measured, in their order.
+    fn sources(&self) -> Vec<Source> {
+        Source::ALL
+            .into_iter()
+            .filter(|s| self.variants.iter().any(|v| v.cold_from(*s).is_some()))
+            .collect()
+    }
+
+    /// The backends, in the order the variants first name them.
+    fn backends(&self) -> Vec<Backend> {
+        let mut backends = Vec::new();
+        for v in &self.variants {
+            if !backends.contains(&v.backend) {
+                backends.push(v.backend);
+            }
+        }
+        backends
+    }
+}
+
+/// Two significant figures below 10, whole numbers above: digits past those are noise in
+/// figures that move by a few percent between runs.
+fn figure(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".to_owned();
+    }
+    let magnitude = v.abs();
+    let text = if magnitude >= 10.0 || magnitude == 0.0 {
+        format!("{v:.0}")
+    } else if magnitude >= 1.0 {
+        format!("{v:.1}")
+    } else if magnitude >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// The unit a time of `us` microseconds reads best in, and its size in microseconds; the
+/// bounds are where `figure` would round up into the next unit.
+fn time_unit(us: f64) -> (f64, &'static str) {
+    if us.abs() < 999.5 {
+        (1.0, "µs")
+    } else if us.abs() < 999_500.0 {
+        (1e3, "ms")
+    } else {
+        (1e6, "s")
+    }
+}
+
+fn duration_us(us: f64) -> String {
+    let (size, unit) = time_unit(us);
+    format!("{} {unit}", figure(us / size))
+}
+
+fn duration_ms(ms: f64) -> String {
+    duration_us(ms * 1e3)
+}
+
+/// Both ends in the unit of the larger, so the two read against each other.
+fn range_us(lo: f64, hi: f64) -> String {
+    let (size, unit) = time_unit(hi);
+    let (lo, hi) = (figure(lo / size), figure(hi / size));
+    // Two compilers that took the same time read as one figure.
+    if lo == hi {
+        format!("{hi} {unit}")
+    } else {
+        format!("{lo}–{hi} {unit}")
+    }
+}
+
+fn rate(per_second: f64) -> String {
+    if per_second >= 999.5 {
+        format!("{}k", figure(per_second / 1e3))
+    } else {
+        figure(per_second)
+    }
+}
+
+fn bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= f64::from(1 << 20) {
+        format!("{} MiB", figure(b / f64::from(1 << 20)))
+    } else {
+        format!("{} KiB", figure(b / 1024.0))
+    }
+}
+
+/// "1", "1 and 8", "1, 4 and 8".
+fn listed<T: ToString>(items: &[T]) -> String {
+    let items: Vec<String> = items.iter().map(ToString::to_string).collect();
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+fn connections_phrase(n: usize) -> String {
+    if n == 1 {
+        "1 connection".to_owned()
+    } else {
+        format!("{n} connections")
+    }
+}
+
+/// The sample at or above `p` of them (nearest rank).
+/// `c.notes`, then the overlap warnings it does not already hold: whether the measuring
+/// side copies them in or not, each is said once.
+fn all_notes(c: &Comparison) -> Vec<String> {
+    let mut notes = c.notes.clone();
+    for note in overlap_notes(c) {
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    notes
+}
+
+/// A note as said, without the "note: " the measuring side may have put before it: the
+/// table and the page put their own marker.
+fn bare(note: &str) -> &str {
+    let note = note.trim();
+    ["note: ", "warning: "]
+        .iter()
+        .find_map(|marker| note.strip_prefix(marker))
+        .unwrap_or(note)
+}
+
+fn wrong_line(v: &Variant) -> String {
+    let first = v.first_wrong.as_deref().unwrap_or("not recorded");
+    format!(
+        "{}: {} answers were wrong; the first: {first}",
+        v.label, v.errors
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(median: f64, min: f64, max: f64) -> Spread {
+        Spread { median, min, max }
+    }
+
+    /// `n` latencies from `base` µs up, the slowest percent climbing to 11x `base`.
+    fn micros(base: f64, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| {
+                let f = i as f64 / n as f64;
+                let tail = if f > 0.99 { (f - 0.99) * 1000.0 } else { 0.0 };
+                base * (1.0 + 0.2 * f + tail)
+            })
+            .collect()
+    }
+
+    fn warm(connections: usize, base: f64, per_second: f64) -> Warm {
+        Warm {
+            connections,
+            micros: micros(base, 2000),
+            p50: spread(base * 1.1, base * 1.05, base * 1.15),
+            p99: spread(base * 2.0, base * 1.8, base * 2.3),
+            per_second: spread(per_second, per_second * 0.95, per_second * 1.04),
+        }
+    }
+
+    fn cold(source: &str, ms: f64) -> Cold {
+        Cold {
+            source: source.parse().unwrap(),
+            millis: spread(ms, ms * 0.9, ms * 1.2),
+            runs: 5,
+        }
+    }
+
+    fn variant(backend: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
+        Variant {
+            warm: vec![warm(1, base, 1e6 / base), warm(8, base * 2.5, 3e6 / base)],
+            ..Variant::named(
+                backend.parse().unwrap(),
+                compiler.map(|c| c.parse().unwrap()),
+                lifetime.parse().unwrap(),
+            )
+        }
+    }
+
+    /// Four variants: one with errors, one without cold figures, one whose label is markup.
+    fn sample() -> Comparison {
+        let mut module = variant("module", Some("cranelift"), "persistent", 30.0);
+        module.cold = vec![
+            cold("compiled", 21.0),
+            cold("cache", 1.8),
+            cold("signed", 4.0),
+        ];
+        module.resident_after_init = Some(12 << 20);
+        module.resident_per_extra_instance = Some(300 << 10);
+        module.crash_to_answer_ms = Some(spread(12.0, 10.0, 15.0));
+        let fresh = variant("module", Some("cranelift"), "fresh", 55.0);
+        let mut component = variant("component", Some("winch"), "persistent", 70.0);
+        component.label = "component winch <b>persistent</b>".to_owned();
+        component.cold = vec![cold("compiled", 1100.0), cold("cache", 15.0)];
+        component.resident_after_init = Some(40 << 20);
+        let mut native = variant("native", None, "persistent", 40.0);
+        native.cold = vec![cold("start", 2.5)];
+        native.resident_after_init = Some(3 << 20);
+        native.errors = 3;
+        native.first_wrong = Some("500 `oops`, expected 200 `{\"message\":\"Hi\"}`".to_owned());
+        Comparison {
+            conditions: Conditions {
+                version: "0.1.0".to_owned(),
+                commit: "abc1234".to_owned(),
+                cpu_model: "Example CPU @ 3.0GHz".to_owned(),
+                cpus: 2,
+                pinned: false,
+                date: "2025-01-02T03:04:05Z".to_owned(),
+                hits: 2000,
+                rounds: 10,
+                concurrency: 4,
+                body: "{\"value\":{\"name\":\"bench\"}}".to_owned(),
+                cold_runs: 5,
+            },
+            variants: vec![module, fresh, component, native],
+            notes: vec!["the machine was <busy>".to_owned()],
+        }
+    }
+
+    #[test]
+    fn the_page_holds_every_chart_the_conditions_and_the_verdicts_escaped() {
+        let c = sample();
+        let page = html(&c);
+        let titles = [
+            "latency by percentile at 1 connection",
+            "latency by percentile at 8 connections",
+            COLD_TITLE,
+            MEMORY_TITLE,
+            THROUGHPUT_TITLE,
+            CRASH_TITLE,
+        ];
+        for title in titles {
+            let chart = page
+                .split("<svg")
+                .skip(1)
+                .find(|svg| svg.contains(&format!("<title>{}</title>", escape(title))));
+            assert!(chart.is_some(), "no <svg titled {title:?}");
+        }
+        assert_eq!(page.matches("<svg").count(), titles.len());
+        for v in &c.variants {
+            assert!(page.contains(&escape(&v.label)), "no label {}", v.label);
+        }
+        for verdict in verdicts(&c) {
+            let said = verdict.to_string();
+            let (backend, rest) = said.split_once(": ").expect("a backend first");
+            let shown = format!("<li><strong>{backend}</strong>: {}</li>", escape(rest));
+            assert!(page.contains(&shown), "no verdict {verdict}");
+        }
+        for shown in [
+            "Example CPU @ 3.0GHz",
+            "abc1234",
+            "2025-01-02T03:04:05Z",
+            "not pinned",
+        ] {
+            assert!(page.contains(shown), "no condition {shown}");
+        }
+        assert!(page.contains("{&quot;value&quot;:{&quot;name&quot;:&quot;bench&quot;}}"));
+        assert!(!page.contains("<b>") && page.contains("&lt;b&gt;persistent&lt;/b&gt;"));
+        assert!(page.contains("the machine was &lt;busy&gt;"), "the note");
+        assert!(page.contains("3 answers were wrong; the first: <code>500 `oops`"));
+        // Only the page's own markup opens a tag: every `<` starts a known element.
+        for tag in page.split('<').skip(1) {
+            let name: String = tag
+                .trim_start_matches('/')
+                .chars()
+                .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '!')
+                .collect();
+            assert!(
+                [
+                    "!DOCTYPE", "html", "head", "meta", "title", "style", "body", "h1", "h2",
+                    "section", "dl", "dt", "dd", "code", "ul", "li", "span", "p", "figure", "svg",
+                    "rect", "text", "line", "polyline", "g", "div", "table", "thead", "tbody",
+                    "tr", "th", "td", "strong",
+                ]
+                .contains(&name.as_str()),
+                "an unexpected <{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_chart_without_figures_says_not_measured() {
+        let mut c = sample();
+        for v in &mut c.variants {
+            v.crash_to_answer_ms = None;
+        }
+        let page = html(&c);
+        let crash = page
+            .split("<svg")
+            .find(|svg| svg.contains(CRASH_TITLE))
+            .expect("the crash chart");
+        assert!(crash.contains("not measured"), "{crash}");
+        let latency = page
+            .split("<svg")
+            .find(|svg| svg.contains("at 1 connection"))
+            .expect("the latency chart");
+        assert!(!latency.contains("not measured"));
+    }
+
+    #[test]
+    fn the_csv_has_a_header_and_a_line_per_variant_and_connection_count() {
+        let mut c = sample();
+        c.variants[0].label = "module, \"quoted\"".to_owned();
+        let text = csv(&c);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert_eq!(lines.len(), 1 + 4 * 2, "{text}");
+        assert!(
+            lines[1]
+                .starts_with("\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[3].starts_with("module cranelift fresh,module,cranelift,fresh,1,"));
+        let native = lines
+            .iter()
+            .find(|l| l.starts_with("native persistent,native,,persistent,8,"))
+            .expect("native at 8");
+        let fields: Vec<&str> = native.split(',').collect();
+        assert_eq!(fields.len(), CSV_COLUMNS.len());
+        assert_eq!(fields[20], "2.500", "cold_start_ms");
+        assert_eq!(fields[21], (3u64 << 20).to_string());
+        assert_eq!(fields[24], "3", "errors");
+    }
+
+    #[test]
+    fn a_variant_measured_warm_at_no_count_keeps_its_csv_line() {
+        let mut c = sample();
+        c.variants[2].warm.clear();
+        assert_eq!(csv(&c).lines().count(), 1 + 3 * 2 + 1);
+    }
+
+    #[test]
+    fn the_verdicts_give_each_record_to_the_backend_that_holds_it() {
+        let said: Vec<String> = verdicts(&sample()).iter().map(|v| v.to_string()).collect();
+        assert_eq!(said.len(), 3, "{said:#?}");
+        assert!(
+            said[0].starts_with("module: fastest warm: p50 33 µs (persistent, cranelift)"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[0]
+                .contains("fastest cold /init: 21 ms compiled, 1.8 ms from the cache, 4 ms signed"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[0].contains("fresh instances cost +28 µs"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[1].starts_with("component: warm p50 77 µs (persistent, winch)"),
+            "{}",
+            said[1]
+        );
+        assert!(
+            said[1].contains("slowest cold /init: 1.1 s compiled"),
+            "{}",
+            said[1]
+        );
+        assert!(said[2].contains("least memory: 3 MiB"), "{}", said[2]);
+        assert!(said[2].contains("3 wrong answers"), "{}", said[2]);
+        let records = said.iter().filter(|s| s.contains("fastest warm")).count();
+        assert_eq!(records, 1);
+
+        let mut c = sample();
+        c.variants[3].warm[0].p50 = spread(20.0, 19.0, 21.0);
+        let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
+        assert!(
+            said[2].starts_with("native: fastest warm: p50 20 µs (persistent)"),
+            "{}",
+            said[2]
+        );
+        assert!(!said[0].contains("fastest warm"));
+    }
+
+    #[test]
+    fn overlapping_spreads_are_warned_of_and_disjoint_ones_not() {
+        let mut c = sample();
+        assert_eq!(
+            overlap_notes(&c),
+            Vec::<String>::new(),
+            "the sample's spreads are apart"
+        );
+        c.variants[3].warm[0].p50 = spread(33.0, 31.0, 36.0);
+        let notes = overlap_notes(&c);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with("module cranelift persistent and native persistent overlap"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[0].contains("(p50 at 1 connection: 32–34 against 31–36 µs)"),
+            "{}",
+            notes[0]
+        );
+        assert!(notes[0].contains("taskset -c 0"));
+        // The fresh variant overlaps too, but against another lifetime it is not compared.
+        c.variants[1].warm[0].p50 = spread(33.0, 31.0, 36.0);
+        assert_eq!(overlap_notes(&c).len(), 1);
+        assert!(table(&c).contains(&notes[0]));
+    }
+
+    #[test]
+    fn overlap_warnings_past_six_are_counted() {
+        let mut c = sample();
+        let v = c.variants[0].clone();
+        c.variants = (0..5)
+            .map(|i| Variant {
+                label: format!("v{i}"),
+                ..v.clone()
+            })
+            .collect();
+        let notes = overlap_notes(&c);
+        assert_eq!(notes.len(), 7, "{notes:#?}");
+        assert_eq!(notes[6], "4 more pairs of variants overlap the same way.");
+    }
+
+    #[test]
+    fn the_table_has_a_line_per_variant_then_verdicts_notes_and_wrong_answers() {
+        let c = sample();
+        let text = table(&c);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("variant") && lines[0].contains("p50@1 µs"),
+            "{text}"
+        );
+        for (v, line) in c.variants.iter().zip(&lines[1..]) {
+            assert!(line.starts_with(&v.label), "{text}");
+        }
+        assert!(lines[1].contains("33 [32–35]"), "{}", lines[1]);
+        assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
+        assert!(text.contains("note: the machine was <busy>"));
+        assert!(text.ends_with(
+            "native persistent: 3 answers were wrong; the first: 500 `oops`, expected 200 \
+             `{\"message\":\"Hi\"}`\n"
+        ));
+        let widest = lines.iter().take(5).map(|l| l.chars().count()).max();
+        assert!(widest < Some(150), "{text}");
+    }
+
+    #[test]
+    fn figures_read_in_the_unit_that_suits_them() {
+        assert_eq!(duration_us(31.4), "31 µs");
+        assert_eq!(duration_us(8.25), "8.2 µs");
+        assert_eq!(duration_ms(1.8), "1.8 ms");
+        assert_eq!(duration_ms(21.0), "21 ms");
+        assert_eq!(duration_ms(1100.0), "1.1 s");
+        assert_eq!(duration_us(999.7), "1 ms");
+        assert_eq!(rate(32_104.0), "32k");
+        assert_eq!(rate(9_091.0), "9.1k");
+        assert_eq!(rate(850.0), "850");
+        assert_eq!(bare("note: a VM\n"), "a VM");
+        assert_eq!(bytes(300 << 10), "300 KiB");
+        assert_eq!(listed(&[1, 4, 8]), "1, 4 and 8");
+    }
+
+    #[test]
+    fn log_ticks_fall_inside_the_scale() {
+        let usual = Scale::Log { lo: 8.0, hi: 300.0 };
+        assert_eq!(usual.ticks(), vec![10.0, 20.0, 50.0, 100.0, 200.0]);
+        let wide = Scale::Log {
+            lo: 1.5,
+            hi: 150_000.0,
+        };
+        assert_eq!(wide.ticks(), vec![10.0, 100.0, 1e3, 1e4, 1e5]);
+        let narrow = Scale::Log { lo: 28.0, hi: 38.0 };
+        assert!(narrow.ticks().len() >= 3, "{:?}", narrow.ticks());
+        assert!(narrow.ticks().iter().all(|t| (28.0..=38.0).contains(t)));
+    }
+}

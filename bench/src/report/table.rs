@@ -1,0 +1,121 @@
+//! The comparison as the terminal reads it: one table, then the verdicts, notes and wrong answers.
+
+use super::*;
+
+/// The terminal table, then the verdicts, the notes and the wrong answers.
+pub fn table(c: &Comparison) -> String {
+    let counts = c.connection_counts();
+    let sources = c.sources();
+    let spread = |s: &Spread| format!("{} [{}–{}]", figure(s.median), figure(s.min), figure(s.max));
+    let kilo = |s: &Spread| Spread {
+        median: s.median / 1e3,
+        min: s.min / 1e3,
+        max: s.max / 1e3,
+    };
+
+    let mut header = vec!["variant".to_owned()];
+    for (i, n) in counts.iter().enumerate() {
+        if i == 0 {
+            header.extend([
+                format!("p50@{n} µs"),
+                format!("p99@{n}"),
+                format!("kreq/s@{n}"),
+            ]);
+        } else {
+            header.extend([format!("p50@{n}"), format!("kreq/s@{n}")]);
+        }
+    }
+    header.extend(sources.iter().map(|s| s.header().to_owned()));
+    header.extend(["MiB", "+KiB", "crash", "err"].map(str::to_owned));
+
+    let mut rows = vec![header];
+    for v in &c.variants {
+        let mut row = vec![v.label.clone()];
+        for (i, &n) in counts.iter().enumerate() {
+            let warm = v.warm_at(n);
+            let cell = |f: &dyn Fn(&Warm) -> String| warm.map_or("-".to_owned(), f);
+            if i == 0 {
+                row.push(cell(&|w| spread(&w.p50)));
+                row.push(cell(&|w| figure(w.p99.median)));
+                row.push(cell(&|w| spread(&kilo(&w.per_second))));
+            } else {
+                row.push(cell(&|w| figure(w.p50.median)));
+                row.push(cell(&|w| figure(w.per_second.median / 1e3)));
+            }
+        }
+        for s in &sources {
+            row.push(
+                v.cold_from(*s)
+                    .map_or("-".to_owned(), |c| figure(c.millis.median)),
+            );
+        }
+        let mib = |b: u64| figure(b as f64 / f64::from(1 << 20));
+        row.push(v.resident_after_init.map_or("-".to_owned(), mib));
+        row.push(
+            v.resident_per_extra_instance
+                .map_or("-".to_owned(), |b| figure(b as f64 / 1024.0)),
+        );
+        row.push(
+            v.crash_to_answer_ms
+                .map_or("-".to_owned(), |s| figure(s.median)),
+        );
+        row.push(v.errors.to_string());
+        rows.push(row);
+    }
+
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                let _ = write!(line, "{cell:<width$}");
+            } else {
+                let _ = write!(line, "  {cell:>width$}");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+
+    let mut legend = String::from("(");
+    if let Some(first) = counts.first() {
+        let _ = write!(
+            legend,
+            "@N: at N connections; latencies in µs; p50@{first} and kreq/s@{first} (thousands \
+             of requests per second): median over rounds [least–most]; "
+        );
+    }
+    if !sources.is_empty() {
+        let named: Vec<String> = sources
+            .iter()
+            .map(|s| format!("{}: {}", s.header(), s.meaning()))
+            .collect();
+        let _ = write!(
+            legend,
+            "cold /init ms ({}), median of {} fresh servers; ",
+            named.join(", "),
+            c.conditions.cold_runs
+        );
+    }
+    legend.push_str(
+        "MiB: resident after /init; +KiB: resident per extra instance; crash: ms from a crash \
+         to the next answer; err: wrong answers)\n",
+    );
+    out.push_str(&legend);
+
+    for verdict in verdicts(c) {
+        let _ = writeln!(out, "{verdict}");
+    }
+    for note in all_notes(c) {
+        let _ = writeln!(out, "note: {}", bare(&note));
+    }
+    for v in c.variants.iter().filter(|v| v.errors > 0) {
+        out.push_str(&wrong_line(v));
+        out.push('\n');
+    }
+    out
+}

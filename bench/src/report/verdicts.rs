@@ -1,0 +1,324 @@
+//! What the figures say: one verdict per question, and warnings where spreads overlap.
+
+use super::*;
+
+/// The backend that holds a record across the comparison: each backend counts with its
+/// best variant for the record, and there is no record with fewer than two backends.
+pub(super) fn holder(
+    c: &Comparison,
+    figure: impl Fn(&Variant) -> Option<f64>,
+    highest: bool,
+) -> Option<Backend> {
+    let better = |a: f64, b: f64| if highest { a > b } else { a < b };
+    let mut best: Vec<(Backend, f64)> = Vec::new();
+    for v in &c.variants {
+        let Some(value) = figure(v).filter(|x| x.is_finite()) else {
+            continue;
+        };
+        match best.iter_mut().find(|(b, _)| *b == v.backend) {
+            Some(held) if better(value, held.1) => held.1 = value,
+            Some(_) => {}
+            None => best.push((v.backend, value)),
+        }
+    }
+    if best.len() < 2 {
+        return None;
+    }
+    best.into_iter()
+        .reduce(|a, b| if better(b.1, a.1) { b } else { a })
+        .map(|(backend, _)| backend)
+}
+
+/// What the figures say of one backend, finding by finding; the table, the page and the
+/// tests read the parts, and it reads as one sentence ("module: ...; ....").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub backend: Backend,
+    /// Empty when nothing was measured.
+    pub findings: Vec<String>,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.findings.is_empty() {
+            write!(f, "{}: nothing measured.", self.backend)
+        } else {
+            write!(f, "{}: {}.", self.backend, self.findings.join("; "))
+        }
+    }
+}
+
+/// One verdict per backend, in the order the backends first appear.
+pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
+    let counts = c.connection_counts();
+    let low = counts.first().copied();
+    let high = counts.last().copied();
+    let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50.median);
+    let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second.median);
+    let cold_best = |v: &Variant| v.cold.iter().map(|c| c.millis.median).reduce(f64::min);
+    let cold_worst = |v: &Variant| v.cold.iter().map(|c| c.millis.median).reduce(f64::max);
+    let resident = |v: &Variant| v.resident_after_init.map(|b| b as f64);
+
+    // Fresh instances are the price of isolation, not a backend's speed: the record is
+    // held with the lifetime `warm_phrase` reports.
+    let fastest_warm = holder(
+        c,
+        |v| p50(v).filter(|_| v.lifetime != Lifetime::Fresh),
+        false,
+    );
+    let most_per_second = holder(c, per_second, true);
+    let fastest_cold = holder(c, cold_best, false);
+    let slowest_cold = holder(c, cold_worst, true);
+    let least_memory = holder(c, resident, false);
+
+    let mut out = Vec::new();
+    for backend in c.backends() {
+        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.backend == backend).collect();
+        let holds = |record: Option<Backend>| record == Some(backend);
+        let mut parts = Vec::new();
+        if let Some(low) = low {
+            parts.extend(warm_phrase(&variants, low, holds(fastest_warm)));
+        }
+        if let (Some(high), true) = (high, holds(most_per_second)) {
+            let best = variants
+                .iter()
+                .filter_map(|v| Some((*v, per_second(v).filter(|x| x.is_finite())?)))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            if let Some((v, value)) = best {
+                parts.push(format!(
+                    "most req/s at {} ({} req/s, {})",
+                    connections_phrase(high),
+                    rate(value),
+                    v.flavour()
+                ));
+            }
+        }
+        // One backend holding both records (its cache beats everyone's start, its compile is
+        // the slowest) is said by its figures alone: "fastest and slowest" tells nothing.
+        let (fastest, slowest) = match (holds(fastest_cold), holds(slowest_cold)) {
+            (true, true) => (false, false),
+            held => held,
+        };
+        parts.extend(cold_phrase(c, &variants, fastest, slowest));
+        parts.extend(memory_phrase(&variants, holds(least_memory)));
+        if let Some(low) = low {
+            parts.extend(fresh_phrase(&variants, low));
+        }
+        let crash = variants
+            .iter()
+            .filter_map(|v| v.crash_to_answer_ms.map(|s| s.median))
+            .filter(|x| x.is_finite())
+            .reduce(f64::min);
+        if let Some(ms) = crash {
+            parts.push(format!("answers again {} after a crash", duration_ms(ms)));
+        }
+        let errors: usize = variants.iter().map(|v| v.errors).sum();
+        if errors > 0 {
+            parts.push(format!(
+                "{errors} wrong answer{}",
+                if errors == 1 { "" } else { "s" }
+            ));
+        }
+        out.push(Verdict {
+            backend,
+            findings: parts,
+        });
+    }
+    out
+}
+
+/// The backend's best p50 at the lowest connection count, in the lifetime it is usually
+/// run in (persistent, when measured), and its other compilers beside it.
+pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: bool) -> Option<String> {
+    let measured: Vec<(&Variant, f64)> = variants
+        .iter()
+        .filter_map(|v| Some((*v, v.warm_at(low)?.p50.median)))
+        .filter(|(_, p50)| p50.is_finite())
+        .collect();
+    let persistent = measured
+        .iter()
+        .any(|(v, _)| v.lifetime == Lifetime::Persistent);
+    let pool: Vec<&(&Variant, f64)> = measured
+        .iter()
+        .filter(|(v, _)| !persistent || v.lifetime == Lifetime::Persistent)
+        .collect();
+    let best = pool.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let others: Vec<String> = pool
+        .iter()
+        .filter(|(v, _)| v.label != best.0.label)
+        .map(|(v, p50)| format!("{} {}", v.short_name(), duration_us(*p50)))
+        .collect();
+    let mut inside = best.0.flavour();
+    if !others.is_empty() {
+        let _ = write!(inside, "; {}", others.join(", "));
+    }
+    let at = if low == 1 {
+        String::new()
+    } else {
+        format!(" at {}", connections_phrase(low))
+    };
+    let p50 = duration_us(best.1);
+    Some(if fastest {
+        format!("fastest warm: p50 {p50}{at} ({inside})")
+    } else {
+        format!("warm p50 {p50}{at} ({inside})")
+    })
+}
+
+pub(super) fn cold_phrase(
+    c: &Comparison,
+    variants: &[&Variant],
+    fastest: bool,
+    slowest: bool,
+) -> Option<String> {
+    let mut said = Vec::new();
+    // Per source, the variant with the lowest figure: named once if the same throughout.
+    let mut quickest = Vec::new();
+    for source in c.sources() {
+        let mut figures: Vec<(f64, &Variant)> = variants
+            .iter()
+            .filter_map(|v| Some((v.cold_from(source)?.millis.median, *v)))
+            .filter(|(ms, _)| ms.is_finite())
+            .collect();
+        figures.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let phrase = source.phrase();
+        match figures.as_slice() {
+            [] => {}
+            [(ms, _)] => said.push(format!("{} {phrase}", duration_ms(*ms))),
+            [(lo, lo_v), .., (hi, _)] => {
+                said.push(format!("{} {phrase}", range_us(lo * 1e3, hi * 1e3)));
+                quickest.push(lo_v.short_name());
+            }
+        }
+    }
+    if said.is_empty() {
+        return None;
+    }
+    let lead = match (fastest, slowest) {
+        (true, _) => "fastest cold /init: ",
+        (false, true) => "slowest cold /init: ",
+        (false, false) => "cold /init ",
+    };
+    let mut phrase = format!("{lead}{}", said.join(", "));
+    if let Some(first) = quickest.first()
+        && quickest.iter().all(|q| q == first)
+    {
+        let _ = write!(phrase, " (quickest with {first})");
+    }
+    Some(phrase)
+}
+
+pub(super) fn memory_phrase(variants: &[&Variant], least: bool) -> Option<String> {
+    let after_init = variants.iter().filter_map(|v| v.resident_after_init).min();
+    let per_extra = variants
+        .iter()
+        .filter_map(|v| v.resident_per_extra_instance)
+        .min();
+    let said = match (after_init, per_extra) {
+        (None, None) => return None,
+        (Some(a), None) => format!("{} resident after /init", bytes(a)),
+        (None, Some(e)) => format!("+{} per extra instance", bytes(e)),
+        (Some(a), Some(e)) => format!(
+            "{} resident after /init, +{} per extra instance",
+            bytes(a),
+            bytes(e)
+        ),
+    };
+    Some(if least {
+        format!("least memory: {said}")
+    } else {
+        said
+    })
+}
+
+/// What a fresh instance per activation adds to the p50, against the persistent variant of
+/// the same compiler.
+pub(super) fn fresh_phrase(variants: &[&Variant], low: usize) -> Option<String> {
+    let p50 = |v: &Variant| {
+        v.warm_at(low)
+            .map(|w| w.p50.median)
+            .filter(|x| x.is_finite())
+    };
+    let fresh: Vec<&Variant> = variants
+        .iter()
+        .copied()
+        .filter(|v| v.lifetime == Lifetime::Fresh)
+        .collect();
+    let costs: Vec<String> = fresh
+        .iter()
+        .filter_map(|f| {
+            let twin = variants
+                .iter()
+                .find(|v| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler)?;
+            let cost = p50(f)? - p50(twin)?;
+            let sign = if cost < 0.0 { "-" } else { "+" };
+            let cost = format!("{sign}{}", duration_us(cost.abs()));
+            Some(match f.compiler {
+                Some(compiler) if fresh.len() > 1 => format!("{cost} ({compiler})"),
+                _ => cost,
+            })
+        })
+        .collect();
+    let first = costs.first()?;
+    // One figure when the compilers agree: naming each would only repeat it.
+    let same = |cost: &String| cost.split(" (").next() == first.split(" (").next();
+    if costs.iter().all(same) {
+        let cost = first.split(" (").next().unwrap_or(first);
+        return Some(format!("fresh instances cost {cost}"));
+    }
+    Some(format!("fresh instances cost {}", costs.join(", ")))
+}
+
+/// A warning for each pair of variants of one lifetime whose p50s, at the lowest
+/// connection count, overlap over the rounds: their order in the table is chance.
+pub fn overlap_notes(c: &Comparison) -> Vec<String> {
+    // Past a handful the warnings bury the table; the count says the rest.
+    const SHOWN: usize = 6;
+    let Some(&low) = c.connection_counts().first() else {
+        return Vec::new();
+    };
+    let measured: Vec<(&Variant, Spread)> = c
+        .variants
+        .iter()
+        .filter_map(|v| Some((v, v.warm_at(low)?.p50)))
+        .filter(|(_, s)| s.min.is_finite() && s.max.is_finite())
+        .collect();
+    let mut pairs = Vec::new();
+    for (i, (a, sa)) in measured.iter().enumerate() {
+        for (b, sb) in &measured[i + 1..] {
+            if a.lifetime == b.lifetime && sa.overlaps(sb) {
+                pairs.push((*a, sa, *b, sb));
+            }
+        }
+    }
+    let advice = if c.conditions.pinned {
+        "raise --hits to separate them"
+    } else {
+        "pin the run (taskset -c 0) and raise --hits to separate them"
+    };
+    let mut notes: Vec<String> = pairs
+        .iter()
+        .take(SHOWN)
+        .map(|(a, sa, b, sb)| {
+            let (size, unit) = time_unit(sa.max.max(sb.max));
+            let span = |s: &Spread| format!("{}–{}", figure(s.min / size), figure(s.max / size));
+            format!(
+                "{} and {} overlap within their spread over rounds (p50 at {}: {} against \
+                 {} {unit}): their order may change from run to run; {advice}.",
+                a.label,
+                b.label,
+                connections_phrase(low),
+                span(sa),
+                span(sb)
+            )
+        })
+        .collect();
+    if pairs.len() > SHOWN {
+        let more = pairs.len() - SHOWN;
+        notes.push(format!(
+            "{more} more pair{} of variants overlap the same way.",
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    notes
+}
