@@ -1,10 +1,27 @@
 //! The `Executor` seam between HTTP and the backends, and starting the backend an upload needs.
 
 pub mod lines;
-pub mod native;
 pub mod pool;
 pub mod registry;
-pub mod wasm;
+
+/// Declares each backend's folder and lists its registrations in `BACKENDS`, in order.
+macro_rules! backends {
+    ($($folder:ident: $($registration:ident),+;)+) => {
+        $(pub mod $folder;)+
+
+        /// Every backend, in the order an upload is offered to them (the first that claims
+        /// it runs it).
+        pub const BACKENDS: &[registry::Registration] = &[$($($folder::$registration),+),+];
+    };
+}
+
+// The backends: a new one is its folder (a `Registration`, a `Backend` and a `Worker`)
+// and a line here. A module precompiled by `wasmloop compile` is an ELF file too, so the
+// WebAssembly backends look before the native one.
+backends! {
+    wasm: MODULES, COMPONENTS;
+    native: NATIVE;
+}
 
 use std::collections::BTreeMap;
 use std::future::Future;

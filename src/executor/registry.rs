@@ -1,4 +1,4 @@
-//! The backends, listed once: `--backends` takes their names, an upload runs on the first that claims it, and messages about a backend come from its entry.
+//! The backends, listed once (`executor::BACKENDS`): `--backends` takes their names, an upload runs on the first that claims it, and messages about a backend come from its entry.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -7,15 +7,11 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use super::BACKENDS;
 use super::pool::PoolSize;
-use super::{Executor, StartError, StartSpec, native, wasm};
+use super::{Executor, StartError, StartSpec};
 use crate::action::{Entry, Prepared};
 use crate::config::Config;
-
-/// Every backend, in the order an upload is offered to them: a module precompiled by
-/// `wasmloop compile` is an ELF file too, so the WebAssembly backends look first. A new
-/// backend is a folder under `executor/` with a `Registration`, and a line here.
-pub const BACKENDS: &[Registration] = &[wasm::MODULES, wasm::COMPONENTS, native::NATIVE];
 
 /// What is known of a backend before a runtime makes it: enough for the command line and
 /// for the messages naming it.

@@ -1,0 +1,54 @@
+//! Artifacts made ahead of a server: precompiled modules and signed zips, and how an ELF named .wasm is told.
+
+use std::path::Path;
+
+use super::compile;
+use super::engine::artifact_engine_id;
+use crate::config::EngineSettings;
+
+/// Whether the file at `path` is a Linux executable (ELF).
+pub fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok()
+        && crate::action::detect::detect(&magic) == crate::action::detect::Kind::Elf
+}
+
+/// What to do about a Linux executable named as WebAssembly (`name`), which is never run
+/// natively: its name says what its author meant.
+pub fn elf_named_wasm(name: &str) -> String {
+    format!(
+        "{name} is a Linux executable (ELF), not WebAssembly: build it for WebAssembly \
+         (`cargo build --target wasm32-wasip1`, `GOOS=wasip1 GOARCH=wasm go build`, `clang \
+         --target=wasm32-wasi`), or, to run it natively, name it `exec` (in a zip) or give it \
+         a name without `.wasm`"
+    )
+}
+
+/// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
+/// `settings` make (`exec.cwasm.zst`) and the signature (`exec.sig`), written beside it.
+pub fn sign_beside(
+    module: &Path,
+    settings: EngineSettings,
+    key: &ed25519_dalek::SigningKey,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let bytes =
+        std::fs::read(module).with_context(|| format!("cannot read {}", module.display()))?;
+    let code = precompile(&bytes, settings).map_err(anyhow::Error::msg)?;
+    let engine =
+        artifact_engine_id(settings).map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;
+    let dir = module.parent().context("the module has no folder")?;
+    let packed = crate::signing::pack(&code)?;
+    let signature = crate::signing::sign(key, &bytes, &packed, &engine);
+    std::fs::write(dir.join(crate::signing::SIGNATURE_ENTRY), signature)?;
+    std::fs::write(dir.join(crate::signing::CODE_ENTRY), packed)?;
+    Ok(())
+}
+
+/// Compiles a module ahead of time (`wasmloop compile`, and a server's compile children).
+pub fn precompile(bytes: &[u8], settings: EngineSettings) -> Result<Vec<u8>, String> {
+    compile::compile_here(bytes, settings, true).map_err(|e| e.message)
+}

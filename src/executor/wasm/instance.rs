@@ -1,0 +1,401 @@
+//! One instance of a module or component: made from its spec, run to its first read, fed one line per activation.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+
+use super::component::{self, ComponentHost, Outbound};
+use super::engine::WasmEngine;
+use super::environ::Environ;
+use super::memory_cap::MemoryCap;
+use super::module::ModuleHost;
+use super::streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
+use super::{Pre, WasmError, WasmSpec, descriptors, ticker};
+use crate::executor::lines::{LineTooLong, NoAnswer};
+use crate::executor::pool::{End, Start, Worker};
+use crate::executor::{RunError, StartError, StartSpec, parse_ack};
+
+impl Worker for Instance {
+    type Spec = WasmSpec;
+
+    /// Every start is the same: an instance from the `InstancePre`, checked by running
+    /// its guest to its first read; a fresh one learns its activation's values later
+    /// (`Environ`).
+    async fn start(spec: &WasmSpec, _: Start<'_>) -> Result<Self, StartError> {
+        Instance::start(spec).await
+    }
+
+    fn is_alive(&mut self) -> bool {
+        self.ended.is_none()
+    }
+
+    fn discard_stray_output(&mut self) -> Option<Bytes> {
+        self.stdout.discard()
+    }
+
+    fn memory_bytes(&mut self) -> Option<u64> {
+        Some(self.memory.load(std::sync::atomic::Ordering::Relaxed) as u64)
+    }
+
+    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        self.settle().await;
+        // The result's cap is the stdout stream's own, set when the instance was made.
+        let result = self.exchange(line).await;
+        // Lines it wrote after its answer, before waiting for the next request, go to the
+        // logs of this activation (ahead of its own log lines, held back below). When the
+        // line taken is no result, what follows is more likely the real one: the instance
+        // is replaced, and `report_not_json` tells the logs.
+        if let Ok(line) = &result
+            && let Some(stray) = self.stdout.discard()
+            && crate::executor::lines::is_json_result(line)
+        {
+            crate::executor::lines::report_stray(self.attribution.format(), &stray);
+        }
+        result
+    }
+
+    fn attribute(&mut self, labels: crate::logs::Labels) {
+        self.attribution.set(labels);
+    }
+
+    fn end_activation(&mut self, end: End) {
+        end.write_stdout();
+        if let Some(denials) = &self.denials
+            && let Some(line) = crate::lock(denials).left_out()
+        {
+            self.stderr.note(&line);
+        }
+        self.stderr.flush_with(end.stderr_tail());
+        self.descriptors.new_activation();
+    }
+}
+
+/// `_start` running in its store: it owns the instance.
+type Guest = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
+
+/// One running instance. Its `_start` is polled by whoever waits on it (the start, then
+/// each activation), not by a task of its own: between activations the guest is parked
+/// on its stdin anyway, and running it inside the activation's own poll saves the two
+/// task wake-ups (guest, then activation) that otherwise cost tens of microseconds each
+/// on a small machine. Dropping the instance drops `_start`, the store and the instance.
+pub struct Instance {
+    stdin: GuestStdin,
+    stdout: GuestStdout,
+    stderr: GuestStderr,
+    guest: Guest,
+    /// How `_start` ended, once it has (it must not be polled again).
+    ended: Option<String>,
+    /// A component's refusals left out of its logs, told at the end of each activation.
+    denials: Option<Arc<Mutex<crate::outbound::DenialLog>>>,
+    /// What it holds open, against its caps.
+    descriptors: descriptors::Descriptors,
+    /// Its engine's ticker, kept running while the guest runs.
+    ticker: ticker::Ticker,
+    /// The bytes of its linear memories.
+    memory: Arc<std::sync::atomic::AtomicUsize>,
+    /// What its guest reads as its environment.
+    environ: Environ,
+    /// The activation its log lines belong to.
+    attribution: crate::logs::Attribution,
+}
+
+impl Instance {
+    async fn start(wasm: &WasmSpec) -> Result<Instance, StartError> {
+        let (engine, spec) = (&wasm.engine, &wasm.start);
+        let stdin = GuestStdin::default();
+        let stdout = GuestStdout::new(spec.max_result_bytes, spec.log_format);
+        let attribution = crate::logs::Attribution::new(spec.log_format);
+        let stderr = GuestStderr::new(attribution.clone());
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdin(stdin.clone())
+            .stdout(StdioOut(stdout.clone()))
+            .stderr(StdioOut(stderr.clone()))
+            .args(&[&spec.main]);
+        let environ = Environ::new(wasm.env.clone(), spec.fresh, !spec.wait_for_ack);
+        if let Some(dir) = &wasm.preopen {
+            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
+                .map_err(|error| WasmError::Preopen {
+                    dir: dir.clone(),
+                    error,
+                })?;
+        }
+        let memory = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let limits = MemoryCap {
+            cap: engine.settings.memory_cap,
+            total: memory.clone(),
+        };
+        let mut denials = None;
+        let held = descriptors::Descriptors::new(wasm.descriptors, stderr.clone());
+        let preopens = usize::from(wasm.preopen.is_some());
+        let guest: Guest = match &wasm.pre {
+            Pre::Module(pre) => {
+                let host = ModuleHost {
+                    wasi: wasi.build_p1(),
+                    limits,
+                    descriptors: held.clone(),
+                    preopens,
+                    environ: environ.clone(),
+                };
+                let mut store = guest_store(engine, host, |host| &mut host.limits);
+                let pre = pre.clone();
+                Box::pin(async move {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                    start.call_async(&mut store, ()).await
+                })
+            }
+            Pre::Component(pre) => {
+                let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone(), held.clone());
+                outbound.gate_sockets(&mut wasi);
+                denials = Some(outbound.denials());
+                let mut table = wasmtime::component::ResourceTable::new();
+                table.set_max_capacity(component::MAX_RESOURCES);
+                let mut http = wasmtime_wasi_http::WasiHttpCtx::new();
+                http.set_field_size_limit(component::MAX_FIELDS_BYTES);
+                let host = ComponentHost {
+                    wasi: wasi.build(),
+                    table,
+                    http,
+                    outbound,
+                    limits,
+                    preopens,
+                    environ: environ.clone(),
+                };
+                let mut store = guest_store(engine, host, |host| &mut host.limits);
+                let pre = pre.clone();
+                Box::pin(async move {
+                    let command = pre.instantiate_async(&mut store).await?;
+                    match command.wasi_cli_run().call_run(&mut store).await? {
+                        Ok(()) => Ok(()),
+                        // What `exit(1)` from a guest's main gives, and what an uncaught
+                        // exception in componentize-py's or componentize-js's `run` gives.
+                        Err(()) => Err(RunReturnedError.into()),
+                    }
+                })
+            }
+        };
+        let mut instance = Instance {
+            stdin,
+            stdout,
+            stderr,
+            guest,
+            ended: None,
+            denials,
+            descriptors: held,
+            ticker: engine.ticker.clone(),
+            memory,
+            environ,
+            attribution,
+        };
+        tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
+        let ticking = engine.ticker.running();
+        let started = if spec.wait_for_ack {
+            instance.wait_for_ack(spec).await
+        } else {
+            instance.wait_until_idle(spec).await
+        };
+        drop(ticking);
+        // What the guest logged while starting is out before /init answers.
+        instance.stderr.flush();
+        started.map(|()| instance)
+    }
+
+    /// Runs the guest as far as it can go now, noting if `_start` has ended.
+    fn poll_guest(&mut self, cx: &mut Context<'_>) {
+        if self.ended.is_none()
+            && let Poll::Ready(result) = self.guest.as_mut().poll(cx)
+        {
+            self.ended = Some(exit_reason(result, &self.stderr));
+            self.stderr.flush();
+        }
+    }
+
+    /// The guest goes on later: what it logged so far is out meanwhile, whole lines only.
+    fn later<T>(&self) -> Poll<T> {
+        self.stderr.flush_lines();
+        Poll::Pending
+    }
+
+    /// Without an ack, the guest is started once it first waits for input (or, fresh, for
+    /// its activation's values: see `Environ`).
+    async fn wait_until_idle(&mut self, spec: &StartSpec) -> Result<(), StartError> {
+        let idle = std::future::poll_fn(|cx| {
+            self.poll_guest(cx);
+            match &self.ended {
+                Some(detail) => Poll::Ready(Err(StartError::GuestExited {
+                    detail: detail.clone(),
+                })),
+                None if self.stdin.has_waited() || self.environ.is_waiting() => Poll::Ready(Ok(())),
+                None => self.later(),
+            }
+        });
+        // A guest runs only while someone polls it: one still busy here would go on with
+        // its start-up in the first activation, and one stuck there would fail every one.
+        tokio::time::timeout(spec.ack_timeout, idle)
+            .await
+            .unwrap_or(Err(StartError::StillStarting(spec.ack_timeout)))
+    }
+
+    async fn wait_for_ack(&mut self, spec: &StartSpec) -> Result<(), StartError> {
+        let ack = std::future::poll_fn(|cx| {
+            self.poll_guest(cx);
+            // An ack written just before the guest ended still counts.
+            if let Some(line) = self.stdout.take_line() {
+                return Poll::Ready(match line {
+                    Ok(line) => parse_ack(&line),
+                    Err(LineTooLong(max)) => Err(StartError::AckNotJson(format!(
+                        "line longer than {max} bytes"
+                    ))),
+                });
+            }
+            match &self.ended {
+                Some(reason) => {
+                    tracing::debug!(reason, "the guest exited before its ack");
+                    Poll::Ready(Err(StartError::AckAbrupt))
+                }
+                None => self.later(),
+            }
+        });
+        tokio::time::timeout(spec.ack_timeout, ack)
+            .await
+            .unwrap_or(Err(StartError::AckTimeout(spec.ack_timeout)))
+    }
+
+    /// Runs the guest back to its read of stdin, if its last answer came before it got
+    /// there: a guest that yielded (an epoch tick) between two writes, its answer and a
+    /// stray line, writes the stray one here, where it is discarded as stray, instead of
+    /// ahead of the next answer. A guest still busy with the last activation's work holds
+    /// this one back meanwhile (within its deadline), as a busy instance does.
+    async fn settle(&mut self) {
+        // Where a guest waits between activations (a fresh one may wait for its values).
+        let parked =
+            |me: &Self| me.ended.is_some() || me.stdin.is_waiting() || me.environ.is_waiting();
+        if parked(self) {
+            return;
+        }
+        let _ticking = self.ticker.running();
+        std::future::poll_fn(|cx| {
+            self.poll_guest(cx);
+            if parked(self) {
+                Poll::Ready(())
+            } else {
+                self.later()
+            }
+        })
+        .await;
+        if let Some(stray) = self.stdout.discard() {
+            crate::executor::lines::report_stray(self.attribution.format(), &stray);
+        }
+    }
+
+    async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        let _ticking = self.ticker.running();
+        self.environ.arrive(&line);
+        self.stdin.push(Bytes::from(line));
+        std::future::poll_fn(|cx| {
+            self.poll_guest(cx);
+            // Whatever the guest could do is done: its answer is there or it is waiting
+            // (a busy guest yields every epoch tick and wakes this task to go on). A result
+            // written just before the guest ended still counts.
+            match (self.stdout.take_line(), &self.ended) {
+                (Some(Ok(line)), _) => Poll::Ready(Ok(line)),
+                (Some(Err(LineTooLong(max))), _) => Poll::Ready(Err(RunError::ResultTooLong(max))),
+                (None, Some(reason)) => Poll::Ready(Err(RunError::Exited(Some(reason.clone())))),
+                // Back at its stdin with the request taken and no answer: only the next
+                // request could wake it, and that waits for this answer.
+                (None, None) if self.stdin.is_waiting() => {
+                    Poll::Ready(Err(RunError::NoAnswer(NoAnswer {
+                        channel: "stdout",
+                        partial: self.stdout.partial(),
+                        stdout_line: None,
+                    })))
+                }
+                (None, None) => self.later(),
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Instance {
+    /// Stopped mid-activation (past its deadline), the guest may hold a partial log line.
+    fn drop(&mut self) {
+        self.stderr.flush();
+    }
+}
+
+/// A store for one instance, module or component: its memory capped by `cap`, and yielding
+/// every epoch tick, so one busy guest cannot hold a worker thread.
+fn guest_store<T: Send + 'static>(
+    engine: &WasmEngine,
+    host: T,
+    cap: fn(&mut T) -> &mut MemoryCap,
+) -> Store<T> {
+    let mut store = Store::new(&engine.engine, host);
+    store.limiter(move |host| cap(host));
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+    store
+}
+
+/// A component's `wasi:cli/run` returned its error.
+#[derive(Debug, thiserror::Error)]
+#[error("the component's run returned an error")]
+struct RunReturnedError;
+
+/// How `_start` ended, in words for the `command exited: ...` error; `stderr` holds what
+/// the guest logged.
+fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String {
+    match result {
+        Ok(()) => "the guest returned from _start".to_owned(),
+        Err(e) => {
+            use wasmtime::component::ResourceTableError;
+            if let Some(exit) = e.downcast_ref::<I32Exit>() {
+                return format!("exit status: {}", exit.0);
+            }
+            let last_line = || {
+                stderr.last_line().map_or_else(String::new, |line| {
+                    format!("; its last log line: `{}`", line.escape_debug())
+                })
+            };
+            if e.is::<RunReturnedError>() {
+                return format!(
+                    "exit status: 1 (an uncaught exception in Python or JavaScript, or \
+                     `exit(1)`){}",
+                    last_line()
+                );
+            }
+            if let Some(trap) = e.downcast_ref::<Trap>() {
+                // How a guest that panicked (Rust's `panic = "abort"` on wasm), called
+                // `abort()` (C) or otherwise gave up ends. What it said last tells why (a
+                // panic's message and place, say).
+                if *trap == Trap::UnreachableCodeReached {
+                    return format!("the action panicked or aborted ({trap}){}", last_line());
+                }
+                return trap.to_string();
+            }
+            // The top level is "error while executing at wasm backtrace: ..." with the
+            // whole backtrace; the cause says what happened.
+            let cause = e.root_cause().to_string();
+            match e.downcast_ref::<ResourceTableError>() {
+                Some(ResourceTableError::Full) => format!(
+                    "the component holds {} WASI resources (files, streams, sockets, HTTP \
+                     requests, bodies and headers), the most one instance may: drop those it \
+                     is done with",
+                    component::MAX_RESOURCES
+                ),
+                Some(ResourceTableError::HasChildren) => format!(
+                    "{cause}: the component dropped a WASI resource before those made from it \
+                     (a stream before its pollable, a body before its stream); drop children \
+                     first"
+                ),
+                _ => cause,
+            }
+        }
+    }
+}
