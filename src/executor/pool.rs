@@ -99,7 +99,7 @@ pub enum End {
 pub struct Reporting {
     pub end: End,
     /// Whether an answer that is not a JSON object or array is explained on stderr
-    /// (`Config::logs.hints`); the HTTP body is the fixed message either way.
+    /// (`LogSettings::hints`); the HTTP body is the fixed message either way.
     pub hints: bool,
     /// How those lines are written.
     pub format: crate::logs::LogFormat,

@@ -452,6 +452,42 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
 
 /// A server that dies before answering bench's set-up gets named, with its exit, instead of
 /// bench failing on a bare connection error (or, when it died before accepting, waiting).
+/// An action of one's own, given in one form and without `--compare`, is compared as that
+/// form alone (its compilers and lifetimes), and the report is written.
+#[test]
+fn bench_on_a_form_of_ones_own_compares_it_without_being_asked() {
+    let out = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(root)
+        .args(["bench", "--wasm", "wasm-examples/out/hello-rust.wasm"])
+        .args([
+            "--hits",
+            "20",
+            "--warmup",
+            "2",
+            "--rounds",
+            "2",
+            "--cold-runs",
+            "1",
+        ])
+        .args(["--concurrency", "2", "--out"])
+        .arg(out.path())
+        .env("WASMLOOP_NO_CACHE", "1")
+        .output()
+        .unwrap();
+    let stdout = succeeded(&output);
+    for label in ["module cranelift persistent", "module winch fresh"] {
+        assert!(stdout.contains(label), "no {label} in the table:\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("component") && !stdout.contains("native"),
+        "only the form given is compared:\n{stdout}"
+    );
+    assert!(out.path().join("report.html").is_file());
+    assert!(out.path().join("compare.csv").is_file());
+}
+
 #[test]
 fn bench_says_why_when_its_server_dies_before_answering() {
     let guest = crate::support::Backend::Wasm.guest("loops_at_start");

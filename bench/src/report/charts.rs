@@ -254,7 +254,18 @@ impl Curve<'_> {
 
 /// `bench --out`'s latency.svg: the rows' latency curves, drawn as the report draws them.
 pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
-    curves_chart(curves.into_iter().enumerate().collect(), connections)
+    let svg = curves_chart(curves.into_iter().enumerate().collect(), connections);
+    // On its own, the chart carries the page's styles (its grid, ticks and labels are
+    // classes of them).
+    match svg.find('>') {
+        Some(end) => format!(
+            "{}<style>{}</style>{}",
+            &svg[..=end],
+            super::html::STYLE,
+            &svg[end + 1..]
+        ),
+        None => svg,
+    }
 }
 
 fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize) -> String {

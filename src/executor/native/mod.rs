@@ -4,7 +4,7 @@ mod diagnose;
 mod log_tap;
 mod spawn;
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,23 +183,6 @@ fn cloexec_pipe(size: usize) -> std::io::Result<(OwnedFd, OwnedFd)> {
     // Best effort: the kernel may refuse the size (pipe-max-size, per-user limits).
     let _ = rustix::pipe::fcntl_setpipe_size(&write, size);
     Ok((read, write))
-}
-
-/// For a `pre_exec` hook: make `fd` the child's descriptor `target`, open across exec.
-/// How `wasmloop bench` and the tests hand a listening socket to `serve --listen-fd`
-/// (actions are started by `spawn`, which needs no fork).
-pub fn install_as(fd: RawFd, target: RawFd) -> std::io::Result<()> {
-    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
-    unsafe {
-        if fd == target {
-            if libc::fcntl(target, libc::F_SETFD, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-        } else if libc::dup2(fd, target) == -1 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 impl Process {

@@ -4,7 +4,7 @@
 //! files or sockets would otherwise exhaust the container's `nofile` limit, and the runtime
 //! could no longer accept a connection or start a replacement instance. Each instance has
 //! its own caps (`--max-instance-files`, `--max-instance-sockets`), and no guest may open
-//! one more once the process holds what the runtime leaves guests (`Config::guest_descriptors`).
+//! one more once the process holds what the runtime leaves guests (`WasmSettings::guest_descriptors`).
 //!
 //! What an instance holds is counted from its WASI resource table when it asks for one
 //! more (closing removes the entry), so nothing has to follow each close.
