@@ -114,6 +114,7 @@ async fn init_and_run(
             bytes: bytes.into(),
             main,
             env,
+            name: None,
         })
         .await
         .map_err(|e| anyhow::anyhow!("cannot initialize {}: {e}", file.display()))?;

@@ -67,7 +67,7 @@ impl Stream {
 }
 
 /// Which activation a line belongs to: read from its request line.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Labels {
     pub activation_id: String,
     pub namespace: String,
@@ -120,6 +120,13 @@ impl Attribution {
 
     pub fn set(&self, labels: Labels) {
         *lock(&self.labels) = Arc::new(labels);
+    }
+
+    /// Writes a line of the runtime's own about this worker's activation (what it answered,
+    /// what it wrote after its answer) on stderr: in JSON, under that activation, so that a
+    /// collector files it with the activation's own lines.
+    pub fn say(&self, message: &str) {
+        runtime_line(self.format, self.get().as_deref(), message);
     }
 
     /// The labels a line is rendered with: only in JSON.
@@ -311,20 +318,19 @@ fn render_piece(
     out.push(b'\n');
 }
 
-/// A line of the runtime's own, on stderr: as it is, or (in JSON) attributed to no
-/// activation, so that a collector parsing every line as JSON never meets plain text.
-pub fn runtime_line(format: LogFormat, message: &str) {
+/// A line of the runtime's own, on stderr: as it is, or (in JSON) under the activation
+/// (or action) it is `about`, and otherwise (nothing known of it) as the runtime's
+/// (`"action":"wasmloop"`), so that a collector parsing every line as JSON never meets
+/// plain text.
+pub fn runtime_line(format: LogFormat, about: Option<&Labels>, message: &str) {
     let mut out = Vec::with_capacity(message.len() + 1);
-    let labels = format.is_json().then(|| Labels {
+    let runtime = Labels {
         action: "wasmloop".to_owned(),
         ..Labels::default()
-    });
-    render(
-        message.as_bytes(),
-        Stream::Stderr,
-        labels.as_ref(),
-        &mut out,
-    );
+    };
+    let about = about.filter(|labels| **labels != Labels::default());
+    let labels = format.is_json().then(|| about.unwrap_or(&runtime));
+    render(message.as_bytes(), Stream::Stderr, labels, &mut out);
     Stream::Stderr.write(&out);
 }
 

@@ -173,7 +173,7 @@ pub fn activation_env(line: &[u8]) -> Vec<(String, String)> {
 /// Writes one line of our own on stderr (the few messages docs/protocol.md allows), in
 /// the log format the action's lines are in.
 pub fn log_stderr(format: crate::logs::LogFormat, message: &str) {
-    crate::logs::runtime_line(format, message);
+    crate::logs::runtime_line(format, None, message);
 }
 
 #[cfg(test)]

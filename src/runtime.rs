@@ -25,6 +25,8 @@ pub struct Init {
     pub bytes: bytes::Bytes,
     pub main: String,
     pub env: Vec<(String, String)>,
+    /// The action's name, if the `/init` gave one: what a failed start is logged under.
+    pub name: Option<String>,
 }
 
 impl Init {
@@ -49,6 +51,7 @@ impl Init {
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| crate::config::DEFAULT_MAIN.to_owned());
         let binary = value.binary.unwrap_or(false);
+        let name = value.name.filter(|n| !n.is_empty());
         // The code's text alone, where it lies in the body unless it had escapes: it is
         // decoded over itself.
         let mut code = match code {
@@ -63,7 +66,12 @@ impl Init {
         let length = action::decode::decode_code(&mut code, binary).map_err(Error::BadBase64)?;
         code.truncate(length);
         let bytes = code.freeze();
-        Ok(Init { bytes, main, env })
+        Ok(Init {
+            bytes,
+            main,
+            env,
+            name,
+        })
     }
 }
 
@@ -238,8 +246,28 @@ impl Runtime {
 
     /// Steps 4 and 7-8: the environment, then unpack, compile and start.
     async fn install_locked(&self, init: Init) -> Result<(), Error> {
-        let Init { bytes, main, env } = init;
+        let Init {
+            bytes,
+            main,
+            env,
+            name,
+        } = init;
         let env = executor::action_env(&self.config, &main, env);
+        // What the runtime's lines about this action's start go under, in JSON: the
+        // platform puts its names (and the first activation's id) in `/init`'s `env`.
+        let named = |key: &str| {
+            protocol::env_value(&env, key)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let about = crate::logs::Labels {
+            activation_id: named("__OW_ACTIVATION_ID"),
+            namespace: named("__OW_NAMESPACE"),
+            action: protocol::env_value(&env, "__OW_ACTION_NAME")
+                .map(str::to_owned)
+                .or(name)
+                .unwrap_or_default(),
+        };
         // The platform gives /init the action's timeout and says when it ends: compiles
         // and start-up waits end a little before, so that the error is ours, not a kill.
         let bounded = protocol::env_value(&env, "__OW_DEADLINE")
@@ -256,14 +284,14 @@ impl Runtime {
         let trust = self.registry.trust(&config.wasm.trust_keys);
         let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
-            .map_err(|e| self.init_failure(past_deadline(Error::Prepare(e))))?;
+            .map_err(|e| self.init_failure(&about, past_deadline(Error::Prepare(e))))?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
-        let spec = StartSpec::new(config, env, main);
+        let spec = StartSpec::new(config, env, main, about.clone());
         let executor = self
             .registry
             .start(&prepared, spec, config)
             .await
-            .map_err(|e| self.init_failure(past_deadline(Error::Start(e))))?;
+            .map_err(|e| self.init_failure(&about, past_deadline(Error::Start(e))))?;
         let action = Arc::new(Action {
             executor,
             sentinels: config.logs.sentinels,
@@ -276,7 +304,7 @@ impl Runtime {
     }
 
     /// `OW_LOG_INIT_ERROR`: the detail goes to the logs, the client gets a generic message.
-    fn init_failure(&self, error: Error) -> Error {
+    fn init_failure(&self, about: &crate::logs::Labels, error: Error) -> Error {
         if !self.config.logs.log_init_error {
             return error;
         }
@@ -284,7 +312,7 @@ impl Runtime {
             Error::Start(e) => e.to_string(),
             other => other.to_string(),
         };
-        protocol::log_stderr(self.config.logs.format, &detail);
+        crate::logs::runtime_line(self.config.logs.format, Some(about), &detail);
         if self.config.logs.sentinels {
             protocol::write_sentinels();
         }

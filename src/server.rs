@@ -51,6 +51,7 @@ pub async fn run(
             bytes: bytes.into(),
             main,
             env: Vec::new(),
+            name: None,
         };
         runtime.install(init).await.map_err(|e| {
             std::io::Error::other(format!("cannot start the action {}: {e}", file.display()))

@@ -9,7 +9,6 @@ use serde::de::IgnoredAny;
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use super::RunError;
-use crate::logs::LogFormat;
 
 /// A line with nothing but whitespace answers nothing: it is skipped, not taken for a
 /// result (a writer that sends a line and its `\n` separately can leave one behind).
@@ -71,77 +70,62 @@ const EXCERPT: usize = 120;
 
 /// Tells the logs that an action's answer was JSON but not an object or array, and what
 /// it was. The HTTP body keeps the fixed message.
-pub fn report_not_an_object(format: LogFormat, line: &[u8]) {
+pub fn report_not_an_object(say: &dyn Fn(&str), line: &[u8]) {
     let what = match line.trim_ascii_start().first() {
         Some(b'"') => "a JSON string",
         Some(b't' | b'f') => "a JSON boolean",
         Some(b'n') => "JSON null",
         _ => "a JSON number",
     };
-    crate::protocol::log_stderr(
-        format,
-        &format!(
-            "wasmloop: the action's answer is {what}, not an object or array: `{}`. Return a \
+    say(&format!(
+        "wasmloop: the action's answer is {what}, not an object or array: `{}`. Return a \
          JSON object, such as {{\"result\": ...}}",
-            excerpt(line, EXCERPT)
-        ),
-    );
+        excerpt(line, EXCERPT)
+    ));
 }
 
 /// Tells the logs that an action's answer was not JSON, and what it was: usually a log
 /// line written where only results go. The HTTP body keeps the fixed message.
-pub fn report_not_json(format: LogFormat, line: &[u8]) {
+pub fn report_not_json(say: &dyn Fn(&str), line: &[u8]) {
     if let Some(rest) = line.strip_prefix("\u{feff}".as_bytes()) {
-        crate::protocol::log_stderr(
-            format,
-            &format!(
-                "wasmloop: the action's answer starts with a byte-order mark (\\ufeff), which JSON \
+        say(&format!(
+            "wasmloop: the action's answer starts with a byte-order mark (\\ufeff), which JSON \
              does not allow, so it was not taken as its result: `{}`. Write the result \
              without it (an encoder set to UTF-8 with BOM, or a BOM pasted into the source)",
-                excerpt(line, EXCERPT)
-            ),
-        );
+            excerpt(line, EXCERPT)
+        ));
         if is_json_result(rest) {
             return;
         }
     }
-    crate::protocol::log_stderr(
-        format,
-        &format!(
-            "wasmloop: the action's answer is not JSON, so it was not taken as its result: `{}`. \
+    say(&format!(
+        "wasmloop: the action's answer is not JSON, so it was not taken as its result: `{}`. \
          Only result lines go on the result channel (stdout in a WebAssembly action, fd 3 in \
          a native one): write logs on stderr.",
-            excerpt(line, EXCERPT)
-        ),
-    );
+        excerpt(line, EXCERPT)
+    ));
 }
 
 /// Tells the logs what an action wrote on its result channel after its answer (dropped,
 /// so that it cannot pass for the next activation's answer).
-pub fn report_stray(format: LogFormat, output: &[u8]) {
+pub fn report_stray(say: &dyn Fn(&str), output: &[u8]) {
     let mut lines = output
         .split_inclusive(|b| *b == b'\n')
         .filter(|l| !is_blank(l));
     for line in lines.by_ref().take(STRAY_LINES_TOLD) {
-        crate::protocol::log_stderr(
-            format,
-            &format!(
-                "wasmloop: dropped output the action wrote after its result: `{}` \
+        say(&format!(
+            "wasmloop: dropped output the action wrote after its result: `{}` \
              (one result line per request; write logs on stderr)",
-                excerpt(line, EXCERPT)
-            ),
-        );
+            excerpt(line, EXCERPT)
+        ));
     }
     // A flood of them would flood the logs too: the rest are counted.
     let (more, bytes) = lines.fold((0, 0), |(n, b), l| (n + 1, b + l.len()));
     if more > 0 {
-        crate::protocol::log_stderr(
-            format,
-            &format!(
-                "wasmloop: dropped {more} more lines ({bytes} bytes) the action wrote after its \
+        say(&format!(
+            "wasmloop: dropped {more} more lines ({bytes} bytes) the action wrote after its \
              result"
-            ),
-        );
+        ));
     }
 }
 

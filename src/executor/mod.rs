@@ -222,6 +222,9 @@ pub struct StartSpec {
     pub fresh: bool,
     /// How the worker's log lines, and the runtime's about it, are written.
     pub log_format: crate::logs::LogFormat,
+    /// What the runtime's lines about the action's start are filed under (in JSON): the
+    /// action the `/init` named.
+    pub about: crate::logs::Labels,
 }
 
 impl StartSpec {
@@ -229,7 +232,12 @@ impl StartSpec {
     /// (`protocol::PER_ACTIVATION_ENV`): the platform puts the first activation's values in
     /// `/init`'s `env`, and an instance that serves more would read them, stale, from the
     /// second activation on; each request line carries its own.
-    pub fn new(config: &Config, mut env: Vec<(String, String)>, main: String) -> Self {
+    pub fn new(
+        config: &Config,
+        mut env: Vec<(String, String)>,
+        main: String,
+        about: crate::logs::Labels,
+    ) -> Self {
         env.retain(|(key, _)| !protocol::PER_ACTIVATION_ENV.contains(&key.as_str()));
         StartSpec {
             env,
@@ -240,6 +248,7 @@ impl StartSpec {
             max_result_bytes: config.limits.max_result_bytes,
             fresh: config.pool.max_activations_per_instance == 1,
             log_format: config.logs.format,
+            about,
         }
     }
 }

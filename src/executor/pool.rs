@@ -47,6 +47,12 @@ pub trait Worker: Sized + Send + 'static {
     /// (`--log-format json`).
     fn attribute(&mut self, _labels: crate::logs::Labels) {}
 
+    /// Where its logs' labels are, if they are kept: the runtime's lines about the worker's
+    /// activation (an answer that was not an object, output after it) go under them.
+    fn attribution(&self) -> Option<&crate::logs::Attribution> {
+        None
+    }
+
     /// Told before each activation whether others queue behind it: a worker may then keep
     /// the CPU it would otherwise offer its child.
     fn others_queued(&mut self, _queued: bool) {}
@@ -462,6 +468,14 @@ where
 }
 
 impl<W: Worker> Pool<W> {
+    /// A line of the runtime's about `worker`'s activation: under its labels in JSON.
+    fn say_about(&self, worker: &W, message: &str) {
+        match worker.attribution() {
+            Some(attribution) => attribution.say(message),
+            None => crate::logs::runtime_line(self.reporting.format, None, message),
+        }
+    }
+
     async fn activate(
         &self,
         line: Vec<u8>,
@@ -527,7 +541,9 @@ impl<W: Worker> Pool<W> {
         };
         let worker = &mut entry.worker;
         if let Some(stray) = worker.discard_stray_output() {
-            lines::report_stray(self.reporting.format, &stray);
+            // Still under the activation that wrote it: the next is not attributed yet.
+            let say = |m: &str| self.say_about(worker, m);
+            lines::report_stray(&say, &stray);
         }
         worker.others_queued(self.waiting.load(Ordering::Relaxed) > 0);
         // Parsing the request line costs a few µs: only when the lines carry the result.
@@ -542,8 +558,12 @@ impl<W: Worker> Pool<W> {
         // OpenWhisk's runtime tests expect nothing on stderr here but what the action
         // wrote: the explanation is for those who asked for it.
         match &result {
-            Err(RunError::NotJson(line)) if hints => lines::report_not_json(format, line),
-            Err(RunError::NotAnObject(line)) if hints => lines::report_not_an_object(format, line),
+            Err(RunError::NotJson(line)) if hints => {
+                lines::report_not_json(&|m| self.say_about(worker, m), line)
+            }
+            Err(RunError::NotAnObject(line)) if hints => {
+                lines::report_not_an_object(&|m| self.say_about(worker, m), line)
+            }
             _ => {}
         }
         worker.end_activation(self.reporting.end);

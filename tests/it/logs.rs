@@ -103,6 +103,57 @@ each_backend! {
         }
     }
 
+    /// With json logs the runtime's explanation of a bad answer is a record of the
+    /// activation that gave it: four at once, a number (no object) or a line that is no
+    /// JSON, each explained under its own id, quoting its own answer.
+    fn each_bad_answer_is_explained_under_its_own_activation(backend: Backend) {
+        let server = Server::builder()
+            .args(&["--concurrency", "4", "--log-format", "json"])
+            .start();
+        server
+            .init(&backend.init_guest("non_object"))
+            .assert(200, "{\"ok\":true}\n");
+        const ROUNDS: usize = 5;
+        let answer = |n: usize| if n.is_multiple_of(2) { n.to_string() } else { format!("no json {n}") };
+        for round in 0..ROUNDS {
+            std::thread::scope(|scope| {
+                for n in round * 4..round * 4 + 4 {
+                    let server = &server;
+                    scope.spawn(move || {
+                        let body = json!({
+                            "value": {"raw": answer(n)},
+                            "activation_id": format!("bad-{n}"),
+                            "namespace": "guest",
+                            "action_name": "/guest/bad",
+                        });
+                        let reply = server.post("/run", body.to_string().as_bytes());
+                        assert_eq!(reply.status, 502, "{}", reply.text());
+                    });
+                }
+            });
+        }
+        server.wait_sentinels(ROUNDS * 4);
+        let stderr = server.stderr();
+        let mut explained: HashMap<String, String> = HashMap::new();
+        for line in stderr.lines().filter(|l| *l != SENTINEL.trim_end()) {
+            let entry: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            let message = entry["message"].as_str().unwrap_or_default();
+            if message.contains("the action's answer") {
+                assert_eq!(entry["action"], "/guest/bad", "{line}");
+                assert_eq!(entry["namespace"], "guest", "{line}");
+                let id = entry["activationId"].as_str().unwrap().to_owned();
+                assert!(explained.insert(id, message.to_owned()).is_none(), "{line}");
+            }
+        }
+        for n in 0..ROUNDS * 4 {
+            let message = explained
+                .get(&format!("bad-{n}"))
+                .unwrap_or_else(|| panic!("no explanation under bad-{n}:\n{stderr}"));
+            assert!(message.contains(&format!("`{}`", answer(n))), "bad-{n}: {message}");
+        }
+    }
+
     fn in_text_every_line_is_whole_and_as_written(backend: Backend) {
         let server = overlapping(backend, "text");
         let mut lines = 0;
@@ -199,4 +250,37 @@ fn a_refusal_is_logged_under_the_activation_that_was_refused() {
     assert_eq!(denial["activationId"], "refused-1", "{denial}");
     assert_eq!(denial["action"], "/guest/connects", "{denial}");
     assert_eq!(denial["stream"], "stderr");
+}
+
+/// With json logs, a start that fails is told under the action the `/init` named (its
+/// `__OW_ACTION_NAME` and `__OW_NAMESPACE` when the platform gives them, else `name`).
+#[test]
+fn a_failed_start_is_told_under_the_action_the_init_named() {
+    let server = Server::builder().args(&["--log-format", "json"]).start();
+    let zip = crate::support::zip_of(&[("lib/x.py", b"", 0o644)]);
+    let mut body = crate::support::init_binary(&zip);
+    body["value"]["name"] = json!("broken");
+    body["value"]["env"] = json!({"__OW_NAMESPACE": "guest", "__OW_ACTION_NAME": "/guest/broken"});
+    assert_eq!(server.init(&body).status, 502);
+    server.wait_stderr("cannot start the action");
+    let told = server
+        .stderr()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|entry| {
+            entry["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("cannot start the action"))
+        })
+        .expect("the failed start, as a record");
+    assert_eq!(told["action"], "/guest/broken", "{told}");
+    assert_eq!(told["namespace"], "guest", "{told}");
+
+    // Without the platform's variables, the /init's own name.
+    let server = Server::builder().args(&["--log-format", "json"]).start();
+    body["value"]["env"] = json!(null);
+    assert_eq!(server.init(&body).status, 502);
+    server.wait_stderr("cannot start the action");
+    let named = server.stderr().contains("\"action\":\"broken\"");
+    assert!(named, "{}", server.stderr());
 }

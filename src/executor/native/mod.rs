@@ -139,6 +139,10 @@ impl Worker for Process {
         self.attribution.set(labels);
     }
 
+    fn attribution(&self) -> Option<&crate::logs::Attribution> {
+        Some(&self.attribution)
+    }
+
     async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         self.stdout.forget_lines();
         self.exchange(&line, self.max_result).await
@@ -213,7 +217,7 @@ impl Process {
         let child = spawn(exec, &env, &stdin_read, &outputs).map_err(|error| {
             let cause = diagnose::spawn_failure(exec, &spec.main, &error);
             let message = format!("wasmloop: cannot start the action: {cause}");
-            crate::protocol::log_stderr(spec.log_format, &message);
+            crate::logs::runtime_line(spec.log_format, Some(&spec.about), &message);
             StartError::Spawn { error, cause }
         })?;
         // Our copies of the child's ends must go, or we would never see end-of-file on

@@ -54,13 +54,17 @@ impl Worker for Instance {
             && let Some(stray) = self.stdout.discard()
             && crate::executor::lines::is_json_result(line)
         {
-            crate::executor::lines::report_stray(self.attribution.format(), &stray);
+            crate::executor::lines::report_stray(&|m| self.attribution.say(m), &stray);
         }
         result
     }
 
     fn attribute(&mut self, labels: crate::logs::Labels) {
         self.attribution.set(labels);
+    }
+
+    fn attribution(&self) -> Option<&crate::logs::Attribution> {
+        Some(&self.attribution)
     }
 
     fn end_activation(&mut self, end: End) {
@@ -108,8 +112,8 @@ impl Instance {
     async fn start(wasm: &WasmSpec) -> Result<Instance, StartError> {
         let (engine, spec) = (&wasm.engine, &wasm.start);
         let stdin = GuestStdin::default();
-        let stdout = GuestStdout::new(spec.max_result_bytes, spec.log_format);
         let attribution = crate::logs::Attribution::new(spec.log_format);
+        let stdout = GuestStdout::new(spec.max_result_bytes, attribution.clone());
         let stderr = GuestStderr::new(attribution.clone());
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(stdin.clone())
@@ -289,7 +293,7 @@ impl Instance {
         })
         .await;
         if let Some(stray) = self.stdout.discard() {
-            crate::executor::lines::report_stray(self.attribution.format(), &stray);
+            crate::executor::lines::report_stray(&|m| self.attribution.say(m), &stray);
         }
     }
 

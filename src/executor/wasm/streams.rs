@@ -139,8 +139,8 @@ struct OutputState {
     /// A line grew past the cap: the stream is out of step until the instance is replaced.
     overflowed: bool,
     max: usize,
-    /// How the runtime's lines about dropped output are written.
-    format: logs::LogFormat,
+    /// Whose activation the runtime's lines about dropped output are about.
+    attribution: logs::Attribution,
 }
 
 /// The guest's stdout, which carries its results: complete lines are handed to the host.
@@ -148,7 +148,7 @@ struct OutputState {
 pub struct GuestStdout(Arc<Mutex<OutputState>>);
 
 impl GuestStdout {
-    pub fn new(max_line: usize, format: logs::LogFormat) -> Self {
+    pub fn new(max_line: usize, attribution: logs::Attribution) -> Self {
         GuestStdout(Arc::new(Mutex::new(OutputState {
             pending: LineBuffer::default(),
             lines: VecDeque::new(),
@@ -156,7 +156,7 @@ impl GuestStdout {
             dropped: 0,
             overflowed: false,
             max: max_line,
-            format,
+            attribution,
         })))
     }
 
@@ -182,14 +182,12 @@ impl GuestStdout {
         dropped.extend_from_slice(&state.pending.take_all());
         state.behind = 0;
         if state.dropped > 0 {
-            protocol::log_stderr(
-                state.format,
-                &format!(
-                    "wasmloop: dropped {} more bytes the action wrote on stdout after its result, \
+            let message = format!(
+                "wasmloop: dropped {} more bytes the action wrote on stdout after its result, \
                  unread (one result line per request; write logs on stderr)",
-                    std::mem::take(&mut state.dropped)
-                ),
+                std::mem::take(&mut state.dropped)
             );
+            state.attribution.say(&message);
         }
         (!dropped.is_empty()).then(|| dropped.freeze())
     }
@@ -397,7 +395,7 @@ mod tests {
 
     #[test]
     fn stdout_hands_back_whole_lines_however_they_are_written() {
-        let stdout = GuestStdout::new(100, logs::LogFormat::Text);
+        let stdout = GuestStdout::new(100, logs::Attribution::new(logs::LogFormat::Text));
         let mut stream = StdioOut(stdout.clone());
         stream.write(Bytes::from_static(b"{\"a\"")).unwrap();
         stream.write(Bytes::from_static(b":1}\n\n[1]\n{")).unwrap();
@@ -411,17 +409,17 @@ mod tests {
 
     #[test]
     fn stdout_refuses_a_line_over_the_cap() {
-        let stdout = GuestStdout::new(10, logs::LogFormat::Text);
+        let stdout = GuestStdout::new(10, logs::Attribution::new(logs::LogFormat::Text));
         stdout.append(&[b'x'; 11]);
         assert_eq!(stdout.take_line(), Some(Err(LineTooLong(10))));
-        let stdout = GuestStdout::new(10, logs::LogFormat::Text);
+        let stdout = GuestStdout::new(10, logs::Attribution::new(logs::LogFormat::Text));
         stdout.append(b"0123456789\n");
         assert_eq!(stdout.take_line().unwrap().unwrap().len(), 11);
     }
 
     #[test]
     fn stray_output_is_discarded() {
-        let stdout = GuestStdout::new(100, logs::LogFormat::Text);
+        let stdout = GuestStdout::new(100, logs::Attribution::new(logs::LogFormat::Text));
         stdout.append(b"{\"stray\":1}\n{\"half");
         assert_eq!(
             stdout.discard().as_deref(),
@@ -437,7 +435,7 @@ mod tests {
 
     #[test]
     fn stray_lines_are_kept_up_to_a_bound_and_the_rest_counted() {
-        let stdout = GuestStdout::new(100, logs::LogFormat::Text);
+        let stdout = GuestStdout::new(100, logs::Attribution::new(logs::LogFormat::Text));
         stdout.append(b"{\"answer\":1}\n");
         for _ in 0..STRAY_KEPT {
             stdout.append(b"x\n");
