@@ -339,3 +339,32 @@ fn run_without_a_cache_compiles_the_quick_code_and_says_nothing_is_kept() {
         "{said}"
     );
 }
+
+/// `serve` takes what `run` compiled: one compile cache, one key, so a server's first
+/// `/init` of the same module (or component) loads the quick code `run` kept instead of
+/// compiling it again, and tiers up from there.
+#[test]
+fn serve_loads_what_run_compiled() {
+    for backend in [Backend::Wasm, Backend::Component] {
+        let cache = tempfile::tempdir().unwrap();
+        let cache_dir = cache.path().to_str().unwrap();
+        let guest = backend.guest("echo");
+        let ran = crate::support::output_with_input(
+            run_command(&[guest.to_str().unwrap(), "--cache-dir", cache_dir]).env_clear(),
+            "{\"a\":1}\n",
+        );
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        let server = crate::support::Server::builder()
+            .args(&["-v", "--cache-dir", cache_dir])
+            .start();
+        server
+            .init(&backend.init_guest("echo"))
+            .assert(200, "{\"ok\":true}\n");
+        server.wait_stderr("module loaded from the compile cache");
+        server.run(json!({"b": 2})).assert(200, "{\"b\":2}\n");
+    }
+}

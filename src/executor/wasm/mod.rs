@@ -296,16 +296,21 @@ pub async fn start(
     let quick_engine = engines.engine(first)?;
     // A one-shot run (`wasmloop run`) ends before a tier-up could: its quick code is what
     // it serves and keeps, for the next run. A server's is soon replaced, and a later
-    // /init finds the final code instead.
+    // /init finds the final code instead; but the quick code a run kept (the same cache
+    // and key) saves a server's /init its compile too, and the final code follows as
+    // after any quick start.
     let one_shot = config.action.one_shot;
-    if one_shot && let Some(code) = lookup(&quick_engine).await? {
-        return serve(quick_engine, code, linking).await;
-    }
     let quick_cache = cache.as_ref().filter(|_| one_shot);
-    let code = match child
-        .compile(&quick_engine, wasm, &digest, quick_cache)
-        .await
-    {
+    let kept = lookup(&quick_engine).await?;
+    let compiled = match kept {
+        Some(code) => Ok(code),
+        None => {
+            child
+                .compile(&quick_engine, wasm, &digest, quick_cache)
+                .await
+        }
+    };
+    let code = match compiled {
         Ok(code) => code,
         // Winch lacks some proposals Cranelift has: then Cranelift's code serves at once.
         Err(e) if e.not_for_winch => {
