@@ -137,6 +137,37 @@ fn start(args: &[String]) -> anyhow::Result<Served> {
     Served::start(args, &SET_BY_FLAGS)
 }
 
+/// One request to a server of `plan`: stops the comparison, naming the variant, the
+/// answer and the expected one, when the answer is not what every answer must be.
+fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<()> {
+    let cache = scratch.cache(&plan.label().replace(' ', "-"));
+    let args = [
+        &plan.server_args(options.concurrency)[..],
+        &["--cache-dir".to_owned(), cache.display().to_string()],
+    ]
+    .concat();
+    let mut server = start(&args)?;
+    server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    let payload = &options.payload;
+    let reply = crate::harness::request(server.addr, "POST", "/run", &payload.body(0))?;
+    let expected = payload.expected(0);
+    let right = reply.status == 200 && expected.as_ref().is_none_or(|e| *e == reply.body);
+    if !right {
+        let wanted = match &expected {
+            Some(e) => format!("200 `{}`", crate::shown(e, 200)),
+            None => "a 200".to_owned(),
+        };
+        bail!(
+            "{}: its first answer was {} `{}`, expected {wanted}, so nothing was measured and \
+             no report written. Check --body and --expect (or the action)",
+            plan.label(),
+            reply.status,
+            crate::shown(reply.body.as_ref(), 200)
+        );
+    }
+    Ok(())
+}
+
 /// Where the compile cache, keys and artifacts of one comparison live.
 struct Scratch {
     dir: tempfile::TempDir,
@@ -235,6 +266,7 @@ async fn warm(
         hits: options.hits,
         rounds: options.rounds,
         connections,
+        stop_on_wrong: true,
     };
     in_rounds(targets, |_| payload, plan, progress).await
 }
@@ -347,6 +379,9 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     let scratch = Scratch {
         dir: tempfile::tempdir()?,
     };
+    // A wrong --body or --expect makes every figure meaningless: told in seconds, before
+    // the cold runs, from one server of the first variant (its cache serves it later).
+    check_answers(&plans[0], &options, &scratch)?;
     let progress = ProgressBar::new_spinner();
     progress.set_message("cold /init on fresh servers");
     let mut colds = Vec::new();

@@ -431,6 +431,22 @@ struct Rounds {
     hits: usize,
     rounds: usize,
     connections: usize,
+    /// Wrong answers stop the run once the warm-up (or, without one, the first round) has
+    /// met them: figures of wrong answers compare nothing (the comparison's way; the rows
+    /// count them to the end, as the reference's table does).
+    stop_on_wrong: bool,
+}
+
+/// The error of a run stopped by wrong answers: whose, what they were, what to change.
+fn wrong_answers(target: &Target, driven: &Driven) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}: {} of {} answers were wrong, so nothing was measured and no report written; \
+         the first was {}. Check --body and --expect (or the action)",
+        target.label,
+        driven.errors,
+        driven.micros.len().max(driven.errors),
+        driven.first_wrong.as_deref().unwrap_or("not recorded")
+    )
 }
 
 /// The one engine of the rows and the comparison: every target warmed up, then measured
@@ -445,14 +461,12 @@ async fn in_rounds<'p>(
     progress: &ProgressBar,
 ) -> anyhow::Result<Vec<(report::Warm, Driven)>> {
     for target in targets {
-        drive(
-            target,
-            payload_of(target),
-            plan.warmup,
-            plan.connections,
-            progress,
-        )
-        .await?;
+        let payload = payload_of(target);
+        let warmed = drive(target, payload, plan.warmup, plan.connections, progress).await?;
+        if plan.stop_on_wrong && warmed.errors > 0 {
+            progress.finish_and_clear();
+            return Err(wrong_answers(target, &warmed));
+        }
     }
     let rounds = plan.rounds.clamp(1, plan.hits.max(1));
     let mut all: Vec<(Driven, Vec<[f64; 3]>)> =
@@ -462,6 +476,10 @@ async fn in_rounds<'p>(
         for (target, (sum, figures)) in targets.iter().zip(&mut all) {
             let payload = payload_of(target);
             let mut driven = drive(target, payload, share, plan.connections, progress).await?;
+            if plan.stop_on_wrong && round == 0 && plan.warmup == 0 && driven.errors > 0 {
+                progress.finish_and_clear();
+                return Err(wrong_answers(target, &driven));
+            }
             driven.micros.sort_by(f64::total_cmp);
             figures.push([
                 stats::percentile(&driven.micros, 50.0),
@@ -509,6 +527,7 @@ async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec
         hits: options.hits,
         rounds: ROUNDS,
         connections: options.connections,
+        stop_on_wrong: false,
     };
     let measured = in_rounds(targets, payload_of, plan, &progress).await?;
     progress.finish_and_clear();

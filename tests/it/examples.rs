@@ -260,7 +260,9 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
     );
     assert!(out.path().join("latency.svg").is_file());
 
-    // And the comparison's report: a wrong answer fails it, quoted.
+    // And the comparison: a wrong answer stops it before anything is measured, quoted,
+    // and no report is written as if its figures meant anything.
+    let out = tempfile::tempdir().unwrap();
     let compared = bench(&[
         "--compare",
         "--rounds",
@@ -272,18 +274,46 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
         "--expect",
         r#"{"n":8}"#,
     ]);
-    let stdout = String::from_utf8_lossy(&compared.stdout);
-    assert!(!compared.status.success(), "{stdout}");
+    let stderr = String::from_utf8_lossy(&compared.stderr);
+    assert!(!compared.status.success(), "{stderr}");
     assert!(
-        stdout.contains(r#"200 `{"n":7}`, expected 200 `{"n":8}`"#),
-        "{stdout}"
+        stderr.contains(r#"the first was 200 `{"n":7}`, expected 200 `{"n":8}`"#)
+            && stderr.contains("nothing was measured and no report written"),
+        "{stderr}"
     );
-    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(!out.path().join("report.html").exists());
+    assert!(!out.path().join("compare.csv").exists());
+}
+
+/// A comparison whose answers are wrong stops at its first answer, before the cold runs:
+/// the variant, what it answered and what was expected, and no report.
+#[test]
+fn bench_stops_a_comparison_at_its_first_wrong_answer() {
+    let out = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(root)
+        .args(["bench", "--wasm", "wasm-examples/out/hello-rust.wasm"])
+        .args([
+            "--body",
+            r#"{"value":{"name":"Mike"}}"#,
+            "--expect",
+            r#"{"no":1}"#,
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .env("WASMLOOP_NO_CACHE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
     assert!(
-        html.contains(r#"expected 200 `{&quot;n&quot;:8}`"#) || html.contains("expected 200"),
-        "{html}"
+        stderr.contains(
+            r#"module cranelift persistent: its first answer was 200 `{"message":"Hello, Mike!"}`, expected 200 `{"no":1}`"#
+        ),
+        "{stderr}"
     );
-    assert!(out.path().join("compare.csv").is_file());
+    assert!(!out.path().join("report.html").exists());
 }
 
 /// The comparison of one action, on a small run: every variant measured, every figure

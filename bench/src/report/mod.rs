@@ -640,6 +640,23 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_instance_no_dearer_than_its_twin_costs_nothing_measurable() {
+        let c = Comparison {
+            variants: vec![
+                variant("module", Some("cranelift"), "persistent", 30.0),
+                variant("module", Some("cranelift"), "fresh", 29.0),
+            ],
+            ..Comparison::default()
+        };
+        let said = verdicts(&c)[0].to_string();
+        assert!(
+            said.contains("fresh instances cost nothing measurable, within noise"),
+            "{said}"
+        );
+        assert!(!said.contains("cost -"), "{said}");
+    }
+
+    #[test]
     fn the_verdicts_give_each_record_to_the_backend_that_holds_it() {
         let said: Vec<String> = verdicts(&sample()).iter().map(|v| v.to_string()).collect();
         assert_eq!(said.len(), 3, "{said:#?}");

@@ -236,8 +236,8 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: bool) -> Option<String
 pub(super) fn fresh_phrase(variants: &[&Variant], low: usize) -> Option<String> {
     let p50 = |v: &Variant| {
         v.warm_at(low)
-            .map(|w| w.p50.median)
-            .filter(|x| x.is_finite())
+            .map(|w| w.p50)
+            .filter(|s| s.median.is_finite())
     };
     let fresh: Vec<&Variant> = variants
         .iter()
@@ -250,9 +250,15 @@ pub(super) fn fresh_phrase(variants: &[&Variant], low: usize) -> Option<String> 
             let twin = variants
                 .iter()
                 .find(|v| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler)?;
-            let cost = p50(f)? - p50(twin)?;
-            let sign = if cost < 0.0 { "-" } else { "+" };
-            let cost = format!("{sign}{}", duration_us(cost.abs()));
+            let (spent, kept) = (p50(f)?, p50(twin)?);
+            let cost = spent.median - kept.median;
+            // A fresh instance cannot be cheaper than a kept one: a difference inside the
+            // rounds' spread, or below zero, is noise, and said so, never a negative cost.
+            let cost = if cost <= 0.0 || spent.overlaps(&kept) {
+                "nothing measurable, within noise".to_owned()
+            } else {
+                format!("+{}", duration_us(cost))
+            };
             Some(match f.compiler {
                 Some(compiler) if fresh.len() > 1 => format!("{cost} ({compiler})"),
                 _ => cost,
