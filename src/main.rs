@@ -142,10 +142,12 @@ fn new_project(args: NewArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     let name = wasmloop::template::create(language, dir)?;
-    println!(
-        "made {name} in {}: its README.md says how to build, try and deploy it",
-        dir.display()
-    );
+    // The folder is named after the project most of the time: said once, then.
+    let made = match dir.file_name() {
+        Some(folder) if folder.to_string_lossy() == name => dir.display().to_string(),
+        _ => format!("{name} in {}", dir.display()),
+    };
+    println!("made {made}: its README.md says how to build, try and deploy it");
     Ok(())
 }
 

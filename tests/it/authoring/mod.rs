@@ -115,3 +115,24 @@ fn new_never_writes_over_a_folder_with_files_and_lists_its_templates() {
         "one line for each template: {listed}"
     );
 }
+
+/// `new` names the project once when the folder bears its name, and both when they differ.
+#[test]
+fn new_says_what_it_made_without_saying_it_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let said = |folder: &str| {
+        let made = Command::new(WASMLOOP)
+            .args(["new", "rust"])
+            .arg(dir.path().join(folder))
+            .output()
+            .unwrap();
+        assert!(made.status.success());
+        String::from_utf8_lossy(&made.stdout).into_owned()
+    };
+    let same = said("wordfreq");
+    assert!(same.starts_with("made "), "{same}");
+    assert!(!same.contains(" in "), "{same}");
+    assert!(same.contains("wordfreq: its README.md"), "{same}");
+    let other = said("Héllo Wörld");
+    assert!(other.starts_with("made hello-world in "), "{other}");
+}
