@@ -140,14 +140,7 @@ fn start(args: &[String]) -> anyhow::Result<Served> {
 /// One request to a server of `plan`: stops the comparison, naming the variant, the
 /// answer and the expected one, when the answer is not what every answer must be.
 fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<()> {
-    let cache = scratch.cache(&plan.label().replace(' ', "-"));
-    let args = [
-        &plan.server_args(options.concurrency)[..],
-        &["--cache-dir".to_owned(), cache.display().to_string()],
-    ]
-    .concat();
-    let mut server = start(&args)?;
-    server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    let server = warm_server(plan, options, scratch)?;
     let payload = &options.payload;
     let reply = crate::harness::request(server.addr, "POST", "/run", &payload.body(0))?;
     let expected = payload.expected(0);
@@ -166,6 +159,20 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
         );
     }
     Ok(())
+}
+
+/// A server of `plan` over the variant's own compile cache, initialized: what the warm
+/// rounds measure.
+fn warm_server(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<Served> {
+    let cache = scratch.cache(&plan.label().replace(' ', "-"));
+    let args = [
+        &plan.server_args(options.concurrency)[..],
+        &["--cache-dir".to_owned(), cache.display().to_string()],
+    ]
+    .concat();
+    let mut server = start(&args)?;
+    server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    Ok(server)
 }
 
 /// Where the compile cache, keys and artifacts of one comparison live.
@@ -397,14 +404,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     let mut servers = Vec::new();
     let mut after_init = Vec::new();
     for plan in &plans {
-        let cache = scratch.cache(&plan.label().replace(' ', "-"));
-        let args = [
-            &plan.server_args(options.concurrency)[..],
-            &["--cache-dir".to_owned(), cache.display().to_string()],
-        ]
-        .concat();
-        let mut server = start(&args)?;
-        server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+        let server = warm_server(plan, &options, &scratch)?;
         after_init.push(resident_bytes(server.child.id()));
         servers.push(server);
     }
