@@ -400,7 +400,7 @@ impl RunArgs {
     pub fn timeout(&self) -> Duration {
         self.activations
             .timeout
-            .unwrap_or_else(|| duration(config::DEFAULT_RUN_TIMEOUT))
+            .unwrap_or_else(|| config::duration(config::DEFAULT_RUN_TIMEOUT))
     }
 
     /// What each request line carries besides the input.
@@ -438,11 +438,6 @@ impl RunArgs {
         config.logs.hints = true;
         Ok(config)
     }
-}
-
-/// Durations the command line shows as text (`30s`).
-fn duration(text: &str) -> Duration {
-    humantime::parse_duration(text).expect("the default durations are well-formed")
 }
 
 #[derive(Debug, Clone, Args)]

@@ -58,8 +58,9 @@ pub fn compile_timed_out(timeout: Duration) -> String {
     )
 }
 
-/// Durations are written as text (`500ms`, `60s`) so that `--help` shows them as typed.
-fn duration(text: &str) -> Duration {
+/// Durations are written as text (`500ms`, `60s`) so that `--help` shows them as typed;
+/// this reads one of the defaults above.
+pub fn duration(text: &str) -> Duration {
     humantime::parse_duration(text).expect("the default durations above are well-formed")
 }
 

@@ -33,11 +33,19 @@ pub mod stats;
 /// The entry point name each `/init` names, as the platform's default.
 pub const DEFAULT_MAIN: &str = "main";
 
-/// The start of `bytes` as one line of text for a message: cut after `max` characters.
+/// The start of `bytes` as one line of text for a message: control characters escaped (an
+/// answer's `\r` or escape codes would garble the table), cut after `max` characters.
 pub fn shown(bytes: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let text = text.trim_end_matches(['\n', '\r']);
-    let mut out: String = text.chars().take(max).collect();
+    let mut out = String::new();
+    for c in text.chars().take(max) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
     if text.chars().count() > max {
         out.push('…');
     }
@@ -798,6 +806,13 @@ fn plot(path: &Path, rows: &[Measured], connections: usize) -> anyhow::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_is_shown_on_one_line_and_cut() {
+        assert_eq!(shown(b"{\"a\":\"b\rc\"}\n", 200), "{\"a\":\"b\\rc\"}");
+        assert_eq!(shown("ééé".as_bytes(), 2), "éé…");
+        assert_eq!(shown(b"\x1b[31mred", 200), "\\u{1b}[31mred");
+    }
 
     #[test]
     fn a_guest_that_halts_idle_cpus_at_once_is_pointed_out_unless_pinned() {

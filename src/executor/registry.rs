@@ -161,7 +161,8 @@ impl Registry {
         if let Some(expected) = &config.action.execution_env {
             check_execution_env(&prepared.bin_dir, expected)?;
         }
-        // Told once, from the file, before it runs (or its WebAssembly is compiled).
+        // Asked of each backend in turn, from the file, before anything runs (or its
+        // WebAssembly is compiled): a refused upload costs a few header reads.
         let Some((registration, backend)) = self
             .made
             .iter()

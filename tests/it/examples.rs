@@ -39,6 +39,20 @@ pub fn says_hello(server: &Server) {
 /// The stdout of a command that must have succeeded; otherwise the test fails with both
 /// of its outputs.
 #[track_caller]
+/// `wasmloop bench ARGS --out OUT` from the repository's root (where the examples' paths
+/// start), with no compile cache.
+fn bench_from_root(args: &[&str], out: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("bench")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .env("WASMLOOP_NO_CACHE", "1")
+        .output()
+        .unwrap()
+}
+
 fn succeeded(output: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
@@ -218,6 +232,11 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         svg.starts_with("<svg") && svg.contains("python"),
         "a plot with a legend"
     );
+    // On its own, outside the report's page, it carries the page's styles.
+    assert!(
+        svg.contains("<style>") && svg.contains(".grid"),
+        "a styled plot"
+    );
 }
 
 #[test]
@@ -290,21 +309,17 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
 #[test]
 fn bench_stops_a_comparison_at_its_first_wrong_answer() {
     let out = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
-        .current_dir(root)
-        .args(["bench", "--wasm", "wasm-examples/out/hello-rust.wasm"])
-        .args([
+    let output = bench_from_root(
+        &[
+            "--wasm",
+            "wasm-examples/out/hello-rust.wasm",
             "--body",
             r#"{"value":{"name":"Mike"}}"#,
             "--expect",
             r#"{"no":1}"#,
-        ])
-        .arg("--out")
-        .arg(out.path())
-        .env("WASMLOOP_NO_CACHE", "1")
-        .output()
-        .unwrap();
+        ],
+        out.path(),
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(
@@ -321,23 +336,22 @@ fn bench_stops_a_comparison_at_its_first_wrong_answer() {
 #[test]
 fn bench_compares_one_action_across_backends_and_writes_its_report() {
     let out = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
-        .current_dir(root)
-        .args(["bench", "--compare", "--hits", "40", "--warmup", "5"])
-        .args([
+    let output = bench_from_root(
+        &[
+            "--compare",
+            "--hits",
+            "40",
+            "--warmup",
+            "5",
             "--rounds",
             "4",
             "--cold-runs",
             "2",
             "--concurrency",
             "2",
-            "--out",
-        ])
-        .arg(out.path())
-        .env("WASMLOOP_NO_CACHE", "1")
-        .output()
-        .unwrap();
+        ],
+        out.path(),
+    );
     let stdout = succeeded(&output);
     let labels = [
         "module cranelift persistent",
@@ -487,11 +501,10 @@ fn bench_compares_a_projects_source_built_for_each_backend() {
 #[test]
 fn bench_on_a_form_of_ones_own_compares_it_without_being_asked() {
     let out = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
-        .current_dir(root)
-        .args(["bench", "--wasm", "wasm-examples/out/hello-rust.wasm"])
-        .args([
+    let output = bench_from_root(
+        &[
+            "--wasm",
+            "wasm-examples/out/hello-rust.wasm",
             "--hits",
             "20",
             "--warmup",
@@ -500,12 +513,11 @@ fn bench_on_a_form_of_ones_own_compares_it_without_being_asked() {
             "2",
             "--cold-runs",
             "1",
-        ])
-        .args(["--concurrency", "2", "--out"])
-        .arg(out.path())
-        .env("WASMLOOP_NO_CACHE", "1")
-        .output()
-        .unwrap();
+            "--concurrency",
+            "2",
+        ],
+        out.path(),
+    );
     let stdout = succeeded(&output);
     for label in ["module cranelift persistent", "module winch fresh"] {
         assert!(stdout.contains(label), "no {label} in the table:\n{stdout}");

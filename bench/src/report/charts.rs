@@ -230,7 +230,7 @@ pub(super) fn latency_chart(c: &Comparison, connections: usize) -> String {
             Some((i, curve))
         })
         .collect();
-    curves_chart(curves, connections)
+    curves_chart(curves, connections, None)
 }
 
 /// One line of a latency chart: whose it is, and its sorted latencies. Fresh variants are
@@ -254,21 +254,18 @@ impl Curve<'_> {
 
 /// `bench --out`'s latency.svg: the rows' latency curves, drawn as the report draws them.
 pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
-    let svg = curves_chart(curves.into_iter().enumerate().collect(), connections);
     // On its own, the chart carries the page's styles (its grid, ticks and labels are
     // classes of them).
-    match svg.find('>') {
-        Some(end) => format!(
-            "{}<style>{}</style>{}",
-            &svg[..=end],
-            super::html::STYLE,
-            &svg[end + 1..]
-        ),
-        None => svg,
-    }
+    let styled = Some(super::html::STYLE);
+    curves_chart(
+        curves.into_iter().enumerate().collect(),
+        connections,
+        styled,
+    )
 }
 
-fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize) -> String {
+/// The latency curves; `style`, the CSS a chart outside the page carries.
+fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&str>) -> String {
     let title = format!(
         "latency by percentile at {}",
         connections_phrase(connections)
@@ -307,6 +304,9 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize) -> String {
 
     let mut out = String::new();
     svg_open(&mut out, &id, &title, height);
+    if let Some(style) = style {
+        let _ = write!(out, "<style>{style}</style>");
+    }
     for t in y.ticks() {
         line(&mut out, (left, py(t)), (right, py(t)), "class=\"grid\"");
         text(

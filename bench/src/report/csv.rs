@@ -73,7 +73,7 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
                 ]),
                 None => row.extend((0..13).map(|_| String::new())),
             }
-            for source in Source::ALL {
+            for &source in Source::ALL {
                 row.push(
                     v.cold_from(source)
                         .map_or(String::new(), |c| number(c.millis.median, 3)),

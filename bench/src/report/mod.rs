@@ -69,6 +69,9 @@ macro_rules! named {
         pub enum $name { $($(#[$vmeta])* $variant,)* }
 
         impl $name {
+            /// Every one, in the order a reader meets them.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
             pub fn name(self) -> &'static str {
                 match self { $($name::$variant => $text,)* }
             }
@@ -152,13 +155,6 @@ named! {
 }
 
 impl Source {
-    pub const ALL: [Source; 4] = [
-        Source::Compiled,
-        Source::Cache,
-        Source::Signed,
-        Source::Start,
-    ];
-
     /// Its column in the terminal table.
     fn header(self) -> &'static str {
         match self {
@@ -299,7 +295,8 @@ impl Comparison {
     /// The sources measured, in their order.
     fn sources(&self) -> Vec<Source> {
         Source::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|s| self.variants.iter().any(|v| v.cold_from(*s).is_some()))
             .collect()
     }
