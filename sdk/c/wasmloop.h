@@ -30,7 +30,9 @@
  * there first.
  *
  * LOG ON STDERR (`fprintf(stderr, ...)`): in WebAssembly, stdout carries the results, and
- * a line printed there is taken for the answer. The loop gives stderr a line buffer, so
+ * a line printed there is taken for the answer (C gives a library no way to point `stdout`
+ * elsewhere, and WASI preview 1 none to duplicate a descriptor): the runtime answers 502,
+ * says so in the logs and starts a fresh instance. Natively, stdout is the logs. The loop gives stderr a line buffer, so
  * that each log line costs one write, and flushes stdout and stderr before each answer, so
  * that an activation's logs come out before it ends.
  *

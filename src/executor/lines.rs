@@ -101,7 +101,9 @@ pub fn report_not_json(say: &dyn Fn(&str), line: &[u8]) {
     say(&format!(
         "wasmloop: the action's answer is not JSON, so it was not taken as its result: `{}`. \
          Only result lines go on the result channel (stdout in a WebAssembly action, fd 3 in \
-         a native one): write logs on stderr.",
+         a native one): write logs on stderr. In a WebAssembly module a plain print lands \
+         there too: log with eprintln! in Rust, fprintf(stderr, ...) in C (the Go, Python \
+         and JavaScript SDKs send prints to the logs themselves).",
         excerpt(line, EXCERPT)
     ));
 }

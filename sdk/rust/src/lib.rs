@@ -17,7 +17,10 @@
 //! stdin, calls the function with the request's `value` and the activation's [`Context`],
 //! and writes the answer as one line, flushed, on the backend's result channel (stdout in
 //! WebAssembly, fd 3 natively). Logs go to stderr (`eprintln!`): in WebAssembly, stdout is
-//! the result channel.
+//! the result channel, and Rust gives a library no way to move `println!` off it (the Go,
+//! Python and JavaScript SDKs move prints to the logs; this one cannot), so a line printed
+//! there is taken for the answer: the runtime answers 502, says so in the logs, and starts
+//! a fresh instance. Natively, `println!` goes to the logs.
 //!
 //! - `Ok(result)`: the result, which must serialize to a JSON object (or array).
 //! - `Err(error)`: `{"error": "<error>"}`, which the platform shows as the activation's

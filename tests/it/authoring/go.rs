@@ -154,6 +154,46 @@ fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backend
     }
 }
 
+/// An action that prints on stdout, as authors do while debugging, and counts its calls.
+const PRINTING_ACTION: &str = r#"package main
+
+import (
+	"fmt"
+
+	"wasmloop.dev/action"
+)
+
+var calls int
+
+func act(args action.Args, ctx *action.Context) (map[string]int, error) {
+	calls++
+	fmt.Println("debugging call", calls)
+	return map[string]int{"calls": calls}, nil
+}
+
+func main() { action.Serve(act) }
+"#;
+
+/// A print to stdout in a module is a log line, as it is natively: the answer stays the
+/// answer, and the instance, its globals with it, serves on.
+#[test]
+fn a_print_in_a_go_module_goes_to_the_logs_and_the_instance_serves_on() {
+    let (_dir, project) = new_project("go", "prints");
+    std::fs::write(project.join("main.go"), PRINTING_ACTION).unwrap();
+    for (goos, suffix) in GO_TARGETS {
+        let action = go_build(&project, goos, &format!("prints{suffix}"));
+        let server = Server::start().installed(&action);
+        server.run(json!({})).assert(200, "{\"calls\":1}\n");
+        server.run(json!({})).assert(200, "{\"calls\":2}\n");
+        server.wait_sentinels(2);
+        // Natively a print is on stdout, in a module on stderr: logs either way.
+        let logs = server.stdout() + &server.stderr();
+        assert!(logs.contains("debugging call 1\n"), "{goos:?}: {logs}");
+        assert!(logs.contains("debugging call 2\n"), "{goos:?}: {logs}");
+        assert!(!logs.contains("not JSON"), "{goos:?}: {logs}");
+    }
+}
+
 /// Folder names Go refuses as a module path, or that would shadow the standard library,
 /// still make projects that build: `new` names the module so that Go accepts it.
 #[test]

@@ -3,6 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::json;
+
+use crate::support::Server;
+
 use super::{new_project, says_hello, wasmloop_run};
 
 /// The backends a Rust project builds for: the cargo target, and the built file's suffix.
@@ -62,6 +66,10 @@ fn act(args: Args, ctx: &Context) -> Result<Value, String> {
     match args.name.as_deref() {
         Some("") => Err("a name cannot be empty".to_owned()),
         Some("panic") => panic!("asked to panic"),
+        Some("print") => {
+            println!("debugging");
+            Ok(json!({ "printed": true }))
+        }
         name => Ok(json!({ "hello": name, "id": ctx.activation_id })),
     }
 }
@@ -120,6 +128,25 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
         "{stderr}"
     );
     assert!(!ran.status.success(), "the panicked input counts as failed");
+
+    // Natively a print is a log line. In a module it lands on the result channel, which the
+    // SDK cannot prevent: the answer is the platform's 502, and the logs say what to use.
+    let native = Server::start().installed(&native);
+    native
+        .run(json!({"name": "print"}))
+        .assert(200, "{\"printed\":true}\n");
+    native.wait_sentinels(1);
+    assert!(native.stdout().contains("debugging\n"));
+    let module = Server::builder().arg("--hints").start().installed(&module);
+    module.run(json!({"name": "print"})).assert(
+        502,
+        "{\"error\":\"The action did not return a dictionary or array.\"}\n",
+    );
+    module.wait_stderr("log with eprintln! in Rust");
+    assert!(module.stderr().contains("`debugging`"), "{}", module.stderr());
+    module
+        .run(json!({"name": "Mike"}))
+        .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
 }
 
 /// Folder names Cargo refuses as a package name (a keyword, a number) still make projects
