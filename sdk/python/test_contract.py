@@ -94,5 +94,15 @@ class SharedContract(unittest.TestCase):
                     self.assertTrue(matches(expected, answer), f"expected {expected}, got {shown}")
 
 
+
+
+class FetchOutsideAComponent(unittest.TestCase):
+    def test_fetch_says_what_it_needs_where_there_is_no_wasi_http(self):
+        with self.assertRaises(wasmloop_action.FetchError) as raised:
+            wasmloop_action.fetch("http://example.org/")
+        self.assertIn("fetch needs wasi:http", str(raised.exception))
+        self.assertIn("urllib.request", str(raised.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -24,17 +24,36 @@ looks for it in the app module, so `Run = action(main)` must be in the module gi
   `print()` reaches the logs instead of passing for an answer. Log to stderr all the
   same, where a reader of the code sees that it is a log.
 
+`fetch(url, method=..., headers=..., body=...)` sends an HTTP request through wasi:http
+and returns a `Response` (`status`, `headers`, `body`, `text()`, `json()`); the host must
+be in the runtime's `--allow-outbound` list. `urllib.request` works as well (over
+wasi:sockets, under the same list).
+
 `serve(main)` runs the same loop without componentize-py, in any Python reading requests
 on stdin (for trying `main` with plain `python3`).
 """
 
+# Imported while the component is built, so that it is in it: socket and urllib encode
+# each host name with this codec, and componentize-py keeps only the modules imported at
+# build time (without it: "LookupError: unknown encoding: idna" at the first request).
+import encodings.idna  # noqa: F401
 import json
 import os
 import sys
 import time
 import traceback
+from urllib.parse import urlsplit
 
-__all__ = ["Context", "action", "serve"]
+try:  # wasi:http, in a component built for the template's world (wit/)
+    from componentize_py_types import Err as _Err
+    from wit_world.imports import outgoing_handler as _outgoing_handler
+    from wit_world.imports import poll as _poll
+    from wit_world.imports import streams as _streams
+    from wit_world.imports import wasi_http_types as _http
+except ImportError:  # plain Python, or a world without wasi:http: fetch says so
+    _http = None
+
+__all__ = ["Context", "FetchError", "Response", "action", "fetch", "serve"]
 
 
 class Context:
@@ -222,3 +241,111 @@ def _not_a_dict(value):
 def _error(message):
     text = json.dumps({"error": message}, separators=(",", ":"), ensure_ascii=False)
     return text.encode("utf-8", "replace")
+
+
+class FetchError(OSError):
+    """An HTTP request that got no response: refused by the runtime's allow-list, a
+    connection refused, a name not found, a timeout."""
+
+
+class Response:
+    """What `fetch` got back: `status` (an int), `headers` (a dict of lower-case names to
+    values, repeated ones joined with ", "), `body` (bytes)."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def text(self, encoding="utf-8"):
+        return self.body.decode(encoding, "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"Response(status={self.status}, {len(self.body)} bytes)"
+
+
+# The most a blocking write of wasi:io may take at once.
+_WRITE_CHUNK = 4096
+
+
+def fetch(url, method="GET", headers=None, body=None):
+    """Sends one HTTP request through wasi:http and returns its `Response` (any status: a
+    404 is a response too). `headers` is a dict or a list of (name, value) pairs; `body`
+    bytes or a str (sent as UTF-8, with its Content-Length). Raises `FetchError` when no
+    response comes; the activation's deadline bounds the wait."""
+    if _http is None:
+        raise FetchError(
+            "fetch needs wasi:http: build the action as a component for the template's "
+            "world (componentize-py -d wit -w action ...), or use urllib.request"
+        )
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"fetch takes an http:// or https:// URL with a host, not {url!r}")
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    pairs = list(headers.items() if isinstance(headers, dict) else headers or ())
+    fields = [(str(name), str(value).encode("utf-8")) for name, value in pairs]
+    if body and not any(name.lower() == "content-length" for name, _ in fields):
+        fields.append(("content-length", str(len(body)).encode()))
+    request = _http.OutgoingRequest(_http.Fields.from_list(fields))
+    request.set_method(_method(method))
+    request.set_scheme(_http.Scheme_Https() if parts.scheme == "https" else _http.Scheme_Http())
+    request.set_authority(parts.netloc)
+    request.set_path_with_query((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+    outgoing = request.body()
+    future = _outgoing_handler.handle(request, None)
+    if body:
+        # Dropped before its body is finished: WASI resources go children first.
+        with outgoing.write() as stream:
+            for start in range(0, len(body), _WRITE_CHUNK):
+                stream.blocking_write_and_flush(body[start : start + _WRITE_CHUNK])
+    _http.OutgoingBody.finish(outgoing, None)
+    with future:
+        while (ready := future.get()) is None:
+            with future.subscribe() as pollable:
+                _poll.poll([pollable])
+    if isinstance(ready.value, _Err):
+        raise FetchError(f"{method} {url} got no response: {_error_code(ready.value.value)}")
+    # The headers and the body are the response's children: each goes before it.
+    with ready.value.value as response:
+        with response.headers() as fields:
+            got = {}
+            for name, value in fields.entries():
+                text = value.decode("utf-8", "replace")
+                got[name] = f"{got[name]}, {text}" if name in got else text
+        chunks = []
+        with response.consume() as incoming:
+            with incoming.stream() as stream:
+                while True:
+                    try:
+                        chunks.append(stream.blocking_read(65536))
+                    except _Err as error:
+                        if isinstance(error.value, _streams.StreamError_Closed):
+                            break
+                        raise FetchError(f"{method} {url}: the response's body broke off") from None
+        return Response(response.status(), got, b"".join(chunks))
+
+
+def _method(name):
+    known = {
+        "GET": "Method_Get", "HEAD": "Method_Head", "POST": "Method_Post",
+        "PUT": "Method_Put", "DELETE": "Method_Delete", "CONNECT": "Method_Connect",
+        "OPTIONS": "Method_Options", "TRACE": "Method_Trace", "PATCH": "Method_Patch",
+    }
+    upper = name.upper()
+    return getattr(_http, known[upper])() if upper in known else _http.Method_Other(name)
+
+
+def _error_code(code):
+    """wasi:http's error code in words, and what to change for the usual ones."""
+    name = type(code).__name__.removeprefix("ErrorCode_")
+    payload = getattr(code, "value", None)
+    said = f"{name} ({payload})" if payload is not None else name
+    if name == "HttpRequestDenied":
+        return f"{said}: the host is not in the runtime's --allow-outbound list"
+    return said

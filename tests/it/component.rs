@@ -1,52 +1,13 @@
 //! WebAssembly components: what tells them apart at /init, and the outbound allow-list,
 //! against real servers on loopback (an HTTP server of the test's own, and Redis).
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Backend, Server, init_binary};
-
-/// An HTTP server on loopback that answers every GET with `body`, until dropped.
-struct HttpServer {
-    addr: SocketAddr,
-}
-
-impl HttpServer {
-    fn start(body: &'static str) -> HttpServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                std::thread::spawn(move || answer(stream, body));
-            }
-        });
-        HttpServer { addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-fn answer(mut stream: TcpStream, body: &str) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
-        if line == "\r\n" {
-            break;
-        }
-        line.clear();
-    }
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-}
+use crate::support::{Backend, HttpServer, Server, init_binary};
 
 /// A port that accepts connections and never says a word.
 fn silent_server() -> (SocketAddr, std::thread::JoinHandle<()>) {

@@ -759,3 +759,91 @@ impl Drop for Server {
         }
     }
 }
+
+/// An HTTP server on loopback, until dropped: for the components that call out.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+}
+
+/// What an `HttpServer` answers to each request.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// This body, whatever was asked.
+    Fixed(&'static str),
+    /// The request as JSON: its method, path, `x-test` header and body.
+    Echo,
+}
+
+impl HttpServer {
+    /// Answers every request with `body`.
+    pub fn start(body: &'static str) -> HttpServer {
+        HttpServer::serving(Answer::Fixed(body))
+    }
+
+    /// Answers every request with what it was, as JSON.
+    pub fn echo() -> HttpServer {
+        HttpServer::serving(Answer::Echo)
+    }
+
+    fn serving(answer: Answer) -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || answer_http(stream, answer));
+            }
+        });
+        HttpServer { addr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+fn answer_http(mut stream: TcpStream, answer: Answer) {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let (mut length, mut test_header) = (0, String::new());
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            let value = value.trim();
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => length = value.parse().unwrap_or(0),
+                "x-test" => test_header = value.to_owned(),
+                _ => {}
+            }
+        }
+        line.clear();
+    }
+    let mut body = vec![0; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let (body, kind) = match answer {
+        Answer::Fixed(body) => (body.to_owned(), "text/plain"),
+        Answer::Echo => {
+            let mut parts = request_line.split_whitespace();
+            let echoed = json!({
+                "method": parts.next(),
+                "path": parts.next(),
+                "x-test": test_header,
+                "body": String::from_utf8_lossy(&body),
+            });
+            (echoed.to_string(), "application/json")
+        }
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}

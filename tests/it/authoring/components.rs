@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::Server;
+use crate::support::{HttpServer, Server};
 
 use super::{built, new_project, says_hello, wasmloop_run};
 
@@ -144,6 +144,85 @@ fn the_python_template_builds_a_component_and_its_sdk_answers_errors() {
         &fails,
         json!({"kind": "raise"}),
         "{\"error\":\"ValueError: no such thing\"}",
+    );
+}
+
+/// An action that calls out the two ways a Python author would: `urllib.request`, and the
+/// SDK's `fetch`.
+const CALLING_OUT_PYTHON: &str = r#"
+import json
+import urllib.request
+
+from wasmloop_action import FetchError, action, fetch
+
+
+def main(args, ctx):
+    if args["with"] == "urllib":
+        request = urllib.request.Request(args["url"], headers={"X-Test": "by urllib"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return {"status": response.status, "echo": json.loads(response.read())}
+    try:
+        response = fetch(args["url"], method="POST", headers={"X-Test": "by fetch"},
+                         body=args.get("body"))
+    except FetchError as error:
+        return {"failed": str(error)}
+    return {"status": response.status, "type": response.headers["content-type"],
+            "echo": response.json()}
+
+
+Run = action(main)
+"#;
+
+/// Within the allow-list both reach the server, with their method, headers and body;
+/// outside it, both are refused as the guest's error, and the instance serves on.
+#[test]
+fn a_python_component_calls_out_with_urllib_and_with_the_sdks_fetch() {
+    let (_dir, project) = new_component_project("python", "calls");
+    std::fs::write(project.join("app.py"), CALLING_OUT_PYTHON).unwrap();
+    let component = componentize_py(&project, "calls.wasm");
+    let web = HttpServer::echo();
+    let other = HttpServer::echo();
+    let server = Server::builder()
+        .args(&["--allow-outbound", &web.addr.to_string()])
+        .start()
+        .installed(&component);
+    let result = |value| -> serde_json::Value {
+        let reply = server.run(value);
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        serde_json::from_str(&reply.text()).unwrap()
+    };
+
+    assert_eq!(
+        result(json!({"with": "urllib", "url": web.url("/by/urllib?q=1")})),
+        json!({"status": 200, "echo": {
+            "method": "GET", "path": "/by/urllib?q=1", "x-test": "by urllib", "body": ""
+        }})
+    );
+    assert_eq!(
+        result(json!({"with": "fetch", "url": web.url("/by/fetch"), "body": "héllo"})),
+        json!({"status": 200, "type": "application/json", "echo": {
+            "method": "POST", "path": "/by/fetch", "x-test": "by fetch", "body": "héllo"
+        }})
+    );
+
+    let refused = result(json!({"with": "fetch", "url": other.url("/")}));
+    assert_eq!(
+        refused,
+        json!({"failed": format!(
+            "POST {} got no response: HttpRequestDenied: the host is not in the \
+             runtime's --allow-outbound list",
+            other.url("/")
+        )})
+    );
+    let refused = result(json!({"with": "urllib", "url": other.url("/")}));
+    assert!(
+        refused["error"].as_str().unwrap().starts_with("URLError: "),
+        "{refused}"
+    );
+    server.wait_stderr(&format!("wasmloop: denied a TCP connection to {}", other.addr));
+    assert_eq!(
+        result(json!({"with": "fetch", "url": web.url("/again")}))["status"],
+        200
     );
 }
 
