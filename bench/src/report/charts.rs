@@ -855,3 +855,104 @@ pub(super) fn crash_chart(c: &Comparison) -> String {
     };
     bar_chart("crash", CRASH_TITLE, &keys, &[panel])
 }
+
+/// What a chart leaves out, and why, as the sentence under it: each reason once, with the
+/// variants it covers. None when every variant is in it.
+fn left_out(c: &Comparison, why: impl Fn(&Variant) -> Option<String>) -> Option<String> {
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for v in &c.variants {
+        let Some(reason) = why(v) else { continue };
+        match reasons.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, labels)) => labels.push(&v.label),
+            None => reasons.push((reason, vec![&v.label])),
+        }
+    }
+    if reasons.is_empty() {
+        return None;
+    }
+    let said: Vec<String> = reasons
+        .iter()
+        .map(|(reason, labels)| format!("{} ({reason})", listed(labels)))
+        .collect();
+    Some(format!("Left out: {}.", said.join("; ")))
+}
+
+/// Why a variant has no line in the latency chart at `connections`.
+pub(super) fn latency_left_out(c: &Comparison, connections: usize) -> Option<String> {
+    left_out(c, |v| {
+        v.warm_at(connections)
+            .is_none()
+            .then(|| format!("not measured at {}", connections_phrase(connections)))
+    })
+}
+
+pub(super) fn cold_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        if !v.cold.is_empty() {
+            return None;
+        }
+        Some(match v.lifetime {
+            Lifetime::Fresh => "a fresh instance per activation changes nothing at /init: its \
+                                cold start is its persistent twin's"
+                .to_owned(),
+            Lifetime::Persistent | Lifetime::AsServed => "no fresh server of it was timed".to_owned(),
+        })
+    })
+}
+
+pub(super) fn memory_left_out(c: &Comparison) -> Option<String> {
+    let per_extra = left_out(c, |v| {
+        if v.resident_per_extra_instance.is_some() {
+            return None;
+        }
+        Some(match v.lifetime {
+            Lifetime::Fresh => "from what each extra instance adds: a fresh variant keeps none, \
+                                each activation's is dropped"
+                .to_owned(),
+            Lifetime::Persistent | Lifetime::AsServed if c.conditions.concurrency <= 1 => {
+                "from what each extra instance adds: the servers ran one (--concurrency 1)"
+                    .to_owned()
+            }
+            Lifetime::Persistent | Lifetime::AsServed => {
+                "from what each extra instance adds: its resident set was not read".to_owned()
+            }
+        })
+    });
+    let after_init = left_out(c, |v| {
+        v.resident_after_init
+            .is_none()
+            .then(|| "from the resident set after /init: not read".to_owned())
+    });
+    match (after_init, per_extra) {
+        (None, None) => None,
+        (Some(a), None) => Some(a),
+        (None, Some(e)) => Some(e),
+        (Some(a), Some(e)) => Some(format!("{a} {e}")),
+    }
+}
+
+pub(super) fn throughput_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        v.warm
+            .is_empty()
+            .then(|| "not measured warm".to_owned())
+    })
+}
+
+pub(super) fn crash_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        if v.crash_to_answer_ms.is_some() {
+            return None;
+        }
+        Some(match (v.backend, v.lifetime) {
+            (Backend::Native, Lifetime::Fresh) => "a fresh native process lives for one \
+                                                   activation: there is none to kill between two"
+                .to_owned(),
+            (Backend::Native, _) => "its process was not killed".to_owned(),
+            (Backend::Module | Backend::Component, _) => "WebAssembly is crashed only from \
+                 inside, by a request that makes it trap: give one with --crash-body"
+                .to_owned(),
+            (Backend::Url, _) => "a server given by --url is not crashed".to_owned(),
+        })
+    })
+}

@@ -1,4 +1,4 @@
-//! The comparison as one self-contained HTML page: conditions, verdicts, warnings, charts and every figure.
+//! The comparison as one self-contained HTML page: a bottom line, conditions, verdicts, warnings, charts and every figure.
 
 use super::*;
 
@@ -109,7 +109,32 @@ pub fn html(c: &Comparison) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>\n<h1>{PAGE_TITLE}</h1>\n"
     );
-    out.push_str("<section><h2>Conditions</h2>");
+    // What matters first: wrong answers, then each backend in a line, numbers and nature.
+    out.push_str("<section><h2>Bottom line</h2>");
+    for v in c.variants.iter().filter(|v| v.errors > 0) {
+        let _ = write!(
+            out,
+            "<p class=\"wrong\"><strong>{}</strong>: {} answers were wrong; the first: \
+             <code>{}</code></p>",
+            escape(&v.label),
+            v.errors,
+            escape(v.first_wrong.as_deref().unwrap_or("not recorded"))
+        );
+    }
+    out.push_str("<ul class=\"verdicts\">");
+    for line in bottom_lines(c) {
+        let figures = match line.figures.is_empty() {
+            true => String::new(),
+            false => format!("{}. ", escape(&line.figures)),
+        };
+        let _ = write!(
+            out,
+            "<li><strong>{}</strong>: {figures}<em>{}.</em></li>",
+            line.backend,
+            escape(line.unmeasured)
+        );
+    }
+    out.push_str("</ul></section>\n<section><h2>Conditions</h2>");
     conditions(&mut out, c);
     out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
     for verdict in verdicts(c) {
@@ -140,26 +165,29 @@ pub fn html(c: &Comparison) -> String {
         out.push_str("</ul>");
     }
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
-    let mut charts: Vec<String> = c
+    // Each chart with what it leaves out and why, so that a missing bar reads as a fact.
+    let mut charts: Vec<(String, Option<String>)> = c
         .connection_counts()
         .into_iter()
-        .map(|n| latency_chart(c, n))
+        .map(|n| (latency_chart(c, n), latency_left_out(c, n)))
         .collect();
     if charts.is_empty() {
-        charts.push(not_measured(
-            "latency",
-            "latency by percentile",
-            "no variant was measured warm",
+        charts.push((
+            not_measured("latency", "latency by percentile", "no variant was measured warm"),
+            None,
         ));
     }
     charts.extend([
-        cold_chart(c),
-        memory_chart(c),
-        throughput_chart(c),
-        crash_chart(c),
+        (cold_chart(c), cold_left_out(c)),
+        (memory_chart(c), memory_left_out(c)),
+        (throughput_chart(c), throughput_left_out(c)),
+        (crash_chart(c), crash_left_out(c)),
     ]);
-    for chart in charts {
-        let _ = writeln!(out, "<figure>{chart}</figure>");
+    for (chart, left_out) in charts {
+        let left_out = left_out
+            .map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)))
+            .unwrap_or_default();
+        let _ = writeln!(out, "<figure>{chart}{left_out}</figure>");
     }
     out.push_str(
         "</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table><thead><tr>",
@@ -177,17 +205,6 @@ pub fn html(c: &Comparison) -> String {
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table></div>");
-    for v in c.variants.iter().filter(|v| v.errors > 0) {
-        let _ = write!(
-            out,
-            "<p class=\"wrong\"><strong>{}</strong>: {} answers were wrong; the first: \
-             <code>{}</code></p>",
-            escape(&v.label),
-            v.errors,
-            escape(v.first_wrong.as_deref().unwrap_or("not recorded"))
-        );
-    }
-    out.push_str("</section>\n</body></html>\n");
+    out.push_str("</tbody></table></div></section>\n</body></html>\n");
     out
 }

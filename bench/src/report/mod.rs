@@ -14,7 +14,7 @@ pub use charts::{Curve, latency_svg};
 pub use csv::csv;
 pub use html::html;
 pub use table::table;
-pub use verdicts::{Verdict, overlap_notes, verdicts};
+pub use verdicts::{BottomLine, Verdict, bottom_lines, overlap_notes, unmeasured, verdicts};
 
 use crate::stats::percentile;
 
@@ -576,12 +576,65 @@ mod tests {
                     "!DOCTYPE", "html", "head", "meta", "title", "style", "body", "h1", "h2",
                     "section", "dl", "dt", "dd", "code", "ul", "li", "span", "p", "figure", "svg",
                     "rect", "text", "line", "polyline", "g", "div", "table", "thead", "tbody",
-                    "tr", "th", "td", "strong",
+                    "tr", "th", "td", "strong", "em",
                 ]
                 .contains(&name.as_str()),
                 "an unexpected <{name}"
             );
         }
+    }
+
+    #[test]
+    fn the_page_opens_with_a_bottom_line_per_backend_and_what_the_numbers_do_not_show() {
+        let page = html(&sample());
+        let first = page.find("<h2>").map(|at| &page[at..]).unwrap();
+        assert!(first.starts_with("<h2>Bottom line</h2>"), "{first:.200}");
+        let bottom = &first[..first.find("<h2>Conditions").unwrap()];
+        // Wrong answers first of all, then a line per backend.
+        assert!(bottom.contains("<p class=\"wrong\"><strong>native persistent</strong>: 3"));
+        assert!(
+            bottom.contains(
+                "<li><strong>module</strong>: warm p50 33 µs, 100k req/s at 8 connections, \
+                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network"
+            ),
+            "{bottom}"
+        );
+        assert!(bottom.contains("only where the operator&#39;s --allow-outbound lists"));
+        assert!(bottom.contains("no sandbox: a process with the container&#39;s privileges"));
+        let said = table(&sample());
+        assert!(said.contains("bottom line, native: warm p50 44 µs"), "{said}");
+    }
+
+    #[test]
+    fn each_chart_says_which_variants_it_leaves_out_and_why() {
+        let page = html(&sample());
+        let figure_of = |title: &str| {
+            page.split("<figure>")
+                .find(|f| f.contains(&escape(title)))
+                .unwrap()
+                .to_owned()
+        };
+        assert!(
+            figure_of(COLD_TITLE).contains(
+                "Left out: module cranelift fresh (a fresh instance per activation changes \
+                 nothing at /init: its cold start is its persistent twin&#39;s)."
+            ),
+            "{}",
+            figure_of(COLD_TITLE)
+        );
+        let crash = figure_of(CRASH_TITLE);
+        assert!(
+            crash.contains(
+                "Left out: module cranelift fresh and component winch &lt;b&gt;persistent&lt;/b&gt; \
+                 (WebAssembly is crashed only from inside, by a request that makes it trap: give \
+                 one with --crash-body); native persistent (its process was not killed)."
+            ),
+            "{crash}"
+        );
+        let memory = figure_of(MEMORY_TITLE);
+        assert!(memory.contains("a fresh variant keeps none"), "{memory}");
+        // Every variant was measured warm at both counts: nothing is said to be missing.
+        assert!(!figure_of(THROUGHPUT_TITLE).contains("Left out"));
     }
 
     #[test]
@@ -697,6 +750,32 @@ mod tests {
             said[2]
         );
         assert!(!said[0].contains("fastest warm"));
+    }
+
+    #[test]
+    fn a_record_inside_the_spread_is_shared_within_noise_never_won() {
+        let mut c = sample();
+        // Native's p50 spread reaches into the module's (32–34 µs): neither is the faster.
+        c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
+        let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
+        assert!(
+            said[0].starts_with(
+                "module: fastest warm with native, within noise: p50 33 µs (persistent, cranelift)"
+            ),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[2].starts_with("native: fastest warm with module, within noise: p50 34 µs"),
+            "{}",
+            said[2]
+        );
+        assert!(
+            !said.iter().any(|s| s.contains("fastest warm:")),
+            "{said:#?}"
+        );
+        // The component, apart from both, is named with its figure alone.
+        assert!(said[1].starts_with("component: warm p50 77 µs"), "{}", said[1]);
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub fn table(c: &Comparison) -> String {
     for verdict in verdicts(c) {
         let _ = writeln!(out, "{verdict}");
     }
+    for line in bottom_lines(c) {
+        let _ = writeln!(out, "bottom line, {line}");
+    }
     for note in all_notes(c) {
         let _ = writeln!(out, "note: {}", bare(&note));
     }

@@ -2,31 +2,88 @@
 
 use super::*;
 
-/// The backend that holds a record across the comparison: each backend counts with its
-/// best variant for the record, and there is no record with fewer than two backends.
+/// Who holds a record across the comparison. Each backend counts with its best variant,
+/// and there is no record with fewer than two backends; when the best spread over rounds
+/// overlaps another backend's, the order is chance, and the record is shared.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Record {
+    Nobody,
+    Held(Backend),
+    /// Every backend whose best is within noise of the top one.
+    Shared(Vec<Backend>),
+}
+
+/// Where one backend stands against a record.
+pub(super) enum Standing {
+    Holds,
+    /// Level with these others, within noise.
+    Level(Vec<Backend>),
+    Not,
+}
+
+impl Record {
+    pub(super) fn of(&self, backend: Backend) -> Standing {
+        match self {
+            Record::Held(b) if *b == backend => Standing::Holds,
+            Record::Shared(all) if all.contains(&backend) => {
+                Standing::Level(all.iter().copied().filter(|b| *b != backend).collect())
+            }
+            _ => Standing::Not,
+        }
+    }
+}
+
+impl Standing {
+    /// `title` ("fastest warm") ahead of the figures: "fastest warm: ", "fastest warm
+    /// with component, within noise: ", or `plain` when the record is another's.
+    pub(super) fn lead(&self, title: &str, plain: &str) -> String {
+        match self {
+            Standing::Holds => format!("{title}: "),
+            Standing::Level(others) => {
+                let others: Vec<&str> = others.iter().map(|b| b.name()).collect();
+                format!("{title} with {}, within noise: ", others.join(" and "))
+            }
+            Standing::Not => plain.to_owned(),
+        }
+    }
+}
+
 pub(super) fn holder(
     c: &Comparison,
-    figure: impl Fn(&Variant) -> Option<f64>,
+    figure: impl Fn(&Variant) -> Option<Spread>,
     highest: bool,
-) -> Option<Backend> {
+) -> Record {
     let better = |a: f64, b: f64| if highest { a > b } else { a < b };
-    let mut best: Vec<(Backend, f64)> = Vec::new();
+    let mut best: Vec<(Backend, Spread)> = Vec::new();
     for v in &c.variants {
-        let Some(value) = figure(v).filter(|x| x.is_finite()) else {
+        let Some(value) = figure(v).filter(|x| x.median.is_finite()) else {
             continue;
         };
         match best.iter_mut().find(|(b, _)| *b == v.backend) {
-            Some(held) if better(value, held.1) => held.1 = value,
+            Some(held) if better(value.median, held.1.median) => held.1 = value,
             Some(_) => {}
             None => best.push((v.backend, value)),
         }
     }
     if best.len() < 2 {
-        return None;
+        return Record::Nobody;
     }
-    best.into_iter()
-        .reduce(|a, b| if better(b.1, a.1) { b } else { a })
-        .map(|(backend, _)| backend)
+    let Some(&(top, top_spread)) = best
+        .iter()
+        .reduce(|a, b| if better(b.1.median, a.1.median) { b } else { a })
+    else {
+        return Record::Nobody;
+    };
+    let level: Vec<Backend> = best
+        .iter()
+        .filter(|(b, s)| *b == top || s.overlaps(&top_spread))
+        .map(|(b, _)| *b)
+        .collect();
+    if level.len() > 1 {
+        Record::Shared(level)
+    } else {
+        Record::Held(top)
+    }
 }
 
 /// What the figures say of one backend, finding by finding; the table, the page and the
@@ -53,11 +110,22 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let counts = c.connection_counts();
     let low = counts.first().copied();
     let high = counts.last().copied();
-    let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50.median);
-    let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second.median);
-    let cold_best = |v: &Variant| v.cold.iter().map(|c| c.millis.median).reduce(f64::min);
-    let cold_worst = |v: &Variant| v.cold.iter().map(|c| c.millis.median).reduce(f64::max);
-    let resident = |v: &Variant| v.resident_after_init.map(|b| b as f64);
+    let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50);
+    let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second);
+    let cold_best = |v: &Variant| {
+        v.cold
+            .iter()
+            .map(|c| c.millis)
+            .min_by(|a, b| a.median.total_cmp(&b.median))
+    };
+    let cold_worst = |v: &Variant| {
+        v.cold
+            .iter()
+            .map(|c| c.millis)
+            .max_by(|a, b| a.median.total_cmp(&b.median))
+    };
+    // Measured once: a spread of one value.
+    let resident = |v: &Variant| v.resident_after_init.map(|b| crate::stats::spread(&[b as f64]));
 
     // Fresh instances are the price of isolation, not a backend's speed: the record is
     // held with the lifetime `warm_phrase` reports.
@@ -74,19 +142,27 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let mut out = Vec::new();
     for backend in c.backends() {
         let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.backend == backend).collect();
-        let holds = |record: Option<Backend>| record == Some(backend);
         let mut parts = Vec::new();
         if let Some(low) = low {
-            parts.extend(warm_phrase(&variants, low, holds(fastest_warm)));
+            parts.extend(warm_phrase(&variants, low, fastest_warm.of(backend)));
         }
-        if let (Some(high), true) = (high, holds(most_per_second)) {
+        let most = most_per_second.of(backend);
+        if let (Some(high), false) = (high, matches!(most, Standing::Not)) {
             let best = variants
                 .iter()
-                .filter_map(|v| Some((*v, per_second(v).filter(|x| x.is_finite())?)))
+                .filter_map(|v| Some((*v, per_second(v)?.median)))
+                .filter(|(_, x)| x.is_finite())
                 .max_by(|a, b| a.1.total_cmp(&b.1));
             if let Some((v, value)) = best {
+                let level = match most {
+                    Standing::Level(others) => {
+                        let others: Vec<&str> = others.iter().map(|b| b.name()).collect();
+                        format!(" with {}, within noise", others.join(" and "))
+                    }
+                    _ => String::new(),
+                };
                 parts.push(format!(
-                    "most req/s at {} ({} req/s, {})",
+                    "most req/s at {}{level} ({} req/s, {})",
                     connections_phrase(high),
                     rate(value),
                     v.flavour()
@@ -95,12 +171,13 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         }
         // One backend holding both records (its cache beats everyone's start, its compile is
         // the slowest) is said by its figures alone: "fastest and slowest" tells nothing.
-        let (fastest, slowest) = match (holds(fastest_cold), holds(slowest_cold)) {
-            (true, true) => (false, false),
-            held => held,
+        let (fastest, slowest) = match (fastest_cold.of(backend), slowest_cold.of(backend)) {
+            (Standing::Not, slowest) => (Standing::Not, slowest),
+            (fastest, Standing::Not) => (fastest, Standing::Not),
+            _ => (Standing::Not, Standing::Not),
         };
         parts.extend(cold_phrase(c, &variants, fastest, slowest));
-        parts.extend(memory_phrase(&variants, holds(least_memory)));
+        parts.extend(memory_phrase(&variants, least_memory.of(backend)));
         if let Some(low) = low {
             parts.extend(fresh_phrase(&variants, low));
         }
@@ -129,7 +206,7 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
 
 /// The backend's best p50 at the lowest connection count, in the lifetime it is usually
 /// run in (persistent, when measured), and its other compilers beside it.
-pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: bool) -> Option<String> {
+pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
     let measured: Vec<(&Variant, f64)> = variants
         .iter()
         .filter_map(|v| Some((*v, v.warm_at(low)?.p50.median)))
@@ -158,18 +235,17 @@ pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: bool) -> O
         format!(" at {}", connections_phrase(low))
     };
     let p50 = duration_us(best.1);
-    Some(if fastest {
-        format!("fastest warm: p50 {p50}{at} ({inside})")
-    } else {
-        format!("warm p50 {p50}{at} ({inside})")
-    })
+    Some(format!(
+        "{}p50 {p50}{at} ({inside})",
+        fastest.lead("fastest warm", "warm ")
+    ))
 }
 
 pub(super) fn cold_phrase(
     c: &Comparison,
     variants: &[&Variant],
-    fastest: bool,
-    slowest: bool,
+    fastest: Standing,
+    slowest: Standing,
 ) -> Option<String> {
     let mut said = Vec::new();
     // Per source, the variant with the lowest figure: named once if the same throughout.
@@ -194,10 +270,9 @@ pub(super) fn cold_phrase(
     if said.is_empty() {
         return None;
     }
-    let lead = match (fastest, slowest) {
-        (true, _) => "fastest cold /init: ",
-        (false, true) => "slowest cold /init: ",
-        (false, false) => "cold /init ",
+    let lead = match fastest {
+        Standing::Not => slowest.lead("slowest cold /init", "cold /init "),
+        fastest => fastest.lead("fastest cold /init", "cold /init "),
     };
     let mut phrase = format!("{lead}{}", said.join(", "));
     if let Some(first) = quickest.first()
@@ -208,7 +283,7 @@ pub(super) fn cold_phrase(
     Some(phrase)
 }
 
-pub(super) fn memory_phrase(variants: &[&Variant], least: bool) -> Option<String> {
+pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
     let after_init = variants.iter().filter_map(|v| v.resident_after_init).min();
     let per_extra = variants
         .iter()
@@ -224,11 +299,7 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: bool) -> Option<String
             bytes(e)
         ),
     };
-    Some(if least {
-        format!("least memory: {said}")
-    } else {
-        said
-    })
+    Some(format!("{}{said}", least.lead("least memory", "")))
 }
 
 /// What a fresh instance per activation adds to the p50, against the persistent variant of
@@ -327,4 +398,91 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// What a backend is, beyond its figures: what it isolates, what it may reach, with whose
+/// privileges. The figures cannot show it, and it decides the choice as much as they do.
+pub fn unmeasured(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Module => {
+            "sandboxed: its own capped memory, no network at all (WASI preview 1 has no \
+             sockets), no files but a read-only /action; a crash is a trap the runtime \
+             survives. Rust, C, Go"
+        }
+        Backend::Component => {
+            "sandboxed like a module, and may reach the network only where the operator's \
+             --allow-outbound lists (nothing by default). Rust, Python, JavaScript"
+        }
+        Backend::Native => {
+            "no sandbox: a process with the container's privileges, its files, its network \
+             and every system call; only the container isolates it. Any executable"
+        }
+        Backend::Url => "a server run elsewhere: what it isolates is not known here",
+    }
+}
+
+/// The page's and the terminal's first word on each backend: its main figures, then what
+/// they do not show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BottomLine {
+    pub backend: Backend,
+    /// "warm p50 18 µs, 52,000 req/s at 8 connections, fresh instances cost +11 µs"; empty
+    /// when nothing was measured.
+    pub figures: String,
+    pub unmeasured: &'static str,
+}
+
+impl std::fmt::Display for BottomLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.figures.is_empty() {
+            true => write!(f, "{}: {}.", self.backend, self.unmeasured),
+            false => write!(f, "{}: {}. {}.", self.backend, self.figures, self.unmeasured),
+        }
+    }
+}
+
+pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
+    let counts = c.connection_counts();
+    let (low, high) = (counts.first().copied(), counts.last().copied());
+    c.backends()
+        .into_iter()
+        .map(|backend| {
+            let variants: Vec<&Variant> =
+                c.variants.iter().filter(|v| v.backend == backend).collect();
+            let mut figures = Vec::new();
+            if let Some(low) = low {
+                let best = variants
+                    .iter()
+                    .filter(|v| v.lifetime == Lifetime::Persistent)
+                    .filter_map(|v| v.warm_at(low).map(|w| w.p50.median))
+                    .filter(|x| x.is_finite())
+                    .reduce(f64::min);
+                if let Some(p50) = best {
+                    figures.push(format!("warm p50 {}", duration_us(p50)));
+                }
+            }
+            if let Some(high) = high {
+                let best = variants
+                    .iter()
+                    .filter_map(|v| v.warm_at(high).map(|w| w.per_second.median))
+                    .filter(|x| x.is_finite())
+                    .reduce(f64::max);
+                if let Some(per_second) = best {
+                    figures.push(format!(
+                        "{} req/s at {}",
+                        rate(per_second),
+                        connections_phrase(high)
+                    ));
+                }
+            }
+            if let Some(low) = low {
+                figures.extend(fresh_phrase(&variants, low));
+            }
+            BottomLine {
+                backend,
+                figures: figures.join(", "),
+                unmeasured: unmeasured(backend),
+            }
+        })
+        .collect()
 }
