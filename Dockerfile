@@ -1,5 +1,7 @@
 # wasmloop as an OpenWhisk action runtime image: serves /init and /run on port 8080.
 # Build: docker build -t wasmloop .    Run: docker run -p 8080:8080 wasmloop
+# The sandboxed image (WebAssembly only, a fresh instance per activation, json logs):
+#        docker build --target sandboxed -t wasmloop:sandboxed .
 # scripts/image-test.sh builds the final stage around a binary built on the host instead,
 # and checks the image the way OpenWhisk's invoker runs it.
 
@@ -18,7 +20,7 @@ COPY component-examples/wit ./component-examples/wit
 # crates less, for a command the image never runs.
 RUN cargo build --release --locked --no-default-features --bin wasmloop
 
-FROM debian:bookworm-slim
+FROM debian:bookworm-slim AS runtime
 # tini is PID 1: it forwards signals to wasmloop and reaps the orphans native actions
 # leave, which would otherwise pile up as zombies against the platform's --pids-limit.
 # (Skipped when the base image has it already, as scripts/image-test.sh's does.)
@@ -38,3 +40,16 @@ ENV WASMLOOP_CACHE_DIR=/var/cache/wasmloop
 EXPOSE 8080
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/wasmloop"]
 CMD ["serve"]
+
+# For tenants' code: only WebAssembly runs (a native executable or script sent to /init
+# is refused, where the stock image would run it with the container's privileges), each
+# activation gets a fresh instance (nothing of the one before: memory, globals, WASI
+# context), and every line is a JSON record naming its activation. Components reach no
+# host until a derived image lists some in WASMLOOP_ALLOW_OUTBOUND.
+FROM runtime AS sandboxed
+ENV WASMLOOP_BACKENDS=wasm,component \
+    WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE=1 \
+    WASMLOOP_LOG_FORMAT=json
+
+# The stock image, the default target: every backend, as OpenWhisk's runtimes behave.
+FROM runtime

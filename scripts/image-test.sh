@@ -2,7 +2,8 @@
 # Builds the runtime image and checks it the way OpenWhisk's invoker runs containers: the
 # contract cases (tests/it/contract.rs, all three backends) against a container each, then
 # the image's own checks (tests/it/image.rs: memory limit, pause, SIGKILL, orphans, a
-# read-only root, a derived image with its action built in, size and idle memory).
+# read-only root, a derived image with its action built in, size and idle memory), and the
+# Dockerfile's sandboxed stage (WebAssembly only, fresh instances, json logs).
 #
 # On a fresh Debian machine it installs Docker (docker.io) and debootstrap, starts dockerd
 # if none runs (and stops it again), and makes a Debian base image with debootstrap, cached
@@ -73,6 +74,11 @@ grep -q '^COPY wasmloop ' "$context/Dockerfile" || { echo "the Dockerfile's fina
 echo "building $image" >&2
 DOCKER_BUILDKIT=0 docker build -q -t "$image" "$context" >/dev/null
 docker image inspect -f 'image size: {{.Size}} bytes' "$image" >&2
+# The Dockerfile's recipe for tenants' code, from the same context.
+sandboxed=$image-sandboxed
+echo "building $sandboxed (--target sandboxed)" >&2
+DOCKER_BUILDKIT=0 docker build -q --target sandboxed -t "$sandboxed" "$context" >/dev/null
 
 echo "running the contract cases and the image's checks against containers" >&2
-WASMLOOP_TEST_IMAGE=$image cargo test --locked --test it -- contract:: image:: --include-ignored
+WASMLOOP_TEST_IMAGE=$image WASMLOOP_TEST_SANDBOXED_IMAGE=$sandboxed \
+  cargo test --locked --test it -- contract:: image:: --include-ignored

@@ -209,3 +209,64 @@ fn forged_artifacts_leave_a_128m_container_up_and_are_answered_at_once() {
         }
     }
 }
+
+/// The Dockerfile's `sandboxed` stage, which scripts/image-test.sh builds beside the stock
+/// image.
+fn sandboxed() -> Server {
+    let image = std::env::var("WASMLOOP_TEST_SANDBOXED_IMAGE")
+        .ok()
+        .filter(|i| !i.is_empty())
+        .expect(NEEDS_IMAGE);
+    Server::builder().start_container(&image, &[])
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn the_sandboxed_image_refuses_native_code_and_gives_each_activation_a_fresh_instance() {
+    let server = sandboxed();
+    // What the stock image would run with the container's privileges.
+    server
+        .init(&init_text(
+            "#!/bin/sh\nwhile read line; do echo '{}' >&3; done\n",
+        ))
+        .assert_error(
+            502,
+            "which this runtime does not run: --backends (WASMLOOP_BACKENDS) allows \
+             wasm,component",
+        );
+    server
+        .init(&Backend::Wasm.init_guest("counter"))
+        .assert(200, OK);
+    // Nothing of the activation before: each count starts again.
+    for _ in 0..3 {
+        server.run(json!({})).assert(200, "{\"count\":1}\n");
+    }
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn the_sandboxed_image_denies_components_the_network_in_json_records_of_the_activation() {
+    let server = sandboxed();
+    server
+        .init(&Backend::Component.init_guest("http_get"))
+        .assert(200, OK);
+    let run = json!({
+        "value": {"url": "http://192.0.2.1/"},
+        "activation_id": "a-denied",
+        "namespace": "guest",
+        "action_name": "/guest/get",
+    });
+    let reply = server.post("/run", run.to_string().as_bytes());
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.text().contains("HttpRequestDenied"), "{}", reply.text());
+    server.wait_stderr("denied an HTTP request to 192.0.2.1:80");
+    let stderr = server.stderr();
+    let record: serde_json::Value = stderr
+        .lines()
+        .find(|line| line.contains("denied an HTTP request"))
+        .map(|line| serde_json::from_str(line).expect("a JSON record"))
+        .unwrap();
+    assert_eq!(record["activationId"], "a-denied", "{record}");
+    assert_eq!(record["action"], "/guest/get", "{record}");
+    assert_eq!(record["stream"], "stderr", "{record}");
+}
