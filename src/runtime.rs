@@ -468,7 +468,7 @@ impl Limit {
     fn describe(&self) -> String {
         match self {
             Limit::Deadline(left) => format!(
-                "its deadline, {} after it arrived",
+                "its deadline ({} after it arrived)",
                 humantime::format_duration(rounded_to_ms(*left))
             ),
             Limit::Timeout(t) => format!("--timeout {}", humantime::format_duration(*t)),
@@ -520,7 +520,7 @@ mod tests {
         assert!(left <= Duration::from_secs(1), "{left:?}");
         assert_eq!(
             Limit::Deadline(Duration::from_micros(2_999_600)).describe(),
-            "its deadline, 2s 999ms after it arrived"
+            "its deadline (2s 999ms after it arrived)"
         );
         // The same instant said twice, as `wasmloop run` sends it: the flag is named.
         let same = in_ms(5_000);

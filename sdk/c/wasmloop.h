@@ -186,7 +186,9 @@ typedef struct wl_context {
     const char *namespace;
     const char *api_key;
     const char *api_host;
-    long long deadline; /* epoch milliseconds; 0 without one */
+    long long deadline; /* epoch milliseconds; 0 without one, or for one already past as
+                           the request came (OpenWhisk's tests send "123"), which the
+                           runtime does not enforce either */
 } wl_context;
 
 /* Milliseconds left until the deadline: 0 once it has passed, -1 without one. */
@@ -750,12 +752,16 @@ WL_API int wl_get_bool(const wl_value *object, const char *key, int otherwise) {
     return found ? found->as.boolean : otherwise;
 }
 
-WL_API long long wl_time_left_ms(const wl_context *ctx) {
+static long long wl__now_ms(void) {
     struct timeval now;
+    gettimeofday(&now, NULL);
+    return (long long)now.tv_sec * 1000 + now.tv_usec / 1000;
+}
+
+WL_API long long wl_time_left_ms(const wl_context *ctx) {
     long long left;
     if (!ctx || ctx->deadline <= 0) return -1;
-    gettimeofday(&now, NULL);
-    left = ctx->deadline - ((long long)now.tv_sec * 1000 + now.tv_usec / 1000);
+    left = ctx->deadline - wl__now_ms();
     return left > 0 ? left : 0;
 }
 
@@ -1087,7 +1093,7 @@ static const char *wl__context_string(const wl_value *request, const char *key) 
 }
 
 /* Epoch milliseconds, given as a string (the platform's way) or a number; 0 otherwise. */
-static long long wl__deadline(const wl_value *deadline) {
+static long long wl__epoch_ms(const wl_value *deadline) {
     long long millis = 0;
     const char *s = wl_string(deadline);
     if (wl_type_of(deadline) == WL_NUMBER) {
@@ -1103,6 +1109,12 @@ static long long wl__deadline(const wl_value *deadline) {
     }
     while (*s == ' ') s++;
     return *s ? 0 : millis;
+}
+
+/* The request's deadline if it is still to come, else 0. */
+static long long wl__deadline(const wl_value *deadline) {
+    long long millis = wl__epoch_ms(deadline);
+    return millis > 0 && millis > wl__now_ms() ? millis : 0;
 }
 
 static const char *wl__not_an_object(char first) {

@@ -169,7 +169,7 @@ func (l *loop[A, R]) once(value string, out io.Writer) int {
 		Namespace:     os.Getenv("__OW_NAMESPACE"),
 		APIKey:        os.Getenv("__OW_API_KEY"),
 		APIHost:       l.apiHost,
-		Deadline:      epochMillis([]byte(os.Getenv("__OW_DEADLINE"))),
+		Deadline:      ahead(epochMillis([]byte(os.Getenv("__OW_DEADLINE")))),
 	}
 	failed := l.respond(json.RawMessage(value), &ctx)
 	if _, err := out.Write(l.answer.Bytes()); err != nil || failed {
@@ -213,7 +213,7 @@ func (l *loop[A, R]) context(e *envelope) Context {
 		Namespace:     e.Namespace,
 		APIKey:        e.APIKey,
 		APIHost:       l.apiHost,
-		Deadline:      epochMillis(e.Deadline),
+		Deadline:      ahead(epochMillis(e.Deadline)),
 	}
 }
 
@@ -369,6 +369,15 @@ func (l *loop[A, R]) place() string {
 // jsonMessage is err's text without the package's name, which tells the author nothing.
 func jsonMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// ahead is deadline if it is still to come, else none: one already past as the request
+// comes (OpenWhisk's tests send "123") is no limit, and the runtime does not enforce it.
+func ahead(deadline time.Time) time.Time {
+	if deadline.IsZero() || !deadline.After(time.Now()) {
+		return time.Time{}
+	}
+	return deadline
 }
 
 // epochMillis reads a deadline, quoted or not; anything else reads as none.

@@ -132,18 +132,31 @@ each_backend! {
             })
         };
         server.wait_stderr("slow: started");
-        let deadline = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()
-            + 300;
-        let body = json!({"value": {}, "deadline": deadline.to_string()});
+        let in_ms = |ms: u128| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+                + ms
+        };
+        let body = json!({"value": {}, "deadline": in_ms(300).to_string()});
         let reply = server.post("/run", body.to_string().as_bytes());
         // Said as the time it had, not as the deadline's epoch milliseconds.
-        reply.assert_error(504, "the action did not start within its deadline, ");
-        reply.assert_error(504, "ms after it arrived: it waited ");
+        reply.assert_error(504, "the action did not start within its deadline (");
+        reply.assert_error(504, "ms after it arrived): it waited ");
         reply.assert_error(504, " ms for a busy instance and was never started (see --concurrency)");
         assert_eq!(busy.join().unwrap().status, 200, "the busy one was left alone");
+
+        // Running past it: the time it had, in brackets, then what happened.
+        let body = json!({"value": {"sleep_ms": 3000}, "deadline": in_ms(300).to_string()});
+        let reply = server.post("/run", body.to_string().as_bytes());
+        let said = reply.error();
+        assert_eq!(reply.status, 504, "{said}");
+        let had = said
+            .strip_prefix("the action did not finish within its deadline (")
+            .and_then(|rest| rest.strip_suffix(" after it arrived) and was stopped"))
+            .unwrap_or_else(|| panic!("{said}"));
+        assert!(had.ends_with("ms") && had.len() <= 5, "{said}");
     }
 }
 
