@@ -258,7 +258,11 @@ fn the_sandboxed_image_denies_components_the_network_in_json_records_of_the_acti
     });
     let reply = server.post("/run", run.to_string().as_bytes());
     assert_eq!(reply.status, 200, "{}", reply.text());
-    assert!(reply.text().contains("HttpRequestDenied"), "{}", reply.text());
+    assert!(
+        reply.text().contains("HttpRequestDenied"),
+        "{}",
+        reply.text()
+    );
     server.wait_stderr("denied an HTTP request to 192.0.2.1:80");
     let stderr = server.stderr();
     let record: serde_json::Value = stderr

@@ -895,7 +895,9 @@ pub(super) fn cold_left_out(c: &Comparison) -> Option<String> {
             Lifetime::Fresh => "a fresh instance per activation changes nothing at /init: its \
                                 cold start is its persistent twin's"
                 .to_owned(),
-            Lifetime::Persistent | Lifetime::AsServed => "no fresh server of it was timed".to_owned(),
+            Lifetime::Persistent | Lifetime::AsServed => {
+                "no fresh server of it was timed".to_owned()
+            }
         })
     })
 }
@@ -933,9 +935,7 @@ pub(super) fn memory_left_out(c: &Comparison) -> Option<String> {
 
 pub(super) fn throughput_left_out(c: &Comparison) -> Option<String> {
     left_out(c, |v| {
-        v.warm
-            .is_empty()
-            .then(|| "not measured warm".to_owned())
+        v.warm.is_empty().then(|| "not measured warm".to_owned())
     })
 }
 

@@ -173,7 +173,11 @@ pub fn html(c: &Comparison) -> String {
         .collect();
     if charts.is_empty() {
         charts.push((
-            not_measured("latency", "latency by percentile", "no variant was measured warm"),
+            not_measured(
+                "latency",
+                "latency by percentile",
+                "no variant was measured warm",
+            ),
             None,
         ));
     }

@@ -602,7 +602,10 @@ mod tests {
         assert!(bottom.contains("only where the operator&#39;s --allow-outbound lists"));
         assert!(bottom.contains("no sandbox: a process with the container&#39;s privileges"));
         let said = table(&sample());
-        assert!(said.contains("bottom line, native: warm p50 44 µs"), "{said}");
+        assert!(
+            said.contains("bottom line, native: warm p50 44 µs"),
+            "{said}"
+        );
     }
 
     #[test]
@@ -775,7 +778,11 @@ mod tests {
             "{said:#?}"
         );
         // The component, apart from both, is named with its figure alone.
-        assert!(said[1].starts_with("component: warm p50 77 µs"), "{}", said[1]);
+        assert!(
+            said[1].starts_with("component: warm p50 77 µs"),
+            "{}",
+            said[1]
+        );
     }
 
     #[test]

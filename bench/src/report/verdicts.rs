@@ -125,7 +125,10 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
             .max_by(|a, b| a.median.total_cmp(&b.median))
     };
     // Measured once: a spread of one value.
-    let resident = |v: &Variant| v.resident_after_init.map(|b| crate::stats::spread(&[b as f64]));
+    let resident = |v: &Variant| {
+        v.resident_after_init
+            .map(|b| crate::stats::spread(&[b as f64]))
+    };
 
     // Fresh instances are the price of isolation, not a backend's speed: the record is
     // held with the lifetime `warm_phrase` reports.
@@ -436,7 +439,11 @@ impl std::fmt::Display for BottomLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.figures.is_empty() {
             true => write!(f, "{}: {}.", self.backend, self.unmeasured),
-            false => write!(f, "{}: {}. {}.", self.backend, self.figures, self.unmeasured),
+            false => write!(
+                f,
+                "{}: {}. {}.",
+                self.backend, self.figures, self.unmeasured
+            ),
         }
     }
 }

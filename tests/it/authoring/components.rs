@@ -219,7 +219,10 @@ fn a_python_component_calls_out_with_urllib_and_with_the_sdks_fetch() {
         refused["error"].as_str().unwrap().starts_with("URLError: "),
         "{refused}"
     );
-    server.wait_stderr(&format!("wasmloop: denied a TCP connection to {}", other.addr));
+    server.wait_stderr(&format!(
+        "wasmloop: denied a TCP connection to {}",
+        other.addr
+    ));
     assert_eq!(
         result(json!({"with": "fetch", "url": web.url("/again")}))["status"],
         200

@@ -143,7 +143,11 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
         "{\"error\":\"The action did not return a dictionary or array.\"}\n",
     );
     module.wait_stderr("log with eprintln! in Rust");
-    assert!(module.stderr().contains("`debugging`"), "{}", module.stderr());
+    assert!(
+        module.stderr().contains("`debugging`"),
+        "{}",
+        module.stderr()
+    );
     module
         .run(json!({"name": "Mike"}))
         .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
