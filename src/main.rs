@@ -64,7 +64,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Keygen(args)) => keygen(args),
         #[cfg(feature = "bench")]
-        Some(Command::Bench(args)) => wasmloop_bench::command::run(args),
+        Some(Command::Bench(args)) => wasmloop_bench::command::run(
+            args,
+            wasmloop_bench::Build {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: option_env!("WASMLOOP_COMMIT"),
+            },
+        ),
         None => serve(cli.serve, debug, verbose),
     }
 }

@@ -130,7 +130,7 @@ impl Args {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
     let mut bodies: Vec<bytes::Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
     if let Some(file) = &args.body_file {
         let text = std::fs::read_to_string(file)
@@ -158,7 +158,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         logs: false,
     };
     if args.compares() {
-        return compare(args, payload);
+        return compare(args, payload, build);
     }
     let options = crate::RowOptions {
         payload,
@@ -189,7 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// `wasmloop bench --compare`: the report of one action across backends.
-fn compare(args: Args, payload: crate::Payload) -> anyhow::Result<()> {
+fn compare(args: Args, payload: crate::Payload, build: crate::Build) -> anyhow::Result<()> {
     use crate::report::Backend;
     // The examples' hello crashes when asked, so that the restart can be timed; a body of
     // one's own needs its own crashing body.
@@ -235,6 +235,7 @@ fn compare(args: Args, payload: crate::Payload) -> anyhow::Result<()> {
         crash_body,
         crash_body_given: args.crash_body.is_some(),
         out: args.out.clone(),
+        build,
     };
     let runtime = async_runtime()?;
     let comparison = match &args.url {

@@ -38,6 +38,8 @@ pub struct CompareOptions {
     /// may just answer: the crash is then not measured, rather than the run failed).
     pub crash_body_given: bool,
     pub out: Option<PathBuf>,
+    /// Named in the report's conditions.
+    pub build: crate::Build,
 }
 
 /// One way of serving the action, before it is measured.
@@ -361,10 +363,8 @@ fn conditions(options: &CompareOptions) -> Conditions {
         .count();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     Conditions {
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        commit: option_env!("WASMLOOP_COMMIT")
-            .unwrap_or("unknown")
-            .to_owned(),
+        version: options.build.version.to_owned(),
+        commit: options.build.commit.unwrap_or("unknown").to_owned(),
         cpu_model,
         cpus,
         pinned: online > cpus,

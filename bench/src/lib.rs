@@ -23,6 +23,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+/// Which wasmloop build measures: the runtime's, which the bench crate cannot read from
+/// its own build (the commit is found by the runtime's build script).
+#[derive(Debug, Clone, Copy)]
+pub struct Build {
+    pub version: &'static str,
+    pub commit: Option<&'static str>,
+}
+
 pub mod command;
 pub mod compare;
 pub mod harness;

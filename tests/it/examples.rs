@@ -412,6 +412,13 @@ fn bench_compares_one_action_across_backends_and_writes_its_report() {
     }
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("module cranelift persistent"));
+    // The runtime's build, as its build script found it in this checkout.
+    if let Some(commit) = option_env!("WASMLOOP_COMMIT") {
+        assert!(
+            html.contains(&format!("(commit {commit})")),
+            "no commit {commit}"
+        );
+    }
 }
 
 /// A `wasmloop new` project is built into every form its language reaches (C: a module and
