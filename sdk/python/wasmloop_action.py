@@ -337,14 +337,17 @@ def fetch(url, method="GET", headers=None, body=None):
         return Response(response.status(), got, b"".join(chunks))
 
 
+# wasi:http's own method cases; any other method is sent as `other`.
+_METHODS = {
+    "GET": "Method_Get", "HEAD": "Method_Head", "POST": "Method_Post",
+    "PUT": "Method_Put", "DELETE": "Method_Delete", "CONNECT": "Method_Connect",
+    "OPTIONS": "Method_Options", "TRACE": "Method_Trace", "PATCH": "Method_Patch",
+}
+
+
 def _method(name):
-    known = {
-        "GET": "Method_Get", "HEAD": "Method_Head", "POST": "Method_Post",
-        "PUT": "Method_Put", "DELETE": "Method_Delete", "CONNECT": "Method_Connect",
-        "OPTIONS": "Method_Options", "TRACE": "Method_Trace", "PATCH": "Method_Patch",
-    }
-    upper = name.upper()
-    return getattr(_http, known[upper])() if upper in known else _http.Method_Other(name)
+    case = _METHODS.get(name.upper())
+    return getattr(_http, case)() if case else _http.Method_Other(name)
 
 
 def _error_code(code):

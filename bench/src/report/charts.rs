@@ -925,12 +925,8 @@ pub(super) fn memory_left_out(c: &Comparison) -> Option<String> {
             .is_none()
             .then(|| "from the resident set after /init: not read".to_owned())
     });
-    match (after_init, per_extra) {
-        (None, None) => None,
-        (Some(a), None) => Some(a),
-        (None, Some(e)) => Some(e),
-        (Some(a), Some(e)) => Some(format!("{a} {e}")),
-    }
+    let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
+    (!said.is_empty()).then(|| said.join(" "))
 }
 
 pub(super) fn throughput_left_out(c: &Comparison) -> Option<String> {

@@ -38,12 +38,19 @@ impl Standing {
     /// with component, within noise: ", or `plain` when the record is another's.
     pub(super) fn lead(&self, title: &str, plain: &str) -> String {
         match self {
-            Standing::Holds => format!("{title}: "),
+            Standing::Not => plain.to_owned(),
+            held => format!("{title}{}: ", held.shared()),
+        }
+    }
+
+    /// " with component and native, within noise" for a shared record; empty otherwise.
+    fn shared(&self) -> String {
+        match self {
             Standing::Level(others) => {
                 let others: Vec<&str> = others.iter().map(|b| b.name()).collect();
-                format!("{title} with {}, within noise: ", others.join(" and "))
+                format!(" with {}, within noise", others.join(" and "))
             }
-            Standing::Not => plain.to_owned(),
+            Standing::Holds | Standing::Not => String::new(),
         }
     }
 }
@@ -157,16 +164,10 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
                 .filter(|(_, x)| x.is_finite())
                 .max_by(|a, b| a.1.total_cmp(&b.1));
             if let Some((v, value)) = best {
-                let level = match most {
-                    Standing::Level(others) => {
-                        let others: Vec<&str> = others.iter().map(|b| b.name()).collect();
-                        format!(" with {}, within noise", others.join(" and "))
-                    }
-                    _ => String::new(),
-                };
                 parts.push(format!(
-                    "most req/s at {}{level} ({} req/s, {})",
+                    "most req/s at {}{} ({} req/s, {})",
                     connections_phrase(high),
+                    most.shared(),
                     rate(value),
                     v.flavour()
                 ));
