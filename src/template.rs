@@ -51,6 +51,7 @@ const GO: &[File] = &[
     file!("sdk/action.go", "sdk/go/action.go"),
     file!("sdk/results_unix.go", "sdk/go/results_unix.go"),
     file!("sdk/results_other.go", "sdk/go/results_other.go"),
+    file!("sdk/snapshot_wasip1.go", "sdk/go/snapshot_wasip1.go"),
 ];
 
 const C: &[File] = &[

@@ -42,6 +42,6 @@ echo "building wasm-examples/c" >&2
 clang --target=wasm32-wasi -O2 -Wall -Wextra -o "$out/hello-c.wasm" "$here/c/hello.c"
 
 echo "building wasm-examples/go" >&2
-(cd "$here/go" && GOOS=wasip1 GOARCH=wasm GOTOOLCHAIN=local go build -trimpath -o "$out/hello-go.wasm" .)
+(cd "$here/go" && GOOS=wasip1 GOARCH=wasm GOTOOLCHAIN=local go build -trimpath -buildmode=c-shared -o "$out/hello-go.wasm" .)
 
 echo "WebAssembly examples are in $out" >&2

@@ -112,11 +112,15 @@ fn go(dir: &Path, out: &Path) -> anyhow::Result<Built> {
             .arg("build")
             .arg("-o")
             .arg(file)
-            .arg(".")
             .env("CGO_ENABLED", "0");
         if let Some(goos) = goos {
-            command.env("GOOS", goos).env("GOARCH", "wasm");
+            // As the template builds it: a reactor, whose start-up the runtime snapshots.
+            command
+                .env("GOOS", goos)
+                .env("GOARCH", "wasm")
+                .arg("-buildmode=c-shared");
         }
+        command.arg(".");
         run(&mut command)?;
     }
     Ok(Built {

