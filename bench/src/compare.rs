@@ -246,10 +246,26 @@ fn cold(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Res
         keys.join("verify.key").display().to_string(),
     ];
     let signed = runs(&trust, &signed_code)?;
+    // The same servers' floor: what receiving the artifact's upload costs them.
+    let spoilt = crate::harness::spoilt_init_body(&signed_code, crate::DEFAULT_MAIN);
+    let mut receive = Vec::new();
+    for _ in 0..options.cold_runs {
+        let server = start(&[&args[..], &trust].concat())?;
+        let began = Instant::now();
+        let reply = crate::harness::request(server.addr, "POST", "/init", spoilt.as_bytes())?;
+        receive.push(began.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(
+            reply.status == 400,
+            "an /init of a spoilt upload got {} `{}`, not 400",
+            reply.status,
+            reply.text().trim()
+        );
+    }
     Ok(vec![
         cold(Source::Compiled, compiled),
         cold(Source::Cache, cached),
         cold(Source::Signed, signed),
+        cold(Source::Receive, spread(&receive)),
     ])
 }
 

@@ -657,6 +657,7 @@ pub(super) fn source_opacity(source: Source) -> f64 {
         Source::Compiled | Source::Start => 1.0,
         Source::Cache => 0.62,
         Source::Signed => 0.38,
+        Source::Receive => 0.2,
     }
 }
 

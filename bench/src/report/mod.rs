@@ -149,6 +149,9 @@ named! {
         Compiled = "compiled",
         Cache = "cache",
         Signed = "signed",
+        /// Not an /init of the action: the time to receive and base64-decode the signed
+        /// artifact's upload, the floor under every cold start of it.
+        Receive = "receive",
         /// Native: nothing to compile, the process starting.
         Start = "start",
     }
@@ -160,6 +163,7 @@ impl Source {
         match self {
             Source::Compiled => "cmpl",
             Source::Signed => "sign",
+            Source::Receive => "recv",
             other => other.name(),
         }
     }
@@ -170,6 +174,10 @@ impl Source {
             Source::Compiled => "compiled at /init",
             Source::Cache => "from the compile cache",
             Source::Signed => "a signed precompiled artifact",
+            Source::Receive => {
+                "receiving and base64-decoding that artifact's upload alone (its /init with the \
+                 code spoilt at its end, refused once decoded)"
+            }
             Source::Start => "the native process starting",
         }
     }
@@ -179,6 +187,7 @@ impl Source {
         match self {
             Source::Cache => "from the cache",
             Source::Start => "to start",
+            Source::Receive => "to receive the signed upload",
             other => other.name(),
         }
     }
@@ -261,6 +270,11 @@ impl Variant {
 
     fn cold_from(&self, source: Source) -> Option<&Cold> {
         self.cold.iter().find(|c| c.source == source)
+    }
+
+    /// Its cold /inits of the action, without the receive floor.
+    fn inits(&self) -> impl Iterator<Item = &Cold> {
+        self.cold.iter().filter(|c| c.source != Source::Receive)
     }
 
     /// What tells this variant from the others of its backend.

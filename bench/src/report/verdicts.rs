@@ -120,14 +120,12 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50);
     let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second);
     let cold_best = |v: &Variant| {
-        v.cold
-            .iter()
+        v.inits()
             .map(|c| c.millis)
             .min_by(|a, b| a.median.total_cmp(&b.median))
     };
     let cold_worst = |v: &Variant| {
-        v.cold
-            .iter()
+        v.inits()
             .map(|c| c.millis)
             .max_by(|a, b| a.median.total_cmp(&b.median))
     };
@@ -267,7 +265,9 @@ pub(super) fn cold_phrase(
             [(ms, _)] => said.push(format!("{} {phrase}", duration_ms(*ms))),
             [(lo, lo_v), .., (hi, _)] => {
                 said.push(format!("{} {phrase}", range_us(lo * 1e3, hi * 1e3)));
-                quickest.push(lo_v.short_name());
+                if source != Source::Receive {
+                    quickest.push(lo_v.short_name());
+                }
             }
         }
     }
