@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const CSV_COLUMNS: [&str; 25] = [
+pub(super) const CSV_COLUMNS: [&str; 26] = [
     "label",
     "backend",
     "compiler",
@@ -23,6 +23,7 @@ pub(super) const CSV_COLUMNS: [&str; 25] = [
     "cold_compiled_ms",
     "cold_cache_ms",
     "cold_signed_ms",
+    "receive_signed_ms",
     "cold_start_ms",
     "rss_after_init_bytes",
     "rss_per_extra_instance_bytes",
