@@ -271,7 +271,8 @@ pub fn check_command(module: &Module) -> Result<(), String> {
                      command. Build a program with a `main` instead: in Rust a binary crate \
                      (`src/main.rs`, no `crate-type = [\"cdylib\"]`), in C a file with \
                      `main` built without `-mexec-model=reactor` or `-nostartfiles`, in Go \
-                     package main without `-buildmode=c-shared`",
+                     package main without `-buildmode=c-shared` (or with it, on wasmloop's Go \
+                     SDK, whose reactor also exports `wizer-initialize` and `wasmloop-serve`)",
                     quoted_list(&functions, 4)
                 )
             })
