@@ -26,6 +26,18 @@ pub trait Worker: Sized + Send + 'static {
     /// then none is made ahead, and each starts with `Start::OnArrival`.
     const FRESH_STARTS_ON_ARRIVAL: bool = false;
 
+    /// Whether `renew` may work: the worker can be made as good as a new one in place.
+    fn can_renew(&self) -> bool {
+        false
+    }
+
+    /// Makes the worker as good as a new one from `spec`, in place (a WebAssembly
+    /// instance whose module allows it): cheaper than ending it and making another. False
+    /// if it could not; it is then dropped and replaced.
+    fn renew(&mut self, _spec: &Self::Spec) -> impl Future<Output = bool> + Send {
+        std::future::ready(false)
+    }
+
     /// False once the worker has ended on its own (exited, trapped).
     fn is_alive(&mut self) -> bool;
 
@@ -203,6 +215,8 @@ struct Idle<W> {
     /// The spec it was made from.
     generation: u64,
     activations: u32,
+    /// It has served its activations and is renewed before it serves again.
+    stale: bool,
 }
 
 impl<W> Idle<W> {
@@ -211,6 +225,7 @@ impl<W> Idle<W> {
             worker,
             generation,
             activations: 0,
+            stale: false,
         }
     }
 
@@ -303,6 +318,32 @@ impl<W: Worker> Pool<W> {
         found
     }
 
+    /// A worker waiting to be renewed, taken out of the idle ones.
+    fn take_stale(&self) -> Option<Idle<W>> {
+        let mut idle = lock(&self.idle);
+        let at = idle.iter().position(|entry| entry.stale)?;
+        Some(idle.swap_remove(at))
+    }
+
+    /// `entry`, renewed in place to serve again (see `Worker::renew`); or, where it
+    /// cannot be (made from older code, or its worker could not), a new worker instead.
+    async fn renewed(&self, mut entry: Idle<W>, ahead: bool) -> Result<Idle<W>, StartError> {
+        let began = std::time::Instant::now();
+        let (generation, spec) = self.current_spec();
+        // One made from older code (optimized code came since) is replaced by newer.
+        if entry.generation == generation && entry.worker.renew(&spec).await {
+            tracing::debug!(
+                renewed_us = micros(began.elapsed()),
+                "worker renewed in place"
+            );
+            entry.stale = false;
+            entry.activations = 0;
+            return Ok(entry);
+        }
+        drop(entry);
+        self.start_worker(ahead).await
+    }
+
     /// A worker made from the current spec; `ahead` of its activation for a retired
     /// worker's successor (see `Start::Ahead`).
     async fn start_worker(&self, ahead: bool) -> Result<Idle<W>, StartError> {
@@ -343,12 +384,47 @@ impl<W: Worker> Pool<W> {
     /// successor is made, both off the request's path (the answer goes out first), holding
     /// `permit` until the successor is idle, so that the next activation finds it ready
     /// (or waits for it, instead of making one of its own beside it).
-    fn retire(&self, entry: Idle<W>, permit: Option<tokio::sync::OwnedSemaphorePermit>) {
+    ///
+    /// A worker that can be renewed in place is idle again at once, stale: a task renews
+    /// it, unless an activation takes it first and renews it itself (on one CPU the next
+    /// request is often read before that task runs, and would otherwise wait for it).
+    fn retire(
+        &self,
+        mut entry: Idle<W>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        renew: bool,
+    ) {
         let Some(pool) = self.me.upgrade() else {
             return;
         };
         // Stopped with the pool (by `stop`, or when the action goes).
         let mut stopping = self.stopping.subscribe();
+        if renew && entry.worker.can_renew() {
+            entry.stale = true;
+            lock(&self.idle).push(entry);
+            drop(permit);
+            tokio::spawn(async move {
+                // Held while it renews: an activation meanwhile waits for it, instead of
+                // making a worker of its own beside it.
+                let Ok(_permit) = pool.permits.clone().try_acquire_owned() else {
+                    return;
+                };
+                let Some(stale) = pool.take_stale() else {
+                    return;
+                };
+                let renewed = tokio::select! {
+                    _ = stopping.wait_for(|stop| *stop) => return,
+                    renewed = pool.renewed(stale, true) => renewed,
+                };
+                match renewed {
+                    Ok(entry) if !*pool.stopping.borrow() => lock(&pool.idle).push(entry),
+                    Ok(_) => {}
+                    // The next activation tries again, and reports the failure.
+                    Err(e) => tracing::debug!(error = %e, "cannot make a fresh worker ahead"),
+                }
+            });
+            return;
+        }
         tokio::spawn(async move {
             let _permit = permit;
             // Its place (a pool slot, a process) is free before the successor takes one.
@@ -530,6 +606,12 @@ impl<W: Worker> Pool<W> {
             started
         } else {
             match self.take_idle() {
+                Some(idle) if idle.stale => {
+                    within(deadline, async {
+                        self.renewed(idle, false).await.map_err(RunError::Restart)
+                    })
+                    .await?
+                }
                 Some(idle) => idle,
                 None => {
                     within(deadline, async {
@@ -584,9 +666,10 @@ impl<W: Worker> Pool<W> {
                     activations = entry.activations,
                     "worker retired after its activations: making a fresh one"
                 );
-                self.retire(entry, ending.permit.take());
+                self.retire(entry, ending.permit.take(), true);
             } else if self.grew_too_large(&mut entry.worker) {
-                self.retire(entry, ending.permit.take());
+                // A renewed instance would keep its memory: what the mark is to free.
+                self.retire(entry, ending.permit.take(), false);
             } else {
                 lock(&self.idle).push(entry);
             }

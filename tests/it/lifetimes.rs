@@ -58,6 +58,48 @@ fn a_fresh_native_childs_start_on_arrival_and_its_end_are_timed() {
     }
 }
 
+/// A module's instance renewed in place for each activation, like a component's new one,
+/// holds nothing the activation before it left in its memory, and sees it at the size a
+/// new instance has; an instance that serves on holds it (what shows the search works).
+#[test]
+fn what_an_activation_leaves_in_memory_never_reaches_the_next_fresh_one() {
+    for backend in [Backend::Wasm, Backend::Component] {
+        for (limit, kept) in [("1", false), ("0", true)] {
+            let server = with_pool_diagnostics(limit);
+            server
+                .init(&backend.init_guest("leaves_a_secret"))
+                .assert(200, OK);
+            let find = || {
+                let reply = server.run(json!({"find": "s3cr3t-0f-th3-l4st"}));
+                assert_eq!(reply.status, 200, "{}", reply.text());
+                reply.json()
+            };
+            let before = find();
+            assert_eq!(before["found"], false, "{backend:?}: {before}");
+            let left = server.run(json!({"leave": "s3cr3t-0f-th3-l4st"}));
+            assert_eq!(left.status, 200, "{}", left.text());
+            let after = find();
+            assert_eq!(after["found"], kept, "{backend:?}, limit {limit}: {after}");
+            if !kept {
+                assert_eq!(
+                    after["pages"], before["pages"],
+                    "{backend:?}: the size a new one has"
+                );
+            }
+            // A module's instance was renewed, not replaced (a reset that left the guest
+            // unable to start again would have been, and so hidden a leak).
+            if backend == Backend::Wasm && !kept {
+                server.wait_stderr_count("worker renewed in place", 3);
+                assert!(
+                    !server.stderr().contains("successor made ahead"),
+                    "{}",
+                    server.stderr()
+                );
+            }
+        }
+    }
+}
+
 fn count(server: &Server) -> u64 {
     let reply = server.run(json!({}));
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -111,13 +153,19 @@ each_backend! {
         server.init(&backend.init_guest("counter")).assert(200, OK);
         let counts: Vec<u64> = (0..4).map(|_| count(&server)).collect();
         assert_eq!(counts, [1, 2, 1, 2]);
-        let said = "worker ended and its successor made ahead";
+        // A module's instance is renewed in place; a component's and a child are replaced.
+        let (said, ended, made) = match backend {
+            Backend::Wasm => ("worker renewed in place", None, "renewed_us"),
+            _ => ("worker ended and its successor made ahead", Some("ended_us"), "made_us"),
+        };
         // Made after the answer went out: the line may follow it.
         server.wait_stderr_count(said, 2);
         let stderr = server.stderr();
         for line in stderr.lines().filter(|line| line.contains(said)) {
-            assert!(micros(line, "ended_us").is_some(), "no ending time in {line:?}");
-            assert!(micros(line, "made_us").is_some_and(|us| us > 0), "no making time in {line:?}");
+            if let Some(ended) = ended {
+                assert!(micros(line, ended).is_some(), "no ending time in {line:?}");
+            }
+            assert!(micros(line, made).is_some_and(|us| us > 0), "no making time in {line:?}");
         }
     }
 

@@ -222,12 +222,22 @@ pub fn compile_here(
             timed_out: None,
         }
     };
-    let snapshot;
+    let (snapshot, renewable);
     let mut bytes = bytes;
     if !component && super::snapshot::wanted(bytes) {
         snapshot = super::snapshot::take(&engine, bytes, settings)
             .map_err(CompileError::fatal)?;
         bytes = &snapshot;
+    }
+    if !component {
+        // An invalid module is left to the compile below to explain.
+        match super::renew::exported(bytes) {
+            Ok(exported) => {
+                renewable = exported;
+                bytes = &renewable;
+            }
+            Err(why) => tracing::debug!(why = %why, "instances of this module cannot be renewed in place"),
+        }
     }
     let code = if component {
         let component = Component::new(&engine, bytes).map_err(not_valid)?;

@@ -24,7 +24,7 @@ const MEMORIES_PER_INSTANCE: u32 = 4;
 
 /// Of each linear memory and table slot, what stays resident between instances (only
 /// where pages written can be told from the others; otherwise all of it would be zeroed).
-const KEEP_RESIDENT_MEMORY: usize = 4 << 20;
+pub(super) const KEEP_RESIDENT_MEMORY: usize = 4 << 20;
 const KEEP_RESIDENT_TABLE: usize = 64 << 10;
 
 pub struct WasmEngine {
@@ -144,10 +144,11 @@ pub fn artifact_engine_id(settings: EngineSettings) -> Result<String, String> {
 fn engine_id(engine: &Engine) -> String {
     let mut hasher = StableHasher(Sha256::new());
     engine.precompile_compatibility_hash().hash(&mut hasher);
-    // Code compiled before modules were snapshotted at their start-up (`snapshot`) is not
-    // what this runtime would make of the same module: neither cached nor signed code of
-    // it is taken.
-    "snapshot: wizer-initialize, wasmloop-serve".hash(&mut hasher);
+    // Code compiled before modules were snapshotted at their start-up (`snapshot`), or
+    // before they exported their state for renewals (`renew`), is not what this runtime
+    // would make of the same module: neither cached nor signed code of it is taken.
+    "snapshot: wizer-initialize, wasmloop-serve; renew: wasmloop-memory-, wasmloop-global-"
+        .hash(&mut hasher);
     format!("{:016x}", hasher.finish())
 }
 

@@ -28,6 +28,8 @@ struct State {
     hold: bool,
     /// The guest waits here (the start of a prepared instance ends there too).
     waiter: Option<Waker>,
+    /// Whether the instance serves one activation, whose values it is told.
+    fresh: bool,
 }
 
 impl Environ {
@@ -42,7 +44,15 @@ impl Environ {
             base,
             hold: fresh && can_wait,
             waiter: None,
+            fresh,
         })))
+    }
+
+    /// As it was when the instance was made: for a guest renewed in place.
+    pub fn renew(&self) {
+        let mut state = crate::lock(&self.0);
+        state.told = (!state.fresh).then(|| state.base.clone());
+        state.waiter = None;
     }
 
     /// The activation has come: a fresh instance's guest reads its values from now on.

@@ -14,6 +14,7 @@ use super::engine::WasmEngine;
 use super::environ::Environ;
 use super::memory_cap::MemoryCap;
 use super::module::ModuleHost;
+use super::renew::Renewal;
 use super::streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 use super::{Pre, WasmError, WasmSpec, descriptors, ticker};
 use crate::executor::lines::{LineTooLong, NoAnswer};
@@ -28,6 +29,16 @@ impl Worker for Instance {
     /// (`Environ`).
     async fn start(spec: &WasmSpec, _: Start<'_>) -> Result<Self, StartError> {
         Instance::start(spec).await
+    }
+
+    fn can_renew(&self) -> bool {
+        self.ended.is_none() && self.renewing.as_ref().is_some_and(Renewing::possible)
+    }
+
+    /// A module's instance whose code allows it goes back to the state it was made in
+    /// (`renew`), and its guest starts again, as far as a new one would have.
+    async fn renew(&mut self, spec: &WasmSpec) -> bool {
+        self.renew_in_place(spec).await
     }
 
     fn is_alive(&mut self) -> bool {
@@ -106,34 +117,73 @@ pub struct Instance {
     environ: Environ,
     /// The activation its log lines belong to.
     attribution: crate::logs::Attribution,
+    /// How its guest is asked to start again in place (a module's; see `Renewing`).
+    renewing: Option<Renewing>,
+}
+
+/// Between an instance and its guest: whether the guest's instance can be renewed in place
+/// (known once it is made), and the instance's request that it be.
+#[derive(Clone, Default)]
+struct Renewing(Arc<RenewingState>);
+
+#[derive(Default)]
+struct RenewingState {
+    refused: std::sync::atomic::AtomicBool,
+    asked: std::sync::atomic::AtomicBool,
+}
+
+impl Renewing {
+    fn refuse(&self) {
+        self.0.refused.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn possible(&self) -> bool {
+        !self.0.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn ask(&self) {
+        self.0.asked.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Runs `call` to its end, or, once a renewal is asked for, drops it (the guest's
+    /// stack unwinds) and returns `None`. The asker polls the guest right after asking.
+    async fn unless_asked<F: Future>(&self, call: F) -> Option<F::Output> {
+        let mut call = std::pin::pin!(call);
+        std::future::poll_fn(|cx| {
+            if self.0.asked.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                return Poll::Ready(None);
+            }
+            call.as_mut().poll(cx).map(Some)
+        })
+        .await
+    }
 }
 
 impl Instance {
     async fn start(wasm: &WasmSpec) -> Result<Instance, StartError> {
         let (engine, spec) = (&wasm.engine, &wasm.start);
-        let stdin = GuestStdin::default();
         let attribution = crate::logs::Attribution::new(spec.log_format);
-        let stdout = GuestStdout::new(spec.max_result_bytes, attribution.clone());
-        let stderr = GuestStderr::new(attribution.clone());
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdin(stdin.clone())
-            .stdout(StdioOut(stdout.clone()))
-            .stderr(StdioOut(stderr.clone()))
-            .args(&[&spec.main]);
+        let stdio = Stdio {
+            stdin: GuestStdin::default(),
+            stdout: GuestStdout::new(spec.max_result_bytes, attribution.clone()),
+            stderr: GuestStderr::new(attribution.clone()),
+            main: spec.main.clone(),
+            preopen: wasm.preopen.clone(),
+        };
+        let (stdin, stdout, stderr) = (
+            stdio.stdin.clone(),
+            stdio.stdout.clone(),
+            stdio.stderr.clone(),
+        );
+        let mut wasi = stdio.wasi()?;
         let environ = Environ::new(wasm.env.clone(), spec.fresh, !spec.wait_for_ack);
-        if let Some(dir) = &wasm.preopen {
-            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
-                .map_err(|error| WasmError::Preopen {
-                    dir: dir.clone(),
-                    error,
-                })?;
-        }
         let memory = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let limits = MemoryCap {
             cap: engine.settings.memory_cap,
             total: memory.clone(),
         };
         let mut denials = None;
+        let mut renewing = None;
         let held = descriptors::Descriptors::new(wasm.descriptors, stderr.clone());
         let preopens = usize::from(wasm.preopen.is_some());
         let guest: Guest = match &wasm.pre {
@@ -146,11 +196,30 @@ impl Instance {
                     environ: environ.clone(),
                 };
                 let mut store = guest_store(engine, host, |host| &mut host.limits);
-                let pre = pre.clone();
+                let (pre, baseline) = (pre.clone(), wasm.baseline.clone());
+                let asked = Renewing::default();
+                renewing = Some(asked.clone());
                 Box::pin(async move {
                     let instance = pre.instantiate_async(&mut store).await?;
                     let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-                    start.call_async(&mut store, ()).await
+                    let most = super::engine::KEEP_RESIDENT_MEMORY;
+                    let Some(renewal) = Renewal::of(&mut store, &instance, &baseline, most) else {
+                        asked.refuse();
+                        return start.call_async(&mut store, ()).await;
+                    };
+                    loop {
+                        if let Some(ended) = asked.unless_asked(start.call_async(&mut store, ())).await {
+                            return ended;
+                        }
+                        // What it wrote, it wrote under the activation before: anything
+                        // failing now ends it (it is replaced), as a trap would.
+                        renewal.reset(&mut store).map_err(wasmtime::Error::msg)?;
+                        stdio.stdin.renew();
+                        let host = store.data_mut();
+                        host.environ.renew();
+                        host.wasi = stdio.wasi().map_err(wasmtime::Error::msg)?.build_p1();
+                        store.set_epoch_deadline(1);
+                    }
                 })
             }
             Pre::Component(pre) => {
@@ -195,18 +264,47 @@ impl Instance {
             memory,
             environ,
             attribution,
+            renewing,
         };
         tracing::debug!(codegen = engine.settings.codegen.name(), "instance started");
-        let ticking = engine.ticker.running();
+        instance.start_guest(spec).await.map(|()| instance)
+    }
+
+    /// Runs the guest until it has started: acknowledged, or waiting for input.
+    async fn start_guest(&mut self, spec: &StartSpec) -> Result<(), StartError> {
+        let ticking = self.ticker.running();
         let started = if spec.wait_for_ack {
-            instance.wait_for_ack(spec).await
+            self.wait_for_ack(spec).await
         } else {
-            instance.wait_until_idle(spec).await
+            self.wait_until_idle(spec).await
         };
         drop(ticking);
         // What the guest logged while starting is out before /init answers.
-        instance.stderr.flush();
-        started.map(|()| instance)
+        self.stderr.flush();
+        started
+    }
+
+    /// Makes the instance as good as a new one, if its guest can be renewed in place: its
+    /// call is abandoned, its memories and globals are put back, and it starts again with
+    /// a new WASI context, up to where a new instance would wait for its activation.
+    /// False if it cannot (a component, a module whose code or memory does not allow it):
+    /// then it is no longer usable.
+    async fn renew_in_place(&mut self, wasm: &WasmSpec) -> bool {
+        let Some(renewing) = self.renewing.as_ref().filter(|_| self.can_renew()) else {
+            return false;
+        };
+        renewing.ask();
+        if let Some(stray) = self.stdout.discard() {
+            crate::executor::lines::report_stray(&|m| self.attribution.say(m), &stray);
+        }
+        match self.start_guest(&wasm.start).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "the instance could not be renewed in place");
+                self.ended.get_or_insert_with(|| e.to_string());
+                false
+            }
+        }
     }
 
     /// Runs the guest as far as it can go now, noting if `_start` has ended.
@@ -330,6 +428,35 @@ impl Drop for Instance {
     /// Stopped mid-activation (past its deadline), the guest may hold a partial log line.
     fn drop(&mut self) {
         self.stderr.flush();
+    }
+}
+
+/// What a guest's WASI context is made of, kept to make another when it is renewed.
+struct Stdio {
+    stdin: GuestStdin,
+    stdout: GuestStdout,
+    stderr: GuestStderr,
+    main: String,
+    preopen: Option<std::path::PathBuf>,
+}
+
+impl Stdio {
+    /// A WASI context over these streams, with `main` as the only argument and the
+    /// action's folder as `/action` (read-only) if it has one.
+    fn wasi(&self) -> Result<WasiCtxBuilder, WasmError> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdin(self.stdin.clone())
+            .stdout(StdioOut(self.stdout.clone()))
+            .stderr(StdioOut(self.stderr.clone()))
+            .args(&[&self.main]);
+        if let Some(dir) = &self.preopen {
+            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
+                .map_err(|error| WasmError::Preopen {
+                    dir: dir.clone(),
+                    error,
+                })?;
+        }
+        Ok(wasi)
     }
 }
 

@@ -12,6 +12,7 @@ mod environ;
 mod instance;
 mod memory_cap;
 mod module;
+mod renew;
 mod snapshot;
 mod streams;
 mod ticker;
@@ -186,6 +187,8 @@ pub struct WasmSpec {
     preopen: Option<PathBuf>,
     outbound: Arc<AllowList>,
     descriptors: descriptors::Caps,
+    /// What a module's instances are renewed to, taken from the first.
+    baseline: Arc<std::sync::OnceLock<Arc<renew::Baseline>>>,
 }
 
 /// Code linked against WASI, ready to instantiate.
@@ -414,6 +417,7 @@ fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec,
         preopen: linking.preopen,
         outbound: linking.outbound,
         descriptors: linking.descriptors,
+        baseline: Arc::default(),
     })
 }
 

@@ -53,6 +53,11 @@ impl GuestStdin {
         }
     }
 
+    /// Empty, and as if never read: for a guest renewed in place, which starts again.
+    pub fn renew(&self) {
+        *lock(&self.0) = InputState::default();
+    }
+
     /// Whether the guest has asked for input with none there: it is up and idle.
     pub fn has_waited(&self) -> bool {
         lock(&self.0).has_waited
