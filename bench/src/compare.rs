@@ -12,7 +12,9 @@ use indicatif::ProgressBar;
 use super::report::{
     Backend, Cold, Comparison, Compiler, Conditions, Lifetime, Source, Spread, Variant, Warm,
 };
-use super::{Driven, Payload, Rounds, Served, Target, child_pids, in_rounds, resident_bytes};
+use super::{
+    Driven, Payload, Rounds, Served, Target, child_pids, held_bytes, in_rounds, resident_bytes,
+};
 use crate::stats::spread;
 
 /// The connection counts every variant is measured at.
@@ -424,6 +426,9 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
         after_init.push(resident_bytes(server.child.id()));
         servers.push(server);
     }
+    // Read once every server runs, as after the load: the pages they share count the same.
+    let held_after_init: Vec<Option<u64>> =
+        servers.iter().map(|s| held_bytes(s.child.id())).collect();
     let targets: Vec<Target> = plans
         .iter()
         .zip(&servers)
@@ -448,10 +453,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
             warms[at].push(warm);
             checked[at].add(driven);
         }
-        after_load = servers
-            .iter()
-            .map(|s| resident_bytes(s.child.id()))
-            .collect();
+        after_load = servers.iter().map(|s| held_bytes(s.child.id())).collect();
     }
     progress.finish_and_clear();
 
@@ -460,7 +462,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
         // Instances beyond the first exist only where the server may run them at once,
         // and only a persistent one keeps them.
         let extra = usize::from(options.concurrency).min(*CONNECTIONS.last().unwrap_or(&1)) - 1;
-        let per_extra = match (after_init[at], after_load.get(at).copied().flatten()) {
+        let per_extra = match (held_after_init[at], after_load.get(at).copied().flatten()) {
             (Some(before), Some(after)) if extra > 0 && !plan.fresh => {
                 Some(after.saturating_sub(before) / extra as u64)
             }

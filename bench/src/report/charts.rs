@@ -731,7 +731,7 @@ pub(super) fn memory_chart(c: &Comparison) -> String {
     let after_init = bars(|v| Some(v.resident_after_init? as f64 / f64::from(1 << 20)));
     let per_extra = bars(|v| Some(v.resident_per_extra_instance? as f64 / 1024.0));
     if after_init.bars.is_empty() && per_extra.bars.is_empty() {
-        return not_measured("memory", MEMORY_TITLE, "no server's resident set was read");
+        return not_measured("memory", MEMORY_TITLE, "no server's memory was read");
     }
     let mib = |v: f64| format!("{} MiB", figure(v));
     let kib = |v: f64| format!("{} KiB", figure(v));
@@ -744,8 +744,12 @@ pub(super) fn memory_chart(c: &Comparison) -> String {
             groups: vec![after_init],
         },
         Panel {
-            heading: Some("what each extra instance adds".to_owned()),
-            axis: "resident memory per instance".to_owned(),
+            heading: Some(
+                "what each extra instance adds (PSS: each page counted once, however many \
+                 instances map it)"
+                    .to_owned(),
+            ),
+            axis: "memory per instance".to_owned(),
             format: kib,
             log_allowed: false,
             groups: vec![per_extra],
@@ -917,14 +921,14 @@ pub(super) fn memory_left_out(c: &Comparison) -> Option<String> {
                     .to_owned()
             }
             Lifetime::Persistent | Lifetime::AsServed => {
-                "from what each extra instance adds: its resident set was not read".to_owned()
+                "from what each extra instance adds: its memory was not read".to_owned()
             }
         })
     });
     let after_init = left_out(c, |v| {
         v.resident_after_init
             .is_none()
-            .then(|| "from the resident set after /init: not read".to_owned())
+            .then(|| "from what it holds after /init: not read".to_owned())
     });
     let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
     (!said.is_empty()).then(|| said.join(" "))

@@ -102,8 +102,9 @@ pub fn table(c: &Comparison) -> String {
         );
     }
     legend.push_str(
-        "MiB: resident after /init; +KiB: resident per extra instance; crash: ms from a crash \
-         to the next answer; err: wrong answers)\n",
+        "MiB: resident after /init; +KiB: what each extra instance adds, each page counted \
+         once however many instances map it (PSS); crash: ms from a crash to the next \
+         answer; err: wrong answers)\n",
     );
     out.push_str(&legend);
 

@@ -12,7 +12,7 @@ mod environ;
 mod instance;
 mod memory_cap;
 mod module;
-mod renew;
+pub mod renew;
 mod snapshot;
 mod streams;
 mod ticker;
