@@ -618,7 +618,12 @@ fn the_wasmtime_floor_measures_a_module_fresh_against_persistent() {
     let stdout = succeeded(&measured);
     let rounds = stdout
         .lines()
-        .filter(|line| line.starts_with("round ") && line.contains("a fresh instance costs +"))
+        .filter(|line| {
+            line.starts_with("round ")
+                && line.contains("; made fresh ")
+                && line.contains("; renewed ")
+                && line.matches(": +").count() == 2
+        })
         .count();
     assert_eq!(rounds, 3, "{stdout}");
 }
@@ -629,7 +634,7 @@ fn the_wasmtime_floor_says_what_to_change_in_its_arguments_and_module() {
     let silent = Backend::Wasm.guest("no_newline");
     let cases: [(&[&std::ffi::OsStr], &str); 4] = [
         (&[], "usage: wasmtime_floor MODULE.wasm [LINES]"),
-        (&["no-such.wasm".as_ref()], "cannot load no-such.wasm"),
+        (&["no-such.wasm".as_ref()], "cannot read no-such.wasm"),
         (
             &[hello.as_os_str(), "many".as_ref()],
             "LINES must be a whole number",
