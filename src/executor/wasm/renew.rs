@@ -263,14 +263,7 @@ impl Plan {
                         module.section(section);
                     }
                 }
-                other => {
-                    if let Some((id, range)) = other.as_section() {
-                        module.section(&wasm_encoder::RawSection {
-                            id,
-                            data: &bytes[range],
-                        });
-                    }
-                }
+                other => super::snapshot::keep_section(&mut module, &other, bytes),
             }
         }
         Ok(module.finish())

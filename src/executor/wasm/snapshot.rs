@@ -193,17 +193,20 @@ fn rebuilt_without_dead_segments(original: &[u8], snapshot: &[u8]) -> Option<Vec
             }
             // Nothing names a segment, so none needs counting.
             Payload::DataCountSection { .. } => {}
-            other => {
-                if let Some((id, range)) = other.as_section() {
-                    module.section(&wasm_encoder::RawSection {
-                        id,
-                        data: &snapshot[range],
-                    });
-                }
-            }
+            other => keep_section(&mut module, &other, snapshot),
         }
     }
     Some(module.finish())
+}
+
+/// Copies a section a rewrite leaves alone into the module it writes, as it was.
+pub(super) fn keep_section(module: &mut wasm_encoder::Module, payload: &wasmparser::Payload, bytes: &[u8]) {
+    if let Some((id, range)) = payload.as_section() {
+        module.section(&wasm_encoder::RawSection {
+            id,
+            data: &bytes[range],
+        });
+    }
 }
 
 /// What a trap or an exit says, without wasmtime's backtrace.
