@@ -661,15 +661,16 @@ impl<W: Worker> Pool<W> {
                 .size
                 .max_activations
                 .is_some_and(|most| entry.activations >= most.get());
-            if served_all {
-                tracing::debug!(
-                    activations = entry.activations,
-                    "worker retired after its activations: making a fresh one"
-                );
-                self.retire(entry, ending.permit.take(), true);
-            } else if self.grew_too_large(&mut entry.worker) {
+            let too_large = self.grew_too_large(&mut entry.worker);
+            if served_all || too_large {
+                if served_all {
+                    tracing::debug!(
+                        activations = entry.activations,
+                        "worker retired after its activations: making a fresh one"
+                    );
+                }
                 // A renewed instance would keep its memory: what the mark is to free.
-                self.retire(entry, ending.permit.take(), false);
+                self.retire(entry, ending.permit.take(), !too_large);
             } else {
                 lock(&self.idle).push(entry);
             }

@@ -100,6 +100,63 @@ fn what_an_activation_leaves_in_memory_never_reaches_the_next_fresh_one() {
     }
 }
 
+#[test]
+fn what_an_activation_logged_is_never_told_as_why_the_next_fresh_one_ended() {
+    for backend in [Backend::Wasm, Backend::Component] {
+        // Kept for the instance's life, the last line is what it said before it aborted.
+        for (limit, kept) in [("1", false), ("0", true)] {
+            let server = with_pool_diagnostics(limit);
+            server
+                .init(&backend.init_guest("leaves_a_secret"))
+                .assert(200, OK);
+            let logged = server.run(json!({"log": "t0k3n-0f-th3-l4st"}));
+            assert_eq!(logged.status, 200, "{}", logged.text());
+            if backend == Backend::Wasm && !kept {
+                server.wait_stderr_count("worker renewed in place", 1);
+            }
+            let aborted = server.run(json!({"abort": true}));
+            assert_ne!(aborted.status, 200, "{}", aborted.text());
+            assert!(
+                aborted.text().contains("panicked or aborted"),
+                "{backend:?}: {}",
+                aborted.text()
+            );
+            assert_eq!(
+                aborted.text().contains("t0k3n-0f-th3-l4st"),
+                kept,
+                "{backend:?}, limit {limit}: {}",
+                aborted.text()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fresh_instance_grown_past_the_mark_is_made_anew_not_renewed() {
+    // A renewed instance keeps the memory it grew to: past the mark, that is what to free.
+    let server = Server::builder()
+        .process()
+        .args(&["--log-filter", "wasmloop::executor::pool=debug"])
+        .args(&["--max-activations-per-instance", "1"])
+        .args(&["--recycle-above-memory", "33554432"])
+        .start();
+    server
+        .init(&Backend::Wasm.init_guest("grows_and_counts"))
+        .assert(200, OK);
+    let run = |body: serde_json::Value| {
+        let reply = server.run(body);
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        reply.json()["count"].as_u64().unwrap()
+    };
+    assert_eq!(run(json!({"mib": 1})), 1);
+    server.wait_stderr_count("worker renewed in place", 1);
+    // 40 MiB more, none of it written: a renewal would not have to copy it back.
+    assert_eq!(run(json!({"reserve_mib": 40})), 1);
+    server.wait_stderr("worker past --recycle-above-memory");
+    server.wait_stderr("successor made ahead");
+    assert_eq!(run(json!({})), 1);
+}
+
 fn count(server: &Server) -> u64 {
     let reply = server.run(json!({}));
     assert_eq!(reply.status, 200, "{}", reply.text());

@@ -215,6 +215,7 @@ impl Instance {
                         // failing now ends it (it is replaced), as a trap would.
                         renewal.reset(&mut store).map_err(wasmtime::Error::msg)?;
                         stdio.stdin.renew();
+                        stdio.stderr.renew();
                         let host = store.data_mut();
                         host.environ.renew();
                         host.wasi = stdio.wasi().map_err(wasmtime::Error::msg)?.build_p1();

@@ -42,6 +42,12 @@ const PAGE: usize = 4096;
 /// differently: an access between the two sizes reads zeros (or what this activation
 /// wrote there) where it would trap.
 pub fn exported(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    // What the rewrite adds takes the indices after the module's own: code that names a
+    // global or function the module lacks would reach them, and the rewrite would make an
+    // invalid module valid. One that does not validate is left for the compile to refuse.
+    wasmparser::Validator::new()
+        .validate_all(bytes)
+        .map_err(|e| format!("it does not validate: {e}"))?;
     let plan = Plan::of(bytes)?;
     plan.rewrite(bytes)
         .map_err(|e| format!("cannot rewrite it: {e}"))
@@ -121,6 +127,10 @@ impl Plan {
                     }
                 }
                 Payload::FunctionSection(reader) => plan.functions += reader.count(),
+                // It runs as the instance is made, before the state a renewal puts back
+                // is taken (it could read the first activation's values into it), and a
+                // renewal would not run it again.
+                Payload::StartSection { .. } => return Err("it has a start function".into()),
                 Payload::MemorySection(reader) => {
                     for memory in reader {
                         let memory = memory.map_err(|e| e.to_string())?;
@@ -756,6 +766,17 @@ mod tests {
         assert_eq!(refused(shared), "it has a shared memory");
         let reference = "(module (memory (export \"m\") 1) (global (mut funcref) (ref.null func)))";
         assert_eq!(refused(reference), "it has a mutable global of a reference type");
+        let started = "(module (memory (export \"m\") 1) (func $init) (start $init))";
+        assert_eq!(refused(started), "it has a start function");
+    }
+
+    #[test]
+    fn a_module_that_does_not_validate_is_not_made_valid_by_the_rewrite() {
+        // No global of its own: index 0 would be the size global the rewrite adds.
+        let invalid = "(module (memory (export \"m\") 1)
+            (func (export \"f\") (global.set 0 (i32.const 0)) (drop (memory.size))))";
+        let why = exported(&wat::parse_str(invalid).unwrap()).unwrap_err();
+        assert!(why.starts_with("it does not validate: "), "{why}");
     }
 
     struct Scribbler {

@@ -299,6 +299,15 @@ impl GuestStderr {
         write_out(held, false, b"");
     }
 
+    /// The stderr of an instance renewed in place, as a new one's would be: anything the
+    /// guest left unfinished is out, and its last line is forgotten, so that it is never
+    /// told as the cause of how the next activation ended.
+    pub fn renew(&self) {
+        let held = &mut *lock(&self.0);
+        write_out(held, true, b"");
+        held.lines.forget_last_line();
+    }
+
     /// Writes out everything: the logs must be out before the activation's sentinel.
     pub fn flush(&self) {
         write_out(&mut lock(&self.0), true, b"");

@@ -2,9 +2,19 @@
 //! on its heap, each byte plus one, so that the request's own copy is not it), and answers whether its linear memory
 //! holds the secret anywhere and how many pages it has (`{"find": "text"}`). An instance
 //! fresh for each activation never finds what the one before left. Natively there is no
-//! linear memory to look through: it answers `found: null`.
+//! linear memory to look through: it answers `found: null`. `{"log": "text"}` logs the
+//! text on stderr and answers; `{"abort": true}` aborts without a word (a trap in
+//! WebAssembly), so that what the runtime says of it can only come from what was logged
+//! before.
 fn main() {
     wasmloop_test_guest::serve(|value| {
+        if let Some(text) = value["log"].as_str() {
+            eprintln!("{text}");
+            return wasmloop_test_guest::json!({ "logged": true });
+        }
+        if value["abort"] == true {
+            std::process::abort();
+        }
         if let Some(secret) = value["leave"].as_str() {
             let shifted: Vec<u8> = secret.bytes().map(|b| b.wrapping_add(1)).collect();
             let mut left = Vec::with_capacity(2 << 20);
