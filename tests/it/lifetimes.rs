@@ -14,13 +14,23 @@ fn recycling(backend: Backend, guest: &str, args: &[&str]) -> Server {
 }
 
 /// A server process whose pool says what each worker cost (`--log-filter`), with
-/// `--max-activations-per-instance` at `limit`.
-fn with_pool_diagnostics(limit: &str) -> Server {
+/// `--max-activations-per-instance` at `limit`, and `more` arguments.
+fn with_pool_diagnostics(limit: &str, more: &[&str]) -> Server {
     Server::builder()
         .process()
         .args(&["--log-filter", "wasmloop::executor::pool=debug"])
         .args(&["--max-activations-per-instance", limit])
+        .args(more)
         .start()
+}
+
+/// `with_pool_diagnostics`, serving the `leaves_a_secret` guest on `backend`.
+fn keeping_secrets(backend: Backend, limit: &str) -> Server {
+    let server = with_pool_diagnostics(limit, &[]);
+    server
+        .init(&backend.init_guest("leaves_a_secret"))
+        .assert(200, OK);
+    server
 }
 
 /// The whole microseconds `field=` gives in a diagnostic line.
@@ -37,7 +47,7 @@ fn micros(line: &str, field: &str) -> Option<u64> {
 /// time it took is said there, and its end on its own.
 #[test]
 fn a_fresh_native_childs_start_on_arrival_and_its_end_are_timed() {
-    let server = with_pool_diagnostics("1");
+    let server = with_pool_diagnostics("1", &[]);
     server
         .init(&Backend::Native.init_guest("counter"))
         .assert(200, OK);
@@ -65,10 +75,7 @@ fn a_fresh_native_childs_start_on_arrival_and_its_end_are_timed() {
 fn what_an_activation_leaves_in_memory_never_reaches_the_next_fresh_one() {
     for backend in [Backend::Wasm, Backend::Component] {
         for (limit, kept) in [("1", false), ("0", true)] {
-            let server = with_pool_diagnostics(limit);
-            server
-                .init(&backend.init_guest("leaves_a_secret"))
-                .assert(200, OK);
+            let server = keeping_secrets(backend, limit);
             let find = || {
                 let reply = server.run(json!({"find": "s3cr3t-0f-th3-l4st"}));
                 assert_eq!(reply.status, 200, "{}", reply.text());
@@ -105,10 +112,7 @@ fn what_an_activation_logged_is_never_told_as_why_the_next_fresh_one_ended() {
     for backend in [Backend::Wasm, Backend::Component] {
         // Kept for the instance's life, the last line is what it said before it aborted.
         for (limit, kept) in [("1", false), ("0", true)] {
-            let server = with_pool_diagnostics(limit);
-            server
-                .init(&backend.init_guest("leaves_a_secret"))
-                .assert(200, OK);
+            let server = keeping_secrets(backend, limit);
             let logged = server.run(json!({"log": "t0k3n-0f-th3-l4st"}));
             assert_eq!(logged.status, 200, "{}", logged.text());
             if backend == Backend::Wasm && !kept {
@@ -134,12 +138,7 @@ fn what_an_activation_logged_is_never_told_as_why_the_next_fresh_one_ended() {
 #[test]
 fn a_fresh_instance_grown_past_the_mark_is_made_anew_not_renewed() {
     // A renewed instance keeps the memory it grew to: past the mark, that is what to free.
-    let server = Server::builder()
-        .process()
-        .args(&["--log-filter", "wasmloop::executor::pool=debug"])
-        .args(&["--max-activations-per-instance", "1"])
-        .args(&["--recycle-above-memory", "33554432"])
-        .start();
+    let server = with_pool_diagnostics("1", &["--recycle-above-memory", "33554432"]);
     server
         .init(&Backend::Wasm.init_guest("grows_and_counts"))
         .assert(200, OK);
@@ -206,7 +205,7 @@ each_backend! {
     }
 
     fn the_pools_diagnostics_say_what_ending_and_making_each_successor_took(backend: Backend) {
-        let server = with_pool_diagnostics("2");
+        let server = with_pool_diagnostics("2", &[]);
         server.init(&backend.init_guest("counter")).assert(200, OK);
         let counts: Vec<u64> = (0..4).map(|_| count(&server)).collect();
         assert_eq!(counts, [1, 2, 1, 2]);
