@@ -725,7 +725,6 @@ pub fn table(rows: &[Measured]) -> String {
 }
 
 /// What `pid` and its descendants hold resident now (Linux; `None` elsewhere).
-/// `pid`'s resident set and its children's.
 fn resident_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
