@@ -127,25 +127,26 @@ pub(super) fn unzip(
     // A signed artifact's code and signature are for the runtime, not the guest; and once
     // its code is loaded, its module is not needed either (inflating the Go hello's took
     // 7 of the 58 ms of its /init).
-    let mut runtime_only: &[&str] = &[];
-    if signing::is_artifact(&archive) {
-        runtime_only = &[signing::CODE_ENTRY, signing::SIGNATURE_ENTRY];
-        if let Some(trust) = trust {
-            // The code counts against the cap only if it is the code used.
-            let mut left = budget.left;
-            let opened = signing::open_artifact(bytes, &mut archive, trust, &mut left);
-            if opened.is_ok() {
-                budget.left = left;
-                runtime_only = &[signing::CODE_ENTRY, signing::SIGNATURE_ENTRY, "exec.wasm"];
-            }
-            unpacked.signed = Some(opened);
+    let artifact = signing::is_artifact(&archive);
+    let mut code_loaded = false;
+    if artifact && let Some(trust) = trust {
+        // The code counts against the cap only if it is the code used.
+        let mut left = budget.left;
+        let opened = signing::open_artifact(bytes, &mut archive, trust, &mut left);
+        if opened.is_ok() {
+            budget.left = left;
+            code_loaded = true;
         }
+        unpacked.signed = Some(opened);
     }
+    let runtime_only = |name: &str| {
+        artifact && (signing::RUNTIME_ENTRIES.contains(&name) || code_loaded && name == "exec.wasm")
+    };
     for index in 0..archive.len() {
         let mut entry = archive
             .by_index(index)
             .map_err(|e| unpack_error(format!("cannot read zip entry {index}: {e}")))?;
-        if runtime_only.contains(&entry.name()) {
+        if runtime_only(entry.name()) {
             continue;
         }
         let path = entry_path(dest, Path::new(entry.name()))?;

@@ -60,28 +60,54 @@ fn entries(zip: &[u8]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-const CODE: &str = "exec.cwasm.zst";
+const CODE: &str = "exec.cwasm.lz4";
+/// Where artifacts before format 4 keep their code, as zstd frames.
+const CODE_V3: &str = "exec.cwasm.zst";
+
+/// The slices packed code is made of, one frame each.
+const SLICE: usize = 1 << 20;
+
+/// The code `exec.cwasm.lz4` holds, inflated: an LZ4 frame per slice, each one block with
+/// the slice's size in its header (15 bytes), then an end mark.
+fn inflate(mut packed: &[u8]) -> Vec<u8> {
+    let mut code = Vec::new();
+    while !packed.is_empty() {
+        let size = u64::from_le_bytes(packed[6..14].try_into().unwrap()) as i32;
+        let length = u32::from_le_bytes(packed[15..19].try_into().unwrap());
+        let block = &packed[19..19 + (length & !(1 << 31)) as usize];
+        if length & (1 << 31) != 0 {
+            code.extend_from_slice(block);
+        } else {
+            code.extend(lz4::block::decompress(block, Some(size)).unwrap());
+        }
+        packed = &packed[19 + block.len() + 4..];
+    }
+    code
+}
 
 /// The artifact with its code (inflated) changed by `change`, and packed again.
 fn with_code(zip: &[u8], change: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let mut altered = entries(zip);
     let packed = altered.iter_mut().find(|(n, _)| n == CODE).unwrap();
-    let mut code = zstd::decode_all(&packed.1[..]).unwrap();
+    let mut code = inflate(&packed.1);
+    assert!(code.starts_with(b"\x7fELF"), "the code is not inflated");
     change(&mut code);
-    // As `wasmloop compile` packs it: a frame per slice of 1 MiB.
-    packed.1 = code
-        .chunks(SLICE)
-        .flat_map(|slice| zstd::bulk::compress(slice, 3).unwrap())
-        .collect();
+    packed.1 = wasmloop::signing::pack(&code).unwrap();
     rezip(&altered)
 }
 
-/// The slices packed code is made of, one zstd frame each.
-const SLICE: usize = 1 << 20;
+/// One LZ4 frame of a slice of zeros, whose header says it holds `size` bytes.
+fn lz4_zeros(size: u64) -> Vec<u8> {
+    let zeros = vec![0u8; SLICE];
+    let mode = lz4::block::CompressionMode::HIGHCOMPRESSION(9);
+    let block = lz4::block::compress(&zeros, Some(mode), false).unwrap();
+    wasmloop::signing::lz4_frame(size, &block, false)
+}
 
 /// Forged artifacts: the signature file of a real one (a trusted key, this engine) with
 /// code that claims, or inflates to, far more than the upload weighs; `module` keeps the
-/// module beside it or not. Each with what its refusal says.
+/// module beside it or not. Each with what its refusal says. The code is packed as each
+/// format packs it: LZ4 (4), zstd (3 and 2).
 pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>, &'static str)> {
     use std::io::Write;
     let claimed: usize = 480 << 20;
@@ -105,32 +131,18 @@ pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>
         .position(|w| w == (claimed as u32).to_le_bytes())
         .expect("the frame header holds its size");
     lying[size_at..size_at + 4].copy_from_slice(&(16u32 << 10).to_le_bytes());
-    let variants = [
-        (
-            "one frame of 480 MiB",
-            one_frame,
-            "each holds one slice of code",
-        ),
-        ("480 frames of 1 MiB", many_frames, "more than code packs"),
-        (
-            "a frame whose header lies",
-            lying.clone(),
-            "does not inflate to its size",
-        ),
-    ];
-    // Signed code is checked before it is inflated (format 3); an artifact that says it
-    // is of the format before, whose signature covers the inflated code, makes the runtime
-    // inflate it first: what a forger would choose.
-    let with_format = |code: Vec<u8>, deflated: bool, v2: bool| {
+    // The code under `entry`, its signature file of `format` (none: v2).
+    let forge = |code: Vec<u8>, entry: &str, format: Option<u32>, deflated: bool| {
         let kept: Vec<(String, Vec<u8>)> = entries(real)
             .into_iter()
             .filter(|(name, _)| module || name != "exec.wasm")
             .map(|(name, bytes)| match name.as_str() {
-                CODE => (name, code.clone()),
-                "exec.sig" if v2 => {
+                CODE => (entry.to_owned(), code.clone()),
+                "exec.sig" => {
                     let text = String::from_utf8(bytes).unwrap();
-                    assert!(text.contains("\"format\":3,"), "{text}");
-                    (name, text.replace("\"format\":3,", "").into_bytes())
+                    assert!(text.contains("\"format\":4,"), "{text}");
+                    let format = format.map_or(String::new(), |f| format!("\"format\":{f},"));
+                    (name, text.replace("\"format\":4,", &format).into_bytes())
                 }
                 _ => (name, bytes),
             })
@@ -138,7 +150,7 @@ pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>
         let mut out = std::io::Cursor::new(Vec::new());
         let mut zip = zip::ZipWriter::new(&mut out);
         for (name, bytes) in &kept {
-            let method = if deflated && name == CODE {
+            let method = if deflated && name == entry {
                 zip::CompressionMethod::Deflated
             } else {
                 zip::CompressionMethod::Stored
@@ -150,24 +162,59 @@ pub fn forged_artifacts(real: &[u8], module: bool) -> Vec<(&'static str, Vec<u8>
         zip.finish().unwrap();
         out.into_inner()
     };
-    let with = |code: Vec<u8>, deflated: bool| with_format(code, deflated, true);
-    let mut forged: Vec<(&str, Vec<u8>, &str)> = vec![(
-        "a frame whose header lies, signed as packed",
-        with_format(lying, false, false),
-        "the signature does not match the code",
-    )];
-    forged.extend(
-        variants
-            .into_iter()
-            .map(|(what, code, says)| (what, with(code, false), says)),
-    );
-    // Packed code deflated in the zip from 100 MiB: a deflate bomb, not code.
-    forged.push((
-        "a deflated code entry of 100 MiB",
-        with(vec![0u8; 100 << 20], true),
-        "inflates to more than the whole artifact",
-    ));
-    forged
+    let lz4 = |code: Vec<u8>, deflated: bool| forge(code, CODE, Some(4), deflated);
+    // An artifact that says it is of format 2, whose signature covers the inflated code,
+    // makes the runtime inflate it first: what a forger would choose.
+    let v2 = |code: Vec<u8>| forge(code, CODE_V3, None, false);
+    vec![
+        (
+            "one LZ4 frame of 480 MiB",
+            lz4(lz4_zeros(claimed as u64), false),
+            "each holds one slice of code",
+        ),
+        (
+            "480 LZ4 frames of 1 MiB",
+            lz4(lz4_zeros(SLICE as u64).repeat(claimed / SLICE), false),
+            "more than code packs",
+        ),
+        // Signed code is checked before it is inflated (formats 3 and 4).
+        (
+            "an LZ4 frame whose header lies",
+            lz4(lz4_zeros(16 << 10), false),
+            "the signature does not match the code",
+        ),
+        (
+            "a zstd frame whose header lies, signed as packed",
+            forge(lying.clone(), CODE_V3, Some(3), false),
+            "the signature does not match the code",
+        ),
+        (
+            "one zstd frame of 480 MiB",
+            v2(one_frame),
+            "each holds one slice of code",
+        ),
+        (
+            "480 zstd frames of 1 MiB",
+            v2(many_frames),
+            "more than code packs",
+        ),
+        (
+            "a zstd frame whose header lies",
+            v2(lying),
+            "does not inflate to its size",
+        ),
+        // Packed code deflated in the zip from 100 MiB: a deflate bomb, not code.
+        (
+            "a deflated code entry of 100 MiB",
+            lz4(vec![0u8; 100 << 20], true),
+            "exec.cwasm.lz4 inflates to more than twice the whole artifact",
+        ),
+        (
+            "a deflated zstd code entry of 100 MiB",
+            forge(vec![0u8; 100 << 20], CODE_V3, Some(3), true),
+            "exec.cwasm.zst inflates to more than the whole artifact",
+        ),
+    ]
 }
 
 /// A real signed artifact of the echo guest, and the trusted key's folder.

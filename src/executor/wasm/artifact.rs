@@ -28,7 +28,7 @@ pub fn elf_named_wasm(name: &str) -> String {
 }
 
 /// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine
-/// `settings` make (`exec.cwasm.zst`) and the signature (`exec.sig`), written beside it.
+/// `settings` make (`exec.cwasm.lz4`) and the signature (`exec.sig`), written beside it.
 pub fn sign_beside(
     module: &Path,
     settings: EngineSettings,
