@@ -479,6 +479,8 @@ fn the_guest_sees_the_artifacts_files_but_not_its_code_signature_or_unused_modul
     let upload = artifact(&Backend::Wasm.guest("reads_action_file"), &sign, &[]);
     let mut with_data = entries(&upload);
     with_data.push(("data.txt".to_owned(), b"bundled".to_vec()));
+    // Where artifacts before format 4 kept their code: the runtime's too, whichever it reads.
+    with_data.push((CODE_V3.to_owned(), b"older code".to_vec()));
     let upload = rezip(&with_data);
     let sees = |server: &Server, file: &str| {
         let reply = server.run(json!({ "file": file }));
@@ -505,11 +507,11 @@ fn the_guest_sees_the_artifacts_files_but_not_its_code_signature_or_unused_modul
     let loaded = start(&[&verify]);
     loaded.wait_stderr(LOADED);
     assert!(sees(&loaded, "data.txt"));
-    for hidden in ["exec.wasm", CODE, "exec.sig"] {
+    for hidden in ["exec.wasm", CODE, CODE_V3, "exec.sig"] {
         assert!(!sees(&loaded, hidden), "{hidden} is in /action");
     }
     // Compiled from the module: it is there, the code and signature still are not.
     let compiled = start(&[]);
     assert!(sees(&compiled, "data.txt") && sees(&compiled, "exec.wasm"));
-    assert!(!sees(&compiled, CODE) && !sees(&compiled, "exec.sig"));
+    assert!(!sees(&compiled, CODE) && !sees(&compiled, CODE_V3) && !sees(&compiled, "exec.sig"));
 }
