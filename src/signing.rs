@@ -134,8 +134,8 @@ fn read_key(path: &Path, kind: &str) -> anyhow::Result<[u8; 32]> {
 pub fn pack(code: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut packed = Vec::new();
     let mut block = vec![0u8; lz4::block::compress_bound(SLICE)?];
+    let mode = lz4::block::CompressionMode::HIGHCOMPRESSION(LEVEL);
     for slice in code.chunks(SLICE) {
-        let mode = lz4::block::CompressionMode::HIGHCOMPRESSION(LEVEL);
         let length = lz4::block::compress_to_buffer(slice, Some(mode), false, &mut block)?;
         // A slice that does not shrink is stored as it is, as the frame format allows.
         let (block, stored) = match block.get(..length) {
@@ -267,11 +267,12 @@ impl SignatureFile {
             .ok_or_else(|| Refusal::UntrustedKey(self.key.clone()))
     }
 
-    /// How the code it signs is packed, for the formats this runtime reads.
-    fn packing(&self) -> Result<Packing, Refusal> {
+    /// Which of the formats this runtime reads it is.
+    fn format(&self) -> Result<Format, Refusal> {
         match self.format {
-            Some(4) => Ok(Packing::Lz4),
-            Some(3) | None => Ok(Packing::Zstd),
+            Some(4) => Ok(Format::V4),
+            Some(3) => Ok(Format::V3),
+            None => Ok(Format::V2),
             Some(other) => Err(Refusal::Malformed(format!(
                 "{SIGNATURE_ENTRY} is of format {other}, which this runtime does not read (it \
                  reads 2 to {FORMAT}): make the artifact with this runtime's `wasmloop compile`"
@@ -279,12 +280,13 @@ impl SignatureFile {
         }
     }
 
-    /// Whether it signs the packed code (v3 and on), which is checked before it is inflated.
-    fn signs_packed(&self) -> bool {
-        self.format.is_some()
-    }
-
-    fn check(&self, key: &VerifyingKey, code_digest: &[u8], engine: &str) -> Result<(), Refusal> {
+    fn check(
+        &self,
+        format: Format,
+        key: &VerifyingKey,
+        code_digest: &[u8],
+        engine: &str,
+    ) -> Result<(), Refusal> {
         let malformed = |what: &str| Refusal::Malformed(what.to_owned());
         let module = unhex(&self.module)
             .filter(|m| m.len() == 32)
@@ -293,13 +295,44 @@ impl SignatureFile {
             .and_then(|b| <[u8; 64]>::try_from(b).ok())
             .map(|b| Signature::from_bytes(&b))
             .ok_or_else(|| malformed("the signature is not 64 bytes of hex"))?;
-        let context = match self.format {
-            Some(4) => CONTEXT,
-            Some(3) => CONTEXT_V3,
-            _ => CONTEXT_V2,
-        };
-        key.verify(&message(context, &module, code_digest, engine), &signature)
-            .map_err(|_| Refusal::Altered)
+        key.verify(
+            &message(format.context(), &module, code_digest, engine),
+            &signature,
+        )
+        .map_err(|_| Refusal::Altered)
+    }
+}
+
+/// An artifact format this runtime reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// Signs the inflated code; zstd frames.
+    V2,
+    /// Signs the packed code; zstd frames.
+    V3,
+    /// Signs the packed code; LZ4 frames.
+    V4,
+}
+
+impl Format {
+    fn context(self) -> &'static [u8] {
+        match self {
+            Format::V2 => CONTEXT_V2,
+            Format::V3 => CONTEXT_V3,
+            Format::V4 => CONTEXT,
+        }
+    }
+
+    /// Whether it signs the packed code, which is then checked before it is inflated.
+    fn signs_packed(self) -> bool {
+        self != Format::V2
+    }
+
+    fn packing(self) -> Packing {
+        match self {
+            Format::V4 => Packing::Lz4,
+            Format::V2 | Format::V3 => Packing::Zstd,
+        }
     }
 }
 
@@ -348,8 +381,8 @@ const CODE_PER_PACKED: u64 = 64;
 /// loaded, for the logs.
 ///
 /// Nothing in the artifact is trusted until the signature checks, and its sizes are only
-/// claims: the memory it can make this use is two slices and twice its own bytes,
-/// whatever it claims. The signature of the packed code is checked before it is inflated; that of a
+/// claims: the memory it can make this use is two slices and twice its own bytes, whatever
+/// it claims. The signature of the packed code is checked before it is inflated; that of a
 /// v2 artifact, over the inflated code, by inflating it once to hash it (letting each
 /// slice go), and, once it matches, again into the memory file it is loaded from.
 pub fn open_artifact(
@@ -369,7 +402,8 @@ pub fn open_artifact(
     let signature = SignatureFile::parse(&signature)?;
     // Refused for its engine, key or format before a byte of the code is unpacked.
     let key = signature.key(trust)?;
-    let packing = signature.packing()?;
+    let format = signature.format()?;
+    let packing = format.packing();
     let name = packing.entry();
     // Only what the zip says: the module itself is never unpacked when its code loads.
     let module_size = archive.by_name("exec.wasm").ok().map(|m| m.size());
@@ -406,12 +440,11 @@ pub fn open_artifact(
     };
     drop(entry);
     let frames = frames(&packed, packing, module_size, left).map_err(malformed)?;
-    if signature.signs_packed() {
-        signature.check(key, blake3::hash(&packed).as_bytes(), &trust.engine)?;
-    } else {
-        let digest = code_digest_of(&frames).map_err(malformed)?;
-        signature.check(key, &digest, &trust.engine)?;
-    }
+    let digest = match format.signs_packed() {
+        true => *blake3::hash(&packed).as_bytes(),
+        false => code_digest_of(&frames).map_err(malformed)?,
+    };
+    signature.check(format, key, &digest, &trust.engine)?;
     let file = unpack_verified(&frames)?;
     seal(&file).map_err(Refusal::Host)?;
     Ok(SignedCode(Arc::new(file)))
@@ -450,7 +483,6 @@ impl Packing {
                     zstd_safe::find_frame_compressed_size(rest).map_err(|_| truncated())?;
                 let bytes = rest.get(..length).ok_or_else(truncated)?;
                 let frame = Frame {
-                    packing: self,
                     bytes,
                     size,
                     stored: false,
@@ -484,7 +516,6 @@ impl Packing {
                     None => return Err(truncated()),
                 }
                 let frame = Frame {
-                    packing: self,
                     bytes,
                     size,
                     stored,
@@ -506,11 +537,16 @@ impl Packing {
 /// whole), and the size of the slice it says it inflates to.
 #[derive(Clone, Copy)]
 struct Frame<'a> {
-    packing: Packing,
     bytes: &'a [u8],
     size: u64,
     /// Its bytes are the slice itself.
     stored: bool,
+}
+
+/// Packed code split into its frames, all packed one way.
+struct Frames<'a> {
+    packing: Packing,
+    list: Vec<Frame<'a>>,
 }
 
 /// Splits packed code into its frames: one per slice of 1 MiB, each whole slice but the
@@ -521,7 +557,7 @@ fn frames<'a>(
     packing: Packing,
     module_size: Option<u64>,
     left: &mut u64,
-) -> Result<Vec<Frame<'a>>, String> {
+) -> Result<Frames<'a>, String> {
     let name = packing.entry();
     let mut frames: Vec<Frame> = Vec::new();
     let mut rest = packed;
@@ -571,7 +607,10 @@ fn frames<'a>(
         ));
     }
     *left -= size;
-    Ok(frames)
+    Ok(Frames {
+        packing,
+        list: frames,
+    })
 }
 
 /// What inflates frames on one thread: zstd keeps a context from frame to frame.
@@ -593,12 +632,15 @@ impl Inflater {
 
     /// Inflates `frame` into `buffer`, exactly its size: a frame that holds more than it
     /// says fails here, in a buffer of that size.
-    fn inflate<'b>(&mut self, frame: &Frame<'b>, buffer: &'b mut [u8]) -> Result<&'b [u8], String> {
+    fn inflate<'b>(
+        &mut self,
+        packing: Packing,
+        frame: &Frame<'b>,
+        buffer: &'b mut [u8],
+    ) -> Result<&'b [u8], String> {
         let size = frame.size as usize;
         let wrong = |e: &dyn std::fmt::Display| {
-            frame
-                .packing
-                .not_packed(&format!("a frame that does not inflate to its size: {e}"))
+            packing.not_packed(&format!("a frame that does not inflate to its size: {e}"))
         };
         if frame.stored {
             return match frame.bytes.len() == size {
@@ -615,7 +657,7 @@ impl Inflater {
         }
         .map_err(|e| wrong(&e))?;
         if written != size {
-            return Err(frame.packing.not_packed("a frame smaller than its size"));
+            return Err(packing.not_packed("a frame smaller than its size"));
         }
         Ok(&buffer[..written])
     }
@@ -625,17 +667,18 @@ impl Inflater {
 /// reuses (fresh pages are dear here: touching 10 MB of new memory costs 4-6 ms on this
 /// VM), and hands each slice to `take` with its index while it is in the cache.
 fn inflate_each<T: Send>(
-    frames: &[Frame],
+    frames: &Frames,
     take: impl Fn(usize, &[u8]) -> Result<T, String> + Sync,
 ) -> Result<Vec<T>, String> {
-    let Some(packing) = frames.first().map(|frame| frame.packing) else {
-        return Ok(Vec::new());
-    };
+    let Frames {
+        packing,
+        list: frames,
+    } = frames;
     // Frames are handed out one at a time, not half each: they inflate at different speeds,
     // and a second thread here sometimes starts milliseconds late.
     let next = std::sync::atomic::AtomicUsize::new(0);
     let inflate_frames = || -> Result<Vec<(usize, T)>, String> {
-        let mut inflater = Inflater::new(packing)?;
+        let mut inflater = Inflater::new(*packing)?;
         let mut buffer = vec![0u8; SLICE];
         let mut taken = Vec::new();
         loop {
@@ -643,7 +686,7 @@ fn inflate_each<T: Send>(
             let Some(frame) = frames.get(index) else {
                 break;
             };
-            let slice = inflater.inflate(frame, &mut buffer)?;
+            let slice = inflater.inflate(*packing, frame, &mut buffer)?;
             taken.push((index, take(index, slice)?));
         }
         Ok(taken)
@@ -677,18 +720,16 @@ fn inflate_each<T: Send>(
 }
 
 /// The code's digest, inflated and let go slice by slice.
-fn code_digest_of(frames: &[Frame]) -> Result<[u8; 32], String> {
+fn code_digest_of(frames: &Frames) -> Result<[u8; 32], String> {
     let digests = inflate_each(frames, |_, slice| Ok(*blake3::hash(slice).as_bytes()))?;
     Ok(digest_of_slices(&digests.concat()))
 }
 
 /// Verified code, inflated into a memory file (frames are whole slices but the last).
-fn unpack_verified(frames: &[Frame]) -> Result<std::fs::File, Refusal> {
+fn unpack_verified(frames: &Frames) -> Result<std::fs::File, Refusal> {
     use std::os::unix::fs::FileExt;
     let file = sealable_memory_file().map_err(Refusal::Host)?;
-    let name = frames
-        .first()
-        .map_or(CODE_ENTRY, |frame| frame.packing.entry());
+    let name = frames.packing.entry();
     let in_memory = |e: std::io::Error| format!("cannot hold {name} in memory: {e}");
     // Verified code that does not inflate is still malformed; a write that fails is ours.
     let write_failed = std::sync::atomic::AtomicBool::new(false);
@@ -770,13 +811,12 @@ mod tests {
     fn verify(signature_file: &[u8], code: &[u8], trust: &Trust) -> Result<(), Refusal> {
         let file = SignatureFile::parse(signature_file)?;
         let key = file.key(trust)?;
-        file.packing()?;
-        let digest = if file.signs_packed() {
-            *blake3::hash(code).as_bytes()
-        } else {
-            code_digest(code)
+        let format = file.format()?;
+        let digest = match format.signs_packed() {
+            true => *blake3::hash(code).as_bytes(),
+            false => code_digest(code),
         };
-        file.check(key, &digest, &trust.engine)
+        file.check(format, key, &digest, &trust.engine)
     }
 
     /// `exec.sig` as wasmloop wrote it before v3: over the inflated code.
