@@ -35,6 +35,9 @@ impl LogFormat {
 /// JSON each is an object, every one but the last marked `"partial":true`.
 pub const LINE_MAX: usize = 16 * 1024;
 
+/// The capacity a buffer of rendered lines keeps between writes.
+const RENDERED_KEPT: usize = 128 * 1024;
+
 /// The last line kept for messages about the action (its start, this many bytes): enough
 /// to tell a result written on stdout instead of fd 3, or a panic's message.
 const LAST_LINE_KEPT: usize = 4096;
@@ -160,6 +163,16 @@ impl Lines {
 
     pub fn stream(&self) -> Stream {
         self.stream
+    }
+
+    /// Writes lines rendered into `out` to this stream and empties `out`, giving back what a
+    /// burst of logs made it grow to.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        self.stream.write(out);
+        out.clear();
+        if out.capacity() > RENDERED_KEPT {
+            *out = Vec::new();
+        }
     }
 
     /// Takes what the action wrote; renders the lines it completes, and the pieces of a

@@ -247,24 +247,13 @@ fn sockets_past_a_components_cap_fail_in_the_guest_and_the_logs_name_the_cap() {
     assert_eq!(settles_at(&server, idle), idle, "held sockets not closed");
 }
 
-/// The server's resident memory, in bytes.
-fn resident(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 #[test]
 fn unsent_http_requests_and_headers_a_component_hoards_stay_within_its_resources() {
     let server = Server::start();
     server
         .init(&Backend::Component.init_guest("hoards_http"))
         .assert(200, OK);
-    let before = resident(&server);
+    let before = server.resident();
     // A few are fine, and the instance goes on.
     let reply = server.run(json!({"requests": 10, "headers": 10}));
     reply.assert(200, "{\"headers\":10,\"requests\":10}\n");
@@ -278,7 +267,7 @@ fn unsent_http_requests_and_headers_a_component_hoards_stay_within_its_resources
         );
     }
     // ...and what it held is bounded: 1024 bodies of 1 MiB each would be a gigabyte.
-    let grown = resident(&server).saturating_sub(before);
+    let grown = server.resident().saturating_sub(before);
     eprintln!("resident memory grew by {} KiB", grown >> 10);
     assert!(grown < 96 << 20, "grew by {grown} bytes");
     server
@@ -289,7 +278,7 @@ fn unsent_http_requests_and_headers_a_component_hoards_stay_within_its_resources
 #[test]
 fn stray_stdout_lines_past_a_bound_are_counted_not_kept() {
     let server = Server::with_guest(Backend::Wasm, "floods_stdout");
-    let before = resident(&server);
+    let before = server.resident();
     // Two million short lines after the answer: ~4 MB written, ~60 MB as queued lines.
     server
         .run(json!({"lines": 2_000_000}))
@@ -299,7 +288,7 @@ fn stray_stdout_lines_past_a_bound_are_counted_not_kept() {
         .assert(200, "{\"lines\":0}\n");
     server.wait_stderr("more bytes the action wrote on stdout after its result, unread");
     server.wait_stderr("more lines (");
-    let grown = resident(&server).saturating_sub(before);
+    let grown = server.resident().saturating_sub(before);
     eprintln!("resident memory grew by {} KiB", grown >> 10);
     assert!(grown < 32 << 20, "grew by {grown} bytes");
 }

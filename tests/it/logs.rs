@@ -46,6 +46,12 @@ fn overlapping(backend: Backend, format: &str) -> Server {
     server
 }
 
+/// 64 MiB floods in a row, after the first; and what they may raise the server's memory
+/// high-water mark by: a few 16 KiB pieces and a guest's 1 MiB writes, with room for the
+/// allocator, against the whole line's 64 MiB.
+const FLOODS: usize = 8;
+const FLOOD_HEADROOM: u64 = 2 << 20;
+
 /// The streams an action's log lines come on: a wasm guest's stdout carries its results.
 fn log_streams(backend: Backend) -> &'static [&'static str] {
     match backend {
@@ -65,6 +71,24 @@ each_backend! {
         let line = LONG_LINE_UNIT.repeat((64 << 20) / LONG_LINE_UNIT.len());
         assert_eq!(stderr.len(), line.len() + 1 + SENTINEL.len() + 1, "{backend:?}");
         assert!(stderr == format!("{line}\n{SENTINEL}\n"), "{backend:?}: not the line, whole");
+    }
+
+    /// However fast an action writes a line with no newline, the server holds no more of
+    /// it than a few pieces: its memory high-water mark stays flat across repeated 64 MiB
+    /// floods (an action that writes faster than the runtime reads never lets the pipe run
+    /// dry, and the pieces once piled up until it did).
+    fn repeated_64_mib_floods_leave_the_servers_memory_flat(backend: Backend) {
+        let server = Server::builder().discard_logs().start().initialized_with(backend, "logs_a_long_line");
+        // A first, small one grows what stays: the guest's 1 MiB chunk, the allocator's
+        // arenas. Not a flood: a buffer it left grown would hide the next ones.
+        server.run(json!({"mib": 1})).assert(200, "{\"mib\":1}\n");
+        let before = server.reset_high_water();
+        for _ in 0..FLOODS {
+            server.run(json!({"mib": 64})).assert(200, "{\"mib\":64}\n");
+        }
+        let grew = server.memory("VmHWM").saturating_sub(before);
+        eprintln!("{backend:?}: high-water {} KiB above the resident {} KiB", grew >> 10, before >> 10);
+        assert!(grew < FLOOD_HEADROOM, "{backend:?}: {FLOODS} floods raised the high-water mark by {grew} bytes");
     }
 
     fn in_json_every_line_is_whole_and_names_the_activation_that_wrote_it(backend: Backend) {

@@ -335,6 +335,7 @@ pub struct ServerBuilder {
     listen_fd: i32,
     nofile: Option<u64>,
     process: bool,
+    discard_logs: bool,
 }
 
 /// A server run by `wasmloop::server::run` on a thread of the test process, with the
@@ -438,6 +439,13 @@ impl ServerBuilder {
         self.process()
     }
 
+    /// A process whose stdout and stderr go to /dev/null, for a test that floods them and
+    /// reads neither (it cannot wait for sentinels).
+    pub fn discard_logs(mut self) -> Self {
+        self.discard_logs = true;
+        self.process()
+    }
+
     /// A `wasmloop serve` process (the default), for a test that reads its logs, sets its
     /// environment, signals it or counts its children.
     pub fn process(mut self) -> Self {
@@ -484,14 +492,19 @@ impl ServerBuilder {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("WASMLOOP_ACTION_DIR", action_dir.path())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdin(Stdio::null());
+        let logs = || match self.discard_logs {
+            true => Stdio::null(),
+            false => Stdio::piped(),
+        };
+        launch.command().stdout(logs()).stderr(logs());
         let (mut child, addr) = launch.spawn().expect("cannot start wasmloop");
         let out = Arc::new(Capture::default());
         let err = Arc::new(Capture::default());
-        out.clone().gather(child.stdout.take().unwrap());
-        err.clone().gather(child.stderr.take().unwrap());
+        if let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) {
+            out.clone().gather(stdout);
+            err.clone().gather(stderr);
+        }
         Server {
             addr,
             child: Some(Mutex::new(child)),
@@ -580,6 +593,7 @@ impl Server {
             listen_fd: 3,
             nofile: None,
             process: true,
+            discard_logs: false,
         }
     }
 
@@ -695,6 +709,33 @@ impl Server {
             "a test that signals the process itself cannot run against a container"
         );
         self.child().lock().unwrap().id()
+    }
+
+    /// A figure of the server process's `/proc/PID/status`, such as `VmRSS`, in bytes.
+    #[track_caller]
+    pub fn memory(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        kib * 1024
+    }
+
+    /// The server's resident memory, in bytes.
+    #[track_caller]
+    pub fn resident(&self) -> u64 {
+        self.memory("VmRSS")
+    }
+
+    /// Starts the server's resident high-water mark (`VmHWM`) again from its resident memory
+    /// now (`/proc/PID/clear_refs`, Linux 4.0), and returns that.
+    #[track_caller]
+    pub fn reset_high_water(&self) -> u64 {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5")
+            .expect("cannot reset the server's memory high-water mark");
+        self.resident()
     }
 
     /// The container's id, when the server runs in one.

@@ -11,7 +11,7 @@ use wasmtime_wasi::async_trait;
 
 use crate::executor::lines::{LineBuffer, LineTooLong, is_blank};
 use crate::lock;
-use crate::{logs, protocol};
+use crate::logs;
 use wasmtime_wasi::cli::{IsTerminal, StdinStream, StdoutStream};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamResult};
 
@@ -327,11 +327,7 @@ fn write_out(held: &mut Held, all: bool, tail: &[u8]) {
         held.lines.finish(&mut held.out);
     }
     held.out.extend_from_slice(tail);
-    protocol::write_stderr(&held.out);
-    held.out.clear();
-    if held.out.capacity() > 2 * STDERR_BATCH {
-        held.out = Vec::new();
-    }
+    held.lines.write(&mut held.out);
 }
 
 impl Sink for GuestStderr {
