@@ -84,9 +84,13 @@ pub fn report_not_an_object(say: &dyn Fn(&str), line: &[u8]) {
     ));
 }
 
+/// How much of a line that is no JSON the default, short explanation quotes.
+const SHORT_EXCERPT: usize = 80;
+
 /// Tells the logs that an action's answer was not JSON, and what it was: usually a log
-/// line written where only results go. The HTTP body keeps the fixed message.
-pub fn report_not_json(say: &dyn Fn(&str), line: &[u8]) {
+/// line written where only results go. One short line, or with `detailed` (`--hints`) the
+/// fix for each language. The HTTP body keeps the fixed message.
+pub fn report_not_json(say: &dyn Fn(&str), line: &[u8], detailed: bool) {
     if let Some(rest) = line.strip_prefix("\u{feff}".as_bytes()) {
         say(&format!(
             "wasmloop: the action's answer starts with a byte-order mark (\\ufeff), which JSON \
@@ -97,6 +101,15 @@ pub fn report_not_json(say: &dyn Fn(&str), line: &[u8]) {
         if is_json_result(rest) {
             return;
         }
+    }
+    if !detailed {
+        say(&format!(
+            "wasmloop: the action's answer is not JSON: `{}`. Write only results on the result \
+             channel (stdout in WebAssembly, fd 3 in a native action) and logs on stderr \
+             (--hints says how in each language)",
+            excerpt(line, SHORT_EXCERPT)
+        ));
+        return;
     }
     say(&format!(
         "wasmloop: the action's answer is not JSON, so it was not taken as its result: `{}`. \

@@ -637,11 +637,13 @@ impl<W: Worker> Pool<W> {
             lines::check_result(worker.activate(line).await?)
         })
         .await;
-        // OpenWhisk's runtime tests expect nothing on stderr here but what the action
-        // wrote: the explanation is for those who asked for it.
+        // OpenWhisk's runtime tests expect nothing on stderr but what the action wrote when
+        // it answers a JSON value that is not an object: that explanation is for those who
+        // asked for it. A line that is no JSON at all (a print on the result channel) no
+        // canonical case sends, and without a word the 502 would leave its author guessing.
         match &result {
-            Err(RunError::NotJson(line)) if hints => {
-                lines::report_not_json(&|m| self.say_about(worker, m), line)
+            Err(RunError::NotJson(line)) => {
+                lines::report_not_json(&|m| self.say_about(worker, m), line, hints)
             }
             Err(RunError::NotAnObject(line)) if hints => {
                 lines::report_not_an_object(&|m| self.say_about(worker, m), line)

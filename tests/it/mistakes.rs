@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Backend, Server, fixture, init_binary, init_text, read, zip_of};
+use crate::support::{Backend, SENTINEL, Server, fixture, init_binary, init_text, read, zip_of};
 
 const OK: &str = "{\"ok\":true}\n";
 
@@ -50,6 +50,28 @@ fn a_native_result_printed_on_stdout_is_pointed_out() {
 }
 
 each_backend! {
+    /// Without --hints, in text mode: a line that is no JSON at all gets one short line in
+    /// the logs (what came, cut, and where logs go), while a JSON value that is not an object
+    /// (OpenWhisk's canonical case) leaves the streams to the action.
+    fn a_line_that_is_not_json_is_told_in_one_short_line_by_default(backend: Backend) {
+        let server = Server::with_guest(backend, "non_object");
+        server.run(json!({"raw": "debug: about to answer"})).assert(502, NOT_AN_OBJECT);
+        server.run(json!({"raw": "y".repeat(500)})).assert(502, NOT_AN_OBJECT);
+        server.run(json!({"raw": "\"hello\""})).assert(502, NOT_AN_OBJECT);
+        server.wait_sentinels(3);
+        let told = |what: &str| {
+            format!(
+                "wasmloop: the action's answer is not JSON: `{what}`. Write only results on the \
+                 result channel (stdout in WebAssembly, fd 3 in a native action) and logs on \
+                 stderr (--hints says how in each language)\n{SENTINEL}\n"
+            )
+        };
+        let cut = format!("{}…", "y".repeat(80));
+        let expected = told("debug: about to answer") + &told(&cut) + SENTINEL + "\n";
+        assert_eq!(server.stderr(), expected);
+        assert_eq!(server.stdout(), format!("{SENTINEL}\n").repeat(3));
+    }
+
     fn a_result_that_is_not_an_object_is_said_with_what_it_was_given_hints(backend: Backend) {
         let server = hinting().initialized_with(backend, "non_object");
         let cases = [
