@@ -42,6 +42,12 @@ pub enum Error {
     BuiltIn,
     #[error("{}", protocol::MSG_NO_ACTION)]
     NoAction,
+    /// `/init` or `/run` with another method than POST, the only one OpenWhisk sends.
+    #[error("{path} takes POST only (as OpenWhisk's invoker sends it), not {method}")]
+    MethodNotAllowed { path: String, method: String },
+    /// A GET on a path that is not ours: never an empty 200 a probe would take for health.
+    #[error("no such path: {0} (the runtime serves POST /init and POST /run)")]
+    NotFound(String),
     /// A request that arrived after SIGTERM: the platform reads 503 as "this container is
     /// going away" and places the activation elsewhere.
     #[error("the runtime is shutting down and takes no new requests")]
@@ -99,6 +105,8 @@ impl Error {
                 StatusCode::BAD_GATEWAY
             }
             Error::NoAction | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::TimedOut(_)
             | Error::NeverStarted { .. }
             | Error::Run(RunError::TimedOut | RunError::NeverStarted(_)) => {
@@ -123,12 +131,16 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = json_response(status, protocol::error_body(&self.to_string()));
-        if status == StatusCode::TOO_MANY_REQUESTS {
+        let header = match status {
             // A slot frees up within an activation's time; one second is a fair first guess.
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
+            StatusCode::TOO_MANY_REQUESTS => Some((axum::http::header::RETRY_AFTER, "1")),
+            StatusCode::METHOD_NOT_ALLOWED => Some((axum::http::header::ALLOW, "POST")),
+            _ => None,
+        };
+        if let Some((name, value)) = header {
+            response
+                .headers_mut()
+                .insert(name, axum::http::HeaderValue::from_static(value));
         }
         response
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::{Error, json_response};
@@ -43,8 +43,23 @@ pub async fn run(
     Ok(json_response(StatusCode::OK, result))
 }
 
-/// The reference answers any other path with an empty 200; health probes rely on it.
-pub async fn other() -> Response {
+/// `/init` or `/run` with another method than POST: refused before anything is read, so
+/// nothing reaches the action or its logs.
+pub async fn post_only(method: Method, uri: Uri) -> Error {
+    Error::MethodNotAllowed {
+        path: uri.path().to_owned(),
+        method: method.to_string(),
+    }
+}
+
+/// Any other path. A GET (or HEAD) is 404, so that no HTTP probe takes the runtime for
+/// healthy by mistake (OpenWhisk's invoker checks a container with a TCP connection, and
+/// sends it nothing but POST /init and POST /run); any other method gets the reference's
+/// empty 200.
+pub async fn other(method: Method, uri: Uri) -> Response {
+    if method == Method::GET || method == Method::HEAD {
+        return Error::NotFound(uri.path().to_owned()).into_response();
+    }
     StatusCode::OK.into_response()
 }
 

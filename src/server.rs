@@ -4,18 +4,20 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::any;
+use axum::routing::post;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::handlers;
 use crate::runtime::Runtime;
 
-/// The routes; any method is accepted, as the reference proxy does.
+/// The routes: `/init` and `/run` take POST, the only method OpenWhisk sends them (the
+/// reference takes any, so a stray GET /init could replace an action or run it); a GET
+/// elsewhere is 404, any other method there the reference's empty 200.
 pub fn app(runtime: Arc<Runtime>) -> Router {
     Router::new()
-        .route("/init", any(handlers::init))
-        .route("/run", any(handlers::run))
+        .route("/init", post(handlers::init).fallback(handlers::post_only))
+        .route("/run", post(handlers::run).fallback(handlers::post_only))
         .fallback(handlers::other)
         .with_state(runtime)
 }

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{Backend, Server, http, init_text};
+use crate::support::{Backend, SENTINEL, Server, http, init_text};
 
 const OK: &str = "{\"ok\":true}\n";
 const MISSING_CODE: &str = "{\"error\":\"Missing main/no code to execute.\"}\n";
@@ -65,11 +65,37 @@ each_backend! {
         reply.assert(200, "{\"a\":\"line\\nbreak\"}\n");
     }
 
-    fn init_and_run_accept_any_method(backend: Backend) {
-        let server = Server::in_process();
-        let body = backend.init_guest("echo").to_string();
-        http(server.addr, "PUT", "/init", body.as_bytes()).assert(200, OK);
-        http(server.addr, "GET", "/run", b"{\"value\":{\"m\":1}}").assert(200, "{\"m\":1}\n");
+    /// OpenWhisk sends /init and /run as POST; any other method is refused before the body
+    /// is read: it neither installs nor runs the action, nor writes into the action's logs
+    /// (a GET /init once loaded was a 403 with its line on stderr).
+    fn init_and_run_take_post_only(backend: Backend) {
+        let server = Server::start();
+        let init = backend.init_guest("echo_quietly").to_string();
+        let refused = |method: &str, path: &str, body: &[u8]| {
+            let reply = http(server.addr, method, path, body);
+            reply.assert(
+                405,
+                &format!(
+                    "{{\"error\":\"{path} takes POST only (as OpenWhisk's invoker sends it), \
+                     not {method}\"}}\n"
+                ),
+            );
+            assert_eq!(reply.header("allow"), Some("POST"), "{method} {path}");
+        };
+        for method in ["GET", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+            refused(method, "/init", init.as_bytes());
+            refused(method, "/run", b"{\"value\":{\"m\":1}}");
+        }
+        server.run(json!({"m": 1})).assert(500, "{\"error\":\"no action defined yet\"}\n");
+        server.init(&backend.init_guest("echo_quietly")).assert(200, OK);
+        for method in ["GET", "PUT"] {
+            refused(method, "/init", init.as_bytes());
+            refused(method, "/run", b"{\"value\":{\"m\":1}}");
+        }
+        server.run(json!({"m": 1})).assert(200, "{\"m\":1}\n");
+        server.wait_sentinels(1);
+        let sentinel = format!("{SENTINEL}\n");
+        assert_eq!((server.stdout(), server.stderr()), (sentinel.clone(), sentinel));
     }
 
     fn a_malformed_run_body_is_a_400_and_the_action_keeps_serving(backend: Backend) {
@@ -125,17 +151,38 @@ fn run_before_init_is_a_500() {
     );
 }
 
+/// No probe takes an empty 200 for health: a GET elsewhere is a 404 saying what is served,
+/// before and after /init. Other methods keep the reference's empty 200.
 #[test]
-fn other_paths_answer_200_with_an_empty_body() {
+fn a_get_on_another_path_is_a_404_and_other_methods_get_the_references_empty_200() {
     let server = Server::in_process();
-    for (method, path) in [
-        ("GET", "/"),
-        ("GET", "/ping"),
-        ("POST", "/init/x"),
-        ("PUT", "/metrics"),
-    ] {
-        http(server.addr, method, path, b"").assert(200, "");
-    }
+    let check = || {
+        for path in [
+            "/",
+            "/ping",
+            "/healthz",
+            "/metrics",
+            "/init/x",
+            "/other?x=1",
+        ] {
+            let shown = path.split('?').next().unwrap();
+            http(server.addr, "GET", path, b"").assert(
+                404,
+                &format!(
+                    "{{\"error\":\"no such path: {shown} (the runtime serves POST /init and \
+                     POST /run)\"}}\n"
+                ),
+            );
+        }
+        for (method, path) in [("POST", "/init/x"), ("PUT", "/metrics"), ("POST", "/")] {
+            http(server.addr, method, path, b"").assert(200, "");
+        }
+    };
+    check();
+    server
+        .init(&Backend::Native.init_guest("echo"))
+        .assert(200, OK);
+    check();
 }
 
 #[test]
