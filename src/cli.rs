@@ -40,6 +40,7 @@ pub enum Command {
     /// Serve /init and /run over HTTP (what a bare `wasmloop` does).
     Serve(ServeArgs),
     /// Run an action locally, without HTTP: each input gives one result line on stdout.
+    #[command(after_help = RUN_EXIT_STATUS)]
     Run(RunArgs),
     /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled, or sign
     /// it with --sign-key for runtimes that --trust-key the signer).
@@ -346,6 +347,13 @@ pub struct SignArgs {
     #[arg(long, env = "WASMLOOP_SIGN_KEY", value_name = "FILE")]
     pub sign_key: Option<PathBuf>,
 }
+
+/// `wasmloop run --help`'s last words: what its exit status says.
+pub(crate) const RUN_EXIT_STATUS: &str = "Exit status: 0 when every input succeeded; 3 when an answer \
+    was an application error (a result with an \"error\" key); 4 when an activation failed \
+    (the action exited or trapped, ran out of time, or answered no JSON object or array); 1 \
+    when the action could not start or an input was not JSON. When inputs fail in more than \
+    one way, the first of 1, 4, 3 wins.";
 
 /// `wasmloop run`: one local process running one action, with the groups of `serve`'s
 /// settings that apply to it. Its `--timeout` has a default: a mistake that makes an

@@ -66,10 +66,89 @@ pub enum Inputs {
     Stdin,
 }
 
+/// `wasmloop run`'s exit status when an activation answered an application error (a result
+/// object with an `"error"` key, which OpenWhisk reports as "application error") and none
+/// failed outright.
+pub const EXIT_APPLICATION_ERROR: u8 = 3;
+/// Its exit status when an activation failed: the action gave no usable result (it exited
+/// or trapped, ran out of time, answered no JSON object or array), OpenWhisk's "action
+/// developer error".
+pub const EXIT_ACTION_ERROR: u8 = 4;
+
+/// How the inputs of a run fared, counted by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub application_errors: usize,
+    pub action_errors: usize,
+    /// Inputs that could not be sent: not JSON.
+    pub bad_inputs: usize,
+}
+
+impl Tally {
+    /// The exit status a script reads: 0 when every input succeeded, else the gravest kind
+    /// of failure there was: 1 for an input that could not be sent (as for a run that
+    /// could not start), then `EXIT_ACTION_ERROR`, then `EXIT_APPLICATION_ERROR`.
+    pub fn exit_code(self) -> u8 {
+        if self.bad_inputs > 0 {
+            1
+        } else if self.action_errors > 0 {
+            EXIT_ACTION_ERROR
+        } else if self.application_errors > 0 {
+            EXIT_APPLICATION_ERROR
+        } else {
+            0
+        }
+    }
+
+    /// One line for stderr, when any input failed: how many, of each kind.
+    fn summary(self) -> Option<String> {
+        let total = self.application_errors + self.action_errors + self.bad_inputs;
+        let count = |n: usize, one: &str, many: &str| match n {
+            0 => None,
+            1 => Some(format!("1 {one}")),
+            n => Some(format!("{n} {many}")),
+        };
+        let parts: Vec<String> = [
+            count(self.action_errors, "action error", "action errors"),
+            count(
+                self.application_errors,
+                "application error (\"error\" in its result)",
+                "application errors (\"error\" in their results)",
+            ),
+            count(
+                self.bad_inputs,
+                "input that is not JSON",
+                "inputs that are not JSON",
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let inputs = if total == 1 { "input" } else { "inputs" };
+        (total > 0).then(|| {
+            format!(
+                "{total} {inputs} failed: {} (exit status {})",
+                parts.join(", "),
+                self.exit_code()
+            )
+        })
+    }
+}
+
+/// Whether a result is an application error: a JSON object with an `"error"` key, as
+/// OpenWhisk's controller tells one (whatever the key holds).
+fn is_application_error(result: &[u8]) -> bool {
+    let first = result.iter().find(|b| !b.is_ascii_whitespace());
+    first == Some(&b'{')
+        && serde_json::from_slice::<Map<String, Value>>(result)
+            .is_ok_and(|m| m.contains_key("error"))
+}
+
 /// Initializes the action in `file`, then runs it once per input, printing each result
 /// line on stdout and each failure on stderr (with the input's line number). A failing
-/// input does not stop the others; any failure makes the whole run fail at the end. On
-/// Ctrl-C or SIGTERM the action is stopped and its folder removed before returning.
+/// input does not stop the others; at the end, a line on stderr counts the failures, and
+/// what is returned (`Tally::exit_code`) tells a script how the run went. On Ctrl-C or
+/// SIGTERM the action is stopped and its folder removed before returning.
 pub async fn run(
     file: &Path,
     main: &str,
@@ -77,7 +156,7 @@ pub async fn run(
     inputs: Inputs,
     context: RequestContext,
     mut config: Config,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Tally> {
     config.fit_to_host();
     let runtime = Runtime::new(config);
     let outcome = tokio::select! {
@@ -98,7 +177,7 @@ async fn init_and_run(
     env: Vec<(String, String)>,
     inputs: Inputs,
     context: &RequestContext,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Tally> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     // The upload is only its bytes from here on: its name says what its author meant.
     if file.extension().is_some_and(|ext| ext == "wasm")
@@ -123,7 +202,7 @@ async fn init_and_run(
         .context("the action vanished after /init")?;
     let mut out = Results {
         stdout: tokio::io::stdout(),
-        failures: 0,
+        tally: Tally::default(),
         made: 0,
         context,
     };
@@ -142,7 +221,7 @@ async fn init_and_run(
                 any = true;
                 if !out.activate(&action, Some(number), &line).await? {
                     // Nobody reads our results any more (`| head -1`): a quiet end.
-                    return Ok(());
+                    return Ok(out.tally);
                 }
             }
             if !any {
@@ -150,17 +229,19 @@ async fn init_and_run(
             }
         }
     }
-    match out.failures {
-        0 => Ok(()),
-        1 => bail!("1 input failed"),
-        n => bail!("{n} inputs failed"),
+    if let Some(summary) = out.tally.summary() {
+        crate::protocol::log_stderr(
+            crate::logs::LogFormat::Text,
+            &format!("wasmloop: {summary}"),
+        );
     }
+    Ok(out.tally)
 }
 
 /// Results to stdout, failures counted and told on stderr.
 struct Results<'a> {
     stdout: tokio::io::Stdout,
-    failures: usize,
+    tally: Tally,
     /// Request lines made so far: each fresh activation id hashes its number.
     made: u64,
     context: &'a RequestContext,
@@ -179,11 +260,20 @@ impl Results<'_> {
             .unwrap_or_default();
         self.made += 1;
         let result = match self.context.request(input, self.made) {
-            Ok(line) => action.activate(&line).await.map_err(anyhow::Error::from),
-            Err(e) => Err(e),
+            Ok(line) => action.activate(&line).await.map_err(|e| {
+                self.tally.action_errors += 1;
+                anyhow::Error::from(e)
+            }),
+            Err(e) => {
+                self.tally.bad_inputs += 1;
+                Err(e)
+            }
         };
         match result {
             Ok(result) => {
+                if is_application_error(&result) {
+                    self.tally.application_errors += 1;
+                }
                 let newline: &[u8] = if result.ends_with(b"\n") { b"" } else { b"\n" };
                 let written = async {
                     self.stdout.write_all(&result).await?;
@@ -197,7 +287,6 @@ impl Results<'_> {
                 }
             }
             Err(e) => {
-                self.failures += 1;
                 // A person reads these: `wasmloop run` writes text.
                 let message = format!("wasmloop: {which}{e:#}");
                 crate::protocol::log_stderr(crate::logs::LogFormat::Text, &message);
@@ -268,4 +357,68 @@ pub fn zip_folder(dir: &Path) -> anyhow::Result<Vec<u8>> {
         }
     }
     Ok(zip.finish()?.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_application_error_is_an_object_with_an_error_key_whatever_it_holds() {
+        for yes in [
+            &b"{\"error\":\"no\"}"[..],
+            b" {\"a\":1,\"error\":null}\n",
+            b"{\"error\":{}}",
+        ] {
+            assert!(
+                is_application_error(yes),
+                "{}",
+                String::from_utf8_lossy(yes)
+            );
+        }
+        for no in [
+            &b"{\"errors\":1}"[..],
+            b"[{\"error\":1}]",
+            b"{\"a\":{\"error\":1}}",
+            b"{",
+        ] {
+            assert!(!is_application_error(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
+
+    #[test]
+    fn the_gravest_failure_sets_the_exit_status_and_the_summary_counts_each_kind() {
+        let tally = |application_errors, action_errors, bad_inputs| Tally {
+            application_errors,
+            action_errors,
+            bad_inputs,
+        };
+        assert_eq!(tally(0, 0, 0).exit_code(), 0);
+        assert_eq!(tally(0, 0, 0).summary(), None);
+        assert_eq!(tally(2, 0, 0).exit_code(), EXIT_APPLICATION_ERROR);
+        assert_eq!(tally(2, 1, 0).exit_code(), EXIT_ACTION_ERROR);
+        assert_eq!(tally(2, 1, 1).exit_code(), 1);
+        assert_eq!(
+            tally(1, 0, 0).summary().unwrap(),
+            "1 input failed: 1 application error (\"error\" in its result) (exit status 3)"
+        );
+        assert_eq!(
+            tally(2, 1, 3).summary().unwrap(),
+            "6 inputs failed: 1 action error, 2 application errors (\"error\" in their \
+             results), 3 inputs that are not JSON (exit status 1)"
+        );
+    }
+
+    #[test]
+    fn run_help_states_the_exit_statuses_it_returns() {
+        let help = crate::cli::RUN_EXIT_STATUS;
+        assert!(
+            help.contains(&format!("{EXIT_APPLICATION_ERROR} when an answer")),
+            "{help}"
+        );
+        assert!(
+            help.contains(&format!("{EXIT_ACTION_ERROR} when an activation failed")),
+            "{help}"
+        );
+    }
 }

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     ));
     init_tracing(&cli);
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("wasmloop: {e:#}");
             ExitCode::FAILURE
@@ -54,12 +54,14 @@ fn init_tracing(cli: &Cli) {
         .init();
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+/// The command's exit status: `wasmloop run`'s tells how its inputs fared; every other
+/// command's is 0 when it did its job.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (debug, verbose) = (cli.debug, cli.verbose);
-    match cli.command {
+    let done = match cli.command {
+        Some(Command::Run(args)) => return run_locally(args),
         Some(Command::Serve(args)) => serve(args, debug, verbose),
         Some(Command::OwCompile(args)) => ow_compile(args),
-        Some(Command::Run(args)) => run_locally(args),
         Some(Command::New(args)) => new_project(args),
         Some(Command::Compile(args)) => compile(args),
         Some(Command::Keygen(args)) => keygen(args),
@@ -72,7 +74,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
         ),
         None => serve(cli.serve, debug, verbose),
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }
 
 /// A multi-thread runtime with `threads` workers, or one per CPU.
@@ -102,16 +105,17 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
     })
 }
 
-fn run_locally(args: RunArgs) -> anyhow::Result<()> {
+fn run_locally(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = args.to_config()?;
     let context = args.context();
     let inputs = match args.input {
         Some(input) => wasmloop::local::Inputs::One(input),
         None => wasmloop::local::Inputs::Stdin,
     };
-    async_runtime(None)?.block_on(wasmloop::local::run(
+    let tally = async_runtime(None)?.block_on(wasmloop::local::run(
         &args.file, &args.main, args.env, inputs, context, config,
-    ))
+    ))?;
+    Ok(ExitCode::from(tally.exit_code()))
 }
 
 fn compile(args: CompileArgs) -> anyhow::Result<()> {

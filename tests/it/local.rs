@@ -111,11 +111,50 @@ each_backend! {
     fn run_fails_with_the_error_on_stderr(backend: Backend) {
         let guest = backend.guest("exits_when_asked");
         let output = wasmloop_run(&[guest.to_str().unwrap(), "--input", "{\"exit\":3}"], "");
-        assert_eq!(output.status.code(), Some(1));
+        assert_eq!(output.status.code(), Some(4), "an action error");
         let stderr = String::from_utf8_lossy(&output.stderr);
         let exited = format!("command exited: exit status: {}", backend.exit_code(3));
         assert!(stderr.contains(&exited), "{stderr}");
         assert!(!String::from_utf8_lossy(&output.stdout).contains("XXX_THE_END"));
+    }
+    /// A script tells from the exit status alone how the inputs fared: an application error
+    /// (a result with "error", still printed as the result), an action error, or none.
+    fn run_exits_non_zero_for_an_error_answer_and_tells_the_two_kinds_apart(backend: Backend) {
+        let echo = backend.guest("echo_quietly");
+        let echo = echo.to_str().unwrap();
+        let output = wasmloop_run(&[echo], "{\"a\":1}\n[1]\n");
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        let output = wasmloop_run(&[echo], "{\"a\":1}\n{\"error\":\"no such user\"}\n{\"b\":2}\n");
+        assert_eq!(output.status.code(), Some(3));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "{\"a\":1}\n{\"error\":\"no such user\"}\n{\"b\":2}\n"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.ends_with(
+                "wasmloop: 1 input failed: 1 application error (\"error\" in its result) (exit \
+                 status 3)\n"
+            ),
+            "{stderr}"
+        );
+        // The runtime's own error (here: a JSON string, no object) outranks it.
+        let non_object = backend.guest("non_object");
+        let output = wasmloop_run(&[non_object.to_str().unwrap()], "{\"raw\":\"{\\\"error\\\":1}\"}\n{}\n");
+        assert_eq!(output.status.code(), Some(4));
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "{\"error\":1}\n");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("wasmloop: input line 2: The action did not return a dictionary or array."),
+            "{stderr}"
+        );
+        assert!(
+            stderr.ends_with(
+                "wasmloop: 2 inputs failed: 1 action error, 1 application error (\"error\" in \
+                 its result) (exit status 4)\n"
+            ),
+            "{stderr}"
+        );
     }
 }
 
@@ -154,7 +193,12 @@ fn run_goes_on_after_a_failing_input_and_fails_at_the_end() {
         stderr.contains("wasmloop: input line 4: the input is not JSON"),
         "{stderr}"
     );
-    assert!(stderr.contains("wasmloop: 2 inputs failed"), "{stderr}");
+    assert!(
+        stderr.ends_with(
+            "wasmloop: 2 inputs failed: 1 action error, 1 input that is not JSON (exit status 1)\n"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -170,7 +214,7 @@ fn run_stops_an_activation_at_its_timeout() {
         ],
         "",
     );
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(4));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("the action did not finish within --timeout 1s and was stopped"),
