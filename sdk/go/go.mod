@@ -1,3 +1,3 @@
 module wasmloop.dev/action
 
-go 1.22
+go 1.24

@@ -1,4 +1,4 @@
-//go:build wasip1 && go1.24
+//go:build wasip1
 
 package action
 

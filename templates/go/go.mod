@@ -2,7 +2,7 @@
 // library's, nor a module fetched from anywhere. Rename it when you publish the action.
 module example.com/{{name}}
 
-go 1.22
+go 1.24
 
 require wasmloop.dev/action v0.0.0
 

@@ -1,6 +1,6 @@
 module hello
 
-go 1.22
+go 1.24
 
 require wasmloop.dev/action v0.0.0
 

