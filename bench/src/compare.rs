@@ -10,7 +10,7 @@ use bytes::Bytes;
 use indicatif::ProgressBar;
 
 use super::report::{
-    Backend, Cold, Comparison, Compiler, Conditions, Lifetime, Source, Spread, Variant, Warm,
+    Backend, Cold, Comparison, Compiler, Conditions, Host, Lifetime, Source, Spread, Variant, Warm,
 };
 use super::{
     Driven, Payload, Rounds, Served, Target, child_pids, held_bytes, in_rounds, resident_bytes,
@@ -364,8 +364,39 @@ fn crash_to_answer(
     Ok(Some(spread(&millis)))
 }
 
-/// The run's conditions, for the report.
-fn conditions(options: &CompareOptions) -> Conditions {
+/// Runs of the host's reference task per reading, and the task's steps.
+const REFERENCE_RUNS: usize = 5;
+const REFERENCE_STEPS: u64 = 10_000_000;
+
+/// The host now: its load average, and how long a fixed CPU task takes it.
+fn host_now() -> Host {
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok());
+    let millis: Vec<f64> = (0..REFERENCE_RUNS)
+        .map(|_| {
+            let started = Instant::now();
+            // A xorshift chain: each step needs the one before, so nothing can skip it.
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+            for i in 0..REFERENCE_STEPS {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x = x.wrapping_add(i);
+            }
+            std::hint::black_box(x);
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    Host {
+        load,
+        reference_ms: Some(spread(&millis)),
+    }
+}
+
+/// The run's conditions, for the report, with the host as the run found it (`before`) and
+/// as it is now.
+fn conditions(options: &CompareOptions, before: Host) -> Conditions {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu_model = cpuinfo
         .lines()
@@ -386,6 +417,9 @@ fn conditions(options: &CompareOptions) -> Conditions {
         cpu_model,
         cpus,
         pinned: online > cpus,
+        online,
+        before,
+        after: host_now(),
         date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         hits: options.hits,
         rounds: options.rounds,
@@ -401,6 +435,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
         bail!("--hits and --cold-runs must be at least 1");
     }
     let plans = plans(&options)?;
+    let before = host_now();
     let scratch = Scratch {
         dir: tempfile::tempdir()?,
     };
@@ -490,7 +525,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     }
     drop(servers);
     let mut comparison = Comparison {
-        conditions: conditions(&options),
+        conditions: conditions(&options, before),
         variants,
         notes: Vec::new(),
     };
@@ -515,6 +550,7 @@ pub async fn url(
     addr: SocketAddr,
     path: &str,
 ) -> anyhow::Result<Comparison> {
+    let before = host_now();
     let target = Target::url(addr, path, &options.payload);
     let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
     let mut warms = Vec::new();
@@ -535,7 +571,7 @@ pub async fn url(
     }
     progress.finish_and_clear();
     let comparison = Comparison {
-        conditions: conditions(options),
+        conditions: conditions(options, before),
         variants: vec![Variant {
             label: format!("url {}", path),
             warm: warms,

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wasmloop_bench::report::{Cold, Comparison, Conditions, Spread, Variant, Warm, html};
+use wasmloop_bench::report::{Cold, Comparison, Conditions, Host, Spread, Variant, Warm, html};
 
 /// Chromium's first start on a loaded 2-core machine takes seconds; a hung one must not
 /// hold the test run.
@@ -92,6 +92,15 @@ fn comparison() -> Comparison {
             cpu_model: "Test CPU".to_owned(),
             cpus: 1,
             pinned: true,
+            online: 2,
+            before: Host {
+                load: Some(0.05),
+                reference_ms: Some(spread(20.0)),
+            },
+            after: Host {
+                load: Some(1.4),
+                reference_ms: Some(spread(20.5)),
+            },
             date: "2025-01-02T03:04:05Z".to_owned(),
             hits: 5000,
             rounds: 10,

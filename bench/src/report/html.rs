@@ -90,7 +90,7 @@ pub(super) fn conditions(out: &mut String, c: &Comparison) {
         ("date", k.date.clone()),
     ];
     out.push_str("<dl class=\"conditions\">");
-    for (name, value) in rows {
+    for (name, value) in rows.into_iter().chain(host_conditions(k)) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(name), escape(&value));
     }
     let _ = write!(

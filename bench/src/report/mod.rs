@@ -14,7 +14,9 @@ pub use charts::{Curve, latency_svg};
 pub use csv::csv;
 pub use html::html;
 pub use table::table;
-pub use verdicts::{BottomLine, Verdict, bottom_lines, overlap_notes, unmeasured, verdicts};
+pub use verdicts::{
+    BottomLine, Verdict, bottom_lines, host_notes, overlap_notes, unmeasured, verdicts,
+};
 
 use crate::stats::percentile;
 
@@ -33,6 +35,11 @@ pub struct Conditions {
     pub cpus: usize,
     /// Run under taskset to fewer CPUs than the machine has.
     pub pinned: bool,
+    /// CPUs the machine has.
+    pub online: usize,
+    /// The host as the run found it, and as it left it.
+    pub before: Host,
+    pub after: Host,
     /// RFC 3339, UTC.
     pub date: String,
     /// Measured requests per row and connection count.
@@ -45,6 +52,16 @@ pub struct Conditions {
     pub body: String,
     /// Fresh servers per cold /init figure.
     pub cold_runs: usize,
+}
+
+/// What else loaded the host, and how fast it was, at one moment of a run: a run's figures
+/// are comparable with another's only where these are alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Host {
+    /// The 1-minute load average (/proc/loadavg).
+    pub load: Option<f64>,
+    /// A fixed CPU task's time in ms, over a few runs of it.
+    pub reference_ms: Option<Spread>,
 }
 
 /// One variant's warm figures at one connection count.
@@ -182,6 +199,12 @@ impl Source {
         }
     }
 
+    /// Whether a record is held for it across backends: cold starts of one kind are
+    /// compared; receiving is no start, and only the native backend starts a process.
+    fn is_compared(self) -> bool {
+        matches!(self, Source::Compiled | Source::Cache | Source::Signed)
+    }
+
     /// How a sentence says it ("52 ms from the cache").
     fn phrase(self) -> &'static str {
         match self {
@@ -270,11 +293,6 @@ impl Variant {
 
     fn cold_from(&self, source: Source) -> Option<&Cold> {
         self.cold.iter().find(|c| c.source == source)
-    }
-
-    /// Its cold /inits of the action, without the receive floor.
-    fn inits(&self) -> impl Iterator<Item = &Cold> {
-        self.cold.iter().filter(|c| c.source != Source::Receive)
     }
 
     /// What tells this variant from the others of its backend.
@@ -423,12 +441,45 @@ fn connections_phrase(n: usize) -> String {
 /// side copies them in or not, each is said once.
 fn all_notes(c: &Comparison) -> Vec<String> {
     let mut notes = c.notes.clone();
-    for note in overlap_notes(c) {
+    for note in host_notes(c).into_iter().chain(overlap_notes(c)) {
         if !notes.contains(&note) {
             notes.push(note);
         }
     }
     notes
+}
+
+/// The host's state before and after the run, as the page's conditions and the table's
+/// legend say it; none when nothing was read.
+fn host_conditions(k: &Conditions) -> Vec<(&'static str, String)> {
+    let mut said = Vec::new();
+    if let (Some(before), after) = (k.before.load, k.after.load) {
+        let after = after.map_or_else(String::new, |a| format!(", {} after", figure(a)));
+        said.push((
+            "load average",
+            format!(
+                "{} before the run{after} (1 minute, on {} CPUs; the run's own work counts in \
+                 the after)",
+                figure(before),
+                k.online
+            ),
+        ));
+    }
+    if let Some(before) = k.before.reference_ms {
+        let after = k
+            .after
+            .reference_ms
+            .map_or_else(String::new, |a| format!(", {} ms after", figure(a.median)));
+        said.push((
+            "host speed",
+            format!(
+                "a fixed CPU task took {} ms before the run{after} (compare runs, hosts and days \
+                 by it)",
+                figure(before.median)
+            ),
+        ));
+    }
+    said
 }
 
 /// A note as said, without the "note: " the measuring side may have put before it: the
@@ -531,6 +582,15 @@ mod tests {
                 cpu_model: "Example CPU @ 3.0GHz".to_owned(),
                 cpus: 2,
                 pinned: false,
+                online: 2,
+                before: Host {
+                    load: Some(0.12),
+                    reference_ms: Some(spread(21.0, 20.5, 22.0)),
+                },
+                after: Host {
+                    load: Some(1.9),
+                    reference_ms: Some(spread(21.5, 21.0, 23.0)),
+                },
                 date: "2025-01-02T03:04:05Z".to_owned(),
                 hits: 2000,
                 rounds: 10,
@@ -614,16 +674,25 @@ mod tests {
         assert!(bottom.contains("<p class=\"wrong\"><strong>native persistent</strong>: 3"));
         assert!(
             bottom.contains(
-                "<li><strong>module</strong>: warm p50 33 µs, 100k req/s at 8 connections, \
+                "<li><strong>module</strong>: warm p50 33 µs, 100k req/s with p99 150 µs at 8 \
+                 connections, cold /init 21 ms compiled, 1.8 ms from the cache, 4 ms signed, \
                  fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network"
             ),
             "{bottom}"
         );
         assert!(bottom.contains("only where the operator&#39;s --allow-outbound lists"));
         assert!(bottom.contains("no sandbox: a process with the container&#39;s privileges"));
+        // Each backend's cold start named by its kind: a native start is no compile.
+        assert!(
+            bottom.contains("cold /init 1.1 s compiled, 15 ms from the cache."),
+            "{bottom}"
+        );
         let said = table(&sample());
         assert!(
-            said.contains("bottom line, native: warm p50 44 µs"),
+            said.contains(
+                "bottom line, native: warm p50 44 µs, 75k req/s with p99 200 µs at 8 \
+                 connections, cold /init 2.5 ms to start. no sandbox"
+            ),
             "{said}"
         );
     }
@@ -738,9 +807,18 @@ mod tests {
             "{}",
             said[0]
         );
+        // Each kind of start against its own kind: the module's compile and cache against
+        // the component's; signed, only the module's, holds no record.
         assert!(
+            said[0].contains(
+                "cold /init 21 ms compiled (fastest), 1.8 ms from the cache (fastest), 4 ms \
+                 signed, 500 µs to receive the signed upload;"
+            ),
+            "{}",
             said[0]
-                .contains("fastest cold /init: 21 ms compiled, 1.8 ms from the cache, 4 ms signed, 500 µs to receive the signed upload"),
+        );
+        assert!(
+            said[0].contains("shortest tail: p99 150 µs at 8 connections (persistent, cranelift)"),
             "{}",
             said[0]
         );
@@ -755,9 +833,23 @@ mod tests {
             said[1]
         );
         assert!(
-            said[1].contains("slowest cold /init: 1.1 s compiled"),
+            said[1]
+                .contains("; cold /init 1.1 s compiled, 15 ms from the cache, 100 µs to receive"),
             "{}",
             said[1]
+        );
+        // A native start is quicker than the module's cached start, but not of its kind: it
+        // holds no cold record.
+        assert!(
+            said[2].contains("; cold /init 2.5 ms to start;"),
+            "{}",
+            said[2]
+        );
+        assert!(!said[2].contains("fastest cold") && !said[2].contains("start (fastest"));
+        assert!(
+            said[2].contains("; tail p99 200 µs at 8 connections (persistent);"),
+            "{}",
+            said[2]
         );
         assert!(said[2].contains("least memory: 3 MiB"), "{}", said[2]);
         assert!(said[2].contains("3 wrong answers"), "{}", said[2]);
@@ -773,6 +865,99 @@ mod tests {
             said[2]
         );
         assert!(!said[0].contains("fastest warm"));
+    }
+
+    #[test]
+    fn a_cold_start_within_noise_of_another_of_its_kind_shares_the_record() {
+        let mut c = sample();
+        // The component's compile, 20 ms (18–24), reaches into the module's (18.9–25.2).
+        c.variants[2].cold[0] = Cold {
+            source: Source::Compiled,
+            millis: spread(20.0, 18.0, 24.0),
+            runs: 5,
+        };
+        let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
+        assert!(
+            said[0].contains(
+                "cold /init 21 ms compiled (fastest with component, within noise), 1.8 ms from \
+                 the cache (fastest),"
+            ),
+            "the module's compile is no longer the fastest alone: {}",
+            said[0]
+        );
+        assert!(
+            said[1].contains(
+                "cold /init 20 ms compiled (fastest with module, within noise), 15 ms from the cache,"
+            ),
+            "{}",
+            said[1]
+        );
+    }
+
+    #[test]
+    fn a_busy_host_and_a_host_whose_speed_moved_are_warned_of() {
+        let mut c = sample();
+        assert_eq!(
+            host_notes(&c),
+            Vec::<String>::new(),
+            "the sample's host is idle and steady"
+        );
+        c.conditions.before.load = Some(1.3);
+        c.conditions.after.reference_ms = Some(spread(105.0, 98.0, 110.0));
+        let notes = host_notes(&c);
+        assert_eq!(notes.len(), 2, "{notes:#?}");
+        assert!(
+            notes[0].starts_with(
+                "the host was busy when the run began: its load average was 1.3 on 2 CPUs"
+            ),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[1].starts_with(
+                "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
+                 before it and 105 ms (98–110) after"
+            ),
+            "{}",
+            notes[1]
+        );
+        assert!(
+            notes[1].ends_with(", pinned (taskset -c 0)."),
+            "{}",
+            notes[1]
+        );
+        let page = html(&c);
+        assert!(
+            page.contains("the host&#39;s speed moved during the run"),
+            "on the page"
+        );
+        assert!(table(&c).contains("note: the host was busy when the run began"));
+        // A slower end inside either reading's spread is the task's own noise.
+        c.conditions.before.load = Some(0.4);
+        c.conditions.after.reference_ms = Some(spread(22.5, 21.9, 24.0));
+        assert_eq!(host_notes(&c), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_conditions_say_the_load_before_and_after_and_the_hosts_speed() {
+        let c = sample();
+        let page = html(&c);
+        assert!(
+            page.contains(
+                "<dt>load average</dt><dd>0.12 before the run, 1.9 after (1 minute, on 2 CPUs; \
+                 the run&#39;s own work counts in the after)</dd>"
+            ),
+            "{page}"
+        );
+        assert!(page.contains(
+            "<dt>host speed</dt><dd>a fixed CPU task took 21 ms before the run, 22 ms after"
+        ));
+        assert!(
+            table(&c)
+                .contains("(conditions: not pinned; load average 0.12 before the run, 1.9 after"),
+            "{}",
+            table(&c)
+        );
     }
 
     #[test]

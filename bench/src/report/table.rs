@@ -107,6 +107,18 @@ pub fn table(c: &Comparison) -> String {
          answer; err: wrong answers)\n",
     );
     out.push_str(&legend);
+    let host: Vec<String> = host_conditions(&c.conditions)
+        .into_iter()
+        .map(|(name, value)| format!("{name} {value}"))
+        .collect();
+    if !host.is_empty() {
+        let pinned = if c.conditions.pinned {
+            "pinned"
+        } else {
+            "not pinned"
+        };
+        let _ = writeln!(out, "(conditions: {pinned}; {})", host.join("; "));
+    }
 
     for verdict in verdicts(c) {
         let _ = writeln!(out, "{verdict}");

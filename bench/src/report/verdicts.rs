@@ -37,9 +37,16 @@ impl Standing {
     /// `title` ("fastest warm") ahead of the figures: "fastest warm: ", "fastest warm
     /// with component, within noise: ", or `plain` when the record is another's.
     pub(super) fn lead(&self, title: &str, plain: &str) -> String {
+        self.title(title)
+            .map_or_else(|| plain.to_owned(), |title| format!("{title}: "))
+    }
+
+    /// `title` and whom the record is shared with ("fastest with component, within
+    /// noise"); none when the record is another's.
+    fn title(&self, title: &str) -> Option<String> {
         match self {
-            Standing::Not => plain.to_owned(),
-            held => format!("{title}{}: ", held.shared()),
+            Standing::Not => None,
+            held => Some(format!("{title}{}", held.shared())),
         }
     }
 
@@ -119,16 +126,7 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let high = counts.last().copied();
     let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50);
     let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second);
-    let cold_best = |v: &Variant| {
-        v.inits()
-            .map(|c| c.millis)
-            .min_by(|a, b| a.median.total_cmp(&b.median))
-    };
-    let cold_worst = |v: &Variant| {
-        v.inits()
-            .map(|c| c.millis)
-            .max_by(|a, b| a.median.total_cmp(&b.median))
-    };
+    let tail = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.p99);
     // Measured once: a spread of one value.
     let resident = |v: &Variant| {
         v.resident_after_init
@@ -143,9 +141,20 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         false,
     );
     let most_per_second = holder(c, per_second, true);
-    let fastest_cold = holder(c, cold_best, false);
-    let slowest_cold = holder(c, cold_worst, true);
+    let shortest_tail = holder(
+        c,
+        |v| tail(v).filter(|_| v.lifetime != Lifetime::Fresh),
+        false,
+    );
     let least_memory = holder(c, resident, false);
+    // A cold start is compared only with starts of its own kind: a compile with compiles,
+    // a cached start with cached ones; a native process starting has no counterpart.
+    let cold_records: Vec<(Source, Record)> = c
+        .sources()
+        .into_iter()
+        .filter(|s| s.is_compared())
+        .map(|s| (s, holder(c, |v| v.cold_from(s).map(|x| x.millis), false)))
+        .collect();
 
     let mut out = Vec::new();
     for backend in c.backends() {
@@ -171,14 +180,15 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
                 ));
             }
         }
-        // One backend holding both records (its cache beats everyone's start, its compile is
-        // the slowest) is said by its figures alone: "fastest and slowest" tells nothing.
-        let (fastest, slowest) = match (fastest_cold.of(backend), slowest_cold.of(backend)) {
-            (Standing::Not, slowest) => (Standing::Not, slowest),
-            (fastest, Standing::Not) => (fastest, Standing::Not),
-            _ => (Standing::Not, Standing::Not),
-        };
-        parts.extend(cold_phrase(c, &variants, fastest, slowest));
+        if let Some(high) = high {
+            parts.extend(tail_phrase(&variants, high, shortest_tail.of(backend)));
+        }
+        parts.extend(cold_phrase(c, &variants, |s| {
+            cold_records
+                .iter()
+                .find(|(source, _)| *source == s)
+                .map_or(Standing::Not, |(_, record)| record.of(backend))
+        }));
         parts.extend(memory_phrase(&variants, least_memory.of(backend)));
         if let Some(low) = low {
             parts.extend(fresh_phrase(&variants, low));
@@ -243,11 +253,41 @@ pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) 
     ))
 }
 
+/// The backend's tail at `high` connections: the best p99 of its persistent variants (any
+/// variant's when none is persistent).
+pub(super) fn tail_phrase(
+    variants: &[&Variant],
+    high: usize,
+    shortest: Standing,
+) -> Option<String> {
+    let measured: Vec<(&Variant, f64)> = variants
+        .iter()
+        .filter_map(|v| Some((*v, v.warm_at(high)?.p99.median)))
+        .filter(|(_, p99)| p99.is_finite())
+        .collect();
+    let persistent = measured
+        .iter()
+        .any(|(v, _)| v.lifetime == Lifetime::Persistent);
+    let (v, p99) = measured
+        .iter()
+        .filter(|(v, _)| !persistent || v.lifetime == Lifetime::Persistent)
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(format!(
+        "{}p99 {} at {} ({})",
+        shortest.lead("shortest tail", "tail "),
+        duration_us(*p99),
+        connections_phrase(high),
+        v.flavour()
+    ))
+}
+
+/// The backend's cold /inits, one figure (or range over its variants) per kind of start,
+/// each named, and beside each the record `standing` gives it among the backends that
+/// start that way.
 pub(super) fn cold_phrase(
     c: &Comparison,
     variants: &[&Variant],
-    fastest: Standing,
-    slowest: Standing,
+    standing: impl Fn(Source) -> Standing,
 ) -> Option<String> {
     let mut said = Vec::new();
     // Per source, the variant with the lowest figure: named once if the same throughout.
@@ -260,11 +300,15 @@ pub(super) fn cold_phrase(
             .collect();
         figures.sort_by(|a, b| a.0.total_cmp(&b.0));
         let phrase = source.phrase();
+        let record = standing(source)
+            .title("fastest")
+            .map(|title| format!(" ({title})"))
+            .unwrap_or_default();
         match figures.as_slice() {
             [] => {}
-            [(ms, _)] => said.push(format!("{} {phrase}", duration_ms(*ms))),
+            [(ms, _)] => said.push(format!("{} {phrase}{record}", duration_ms(*ms))),
             [(lo, lo_v), .., (hi, _)] => {
-                said.push(format!("{} {phrase}", range_us(lo * 1e3, hi * 1e3)));
+                said.push(format!("{} {phrase}{record}", range_us(lo * 1e3, hi * 1e3)));
                 if source != Source::Receive {
                     quickest.push(lo_v.short_name());
                 }
@@ -274,17 +318,32 @@ pub(super) fn cold_phrase(
     if said.is_empty() {
         return None;
     }
-    let lead = match fastest {
-        Standing::Not => slowest.lead("slowest cold /init", "cold /init "),
-        fastest => fastest.lead("fastest cold /init", "cold /init "),
-    };
-    let mut phrase = format!("{lead}{}", said.join(", "));
+    let mut phrase = format!("cold /init {}", said.join(", "));
     if let Some(first) = quickest.first()
         && quickest.iter().all(|q| q == first)
     {
         let _ = write!(phrase, " (quickest with {first})");
     }
     Some(phrase)
+}
+
+/// The backend's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
+/// cache, 4 ms signed", or "2.5 ms to start".
+fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
+    let said: Vec<String> = c
+        .sources()
+        .into_iter()
+        .filter(|s| *s != Source::Receive)
+        .filter_map(|source| {
+            let best = variants
+                .iter()
+                .filter_map(|v| v.cold_from(source).map(|x| x.millis.median))
+                .filter(|x| x.is_finite())
+                .reduce(f64::min)?;
+            Some(format!("{} {}", duration_ms(best), source.phrase()))
+        })
+        .collect();
+    (!said.is_empty()).then(|| format!("cold /init {}", said.join(", ")))
 }
 
 pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
@@ -404,6 +463,56 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
     notes
 }
 
+/// Warnings about the host the figures came from: busy when the run began, or its speed
+/// moved between the run's start and its end past the spread of either reading.
+pub fn host_notes(c: &Comparison) -> Vec<String> {
+    let k = &c.conditions;
+    let mut notes = Vec::new();
+    if let Some(load) = k.before.load
+        && k.online > 0
+        && load >= k.online as f64 / 2.0
+    {
+        notes.push(format!(
+            "the host was busy when the run began: its load average was {} on {} CPUs, so \
+             other work shared the CPUs and the figures are slower and noisier than on an idle \
+             host (a load left by work that just ended falls within a minute): rerun on an \
+             idle host.",
+            figure(load),
+            k.online
+        ));
+    }
+    if let (Some(before), Some(after)) = (k.before.reference_ms, k.after.reference_ms) {
+        let ratio = after.median / before.median;
+        if !before.overlaps(&after) && !(1.0 / MOVED..=MOVED).contains(&ratio) {
+            let reading = |s: Spread| {
+                format!(
+                    "{} ms ({}–{})",
+                    figure(s.median),
+                    figure(s.min),
+                    figure(s.max)
+                )
+            };
+            notes.push(format!(
+                "the host's speed moved during the run: a fixed CPU task took {} before it and \
+                 {} after, so figures measured early and late in the run are not alike: rerun \
+                 when the host is steady{}.",
+                reading(before),
+                reading(after),
+                if k.pinned {
+                    ""
+                } else {
+                    ", pinned (taskset -c 0)"
+                }
+            ));
+        }
+    }
+    notes
+}
+
+/// How far apart (as a ratio) the host's speed before and after a run may be before the
+/// page warns that it moved.
+const MOVED: f64 = 1.1;
+
 /// What a backend is, beyond its figures: what it isolates, what it may reach, with whose
 /// privileges. The figures cannot show it, and it decides the choice as much as they do.
 pub fn unmeasured(backend: Backend) -> &'static str {
@@ -470,19 +579,28 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
                 }
             }
             if let Some(high) = high {
-                let best = variants
+                let per_second = variants
                     .iter()
                     .filter_map(|v| v.warm_at(high).map(|w| w.per_second.median))
                     .filter(|x| x.is_finite())
-                    .reduce(f64::max);
-                if let Some(per_second) = best {
-                    figures.push(format!(
-                        "{} req/s at {}",
-                        rate(per_second),
-                        connections_phrase(high)
-                    ));
+                    .reduce(f64::max)
+                    .map(|x| format!("{} req/s", rate(x)));
+                let tail = variants
+                    .iter()
+                    .filter(|v| v.lifetime == Lifetime::Persistent)
+                    .filter_map(|v| v.warm_at(high).map(|w| w.p99.median))
+                    .filter(|x| x.is_finite())
+                    .reduce(f64::min)
+                    .map(|x| format!("p99 {}", duration_us(x)));
+                let said = match (per_second, tail) {
+                    (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
+                    (one, other) => one.or(other),
+                };
+                if let Some(said) = said {
+                    figures.push(format!("{said} at {}", connections_phrase(high)));
                 }
             }
+            figures.extend(cold_figures(c, &variants));
             if let Some(low) = low {
                 figures.extend(fresh_phrase(&variants, low));
             }
