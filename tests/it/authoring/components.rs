@@ -135,10 +135,8 @@ fn the_python_template_builds_a_component_and_its_sdk_answers_errors() {
         "{stderr}"
     );
     assert!(stderr.contains("a stray print for abc"), "{stderr}");
-    assert!(
-        ran.status.success(),
-        "an error answer is a result: {stderr}"
-    );
+    // Each error answer is a result, printed, and counts as an application error.
+    assert_eq!(ran.status.code(), Some(3), "{stderr}");
 
     answers_an_error_then_serves_on(
         &fails,
@@ -312,10 +310,8 @@ fn the_js_template_builds_a_component_and_its_sdk_answers_errors() {
     assert!(!stderr.contains("wasmloop-action.js"), "{stderr}");
     assert!(stderr.contains("the action threw {\"code\":7}"), "{stderr}");
     assert!(stderr.contains("a stray log for abc"), "{stderr}");
-    assert!(
-        ran.status.success(),
-        "an error answer is a result: {stderr}"
-    );
+    // Each error answer is a result, printed, and counts as an application error.
+    assert_eq!(ran.status.code(), Some(3), "{stderr}");
 
     answers_an_error_then_serves_on(
         &fails,
