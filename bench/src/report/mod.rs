@@ -440,8 +440,9 @@ fn connections_phrase(n: usize) -> String {
 /// `c.notes`, then the overlap warnings it does not already hold: whether the measuring
 /// side copies them in or not, each is said once.
 fn all_notes(c: &Comparison) -> Vec<String> {
-    let mut notes = c.notes.clone();
-    for note in host_notes(c).into_iter().chain(overlap_notes(c)) {
+    // What the host did weighs on every figure: said first.
+    let mut notes = host_notes(c);
+    for note in c.notes.iter().cloned().chain(overlap_notes(c)) {
         if !notes.contains(&note) {
             notes.push(note);
         }
