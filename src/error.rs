@@ -81,14 +81,12 @@ pub enum Error {
 impl Error {
     /// A limit on time ran out (as opposed to something failing).
     pub fn is_timeout(&self) -> bool {
-        matches!(
-            self,
-            Error::Start(
-                StartError::AckTimeout(_)
-                    | StartError::StillStarting(_)
-                    | StartError::CompileTimedOut(_),
-            ) | Error::Prepare(PrepareError::CompileTimedOut(_))
-        )
+        match self {
+            Error::Start(StartError::AckTimeout(_))
+            | Error::Prepare(PrepareError::CompileTimedOut(_)) => true,
+            Error::Start(StartError::Backend(failed)) => failed.timed_out(),
+            _ => false,
+        }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -212,5 +210,42 @@ mod tests {
             assert_eq!(error.status().as_u16(), status, "{message}");
             assert_eq!(error.to_string(), message);
         }
+    }
+
+    /// A backend's own start errors keep their words, and whether one is a timeout is read
+    /// from its kind, not from them.
+    #[test]
+    fn a_backends_start_error_keeps_its_text_and_its_kind() {
+        use crate::executor::native::SpawnError;
+        use crate::executor::wasm::WasmError;
+        let limit = std::time::Duration::from_secs(2);
+        let still: Error = StartError::from(WasmError::StillStarting(limit)).into();
+        assert!(still.is_timeout());
+        assert_eq!(still.status().as_u16(), 502);
+        assert!(
+            still.to_string().starts_with(
+                "cannot start action: the guest was still running its start-up code after 2s"
+            ),
+            "{still}"
+        );
+        let compile: Error = StartError::from(WasmError::CompileTimedOut(limit)).into();
+        assert!(compile.is_timeout());
+        let exited: Error = StartError::from(WasmError::GuestExited {
+            detail: "exit status 3".into(),
+        })
+        .into();
+        assert!(!exited.is_timeout());
+        assert_eq!(
+            exited.to_string(),
+            "cannot start action: command exited: exit status 3"
+        );
+        let pipes = std::io::Error::other("too many open files");
+        let pipes: Error = StartError::from(SpawnError::Pipe(pipes)).into();
+        assert!(!pipes.is_timeout());
+        assert_eq!(
+            pipes.to_string(),
+            "cannot start action: cannot set up the pipes to the action: too many open files"
+        );
+        assert!(Error::Start(StartError::AckTimeout(limit)).is_timeout());
     }
 }

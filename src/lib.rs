@@ -24,7 +24,9 @@
 //!     their names, an upload starts on the first that claims it, and the messages about
 //!     a backend are its entry's. A backend is a folder under `executor/` with one
 //!     `Registration` and one `Backend` implementation; adding one is that folder and a
-//!     line in `BACKENDS`.
+//!     line in `BACKENDS`. Its own ways of failing to start are an error type of its folder
+//!     (a `BackendFailure`), carried as `StartError::Backend`; `StartError`'s other variants
+//!     are the contract's and the runtime's, named by no backend.
 //!   - `executor::pool`: what every backend shares: `Pool<W>`, the one `Executor`, runs
 //!     activations on workers of one backend (queue, deadlines, restarts, each
 //!     activation's end and sentinels); a backend's worker is a `Worker`.

@@ -65,22 +65,15 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Why an action could not be started (at `/init`, or when restarting it).
 /// Where the start-up errors name `--ack-timeout`: `wasmloop run` has no such flag, and
 /// bounds start-up by its `--timeout`.
-const RUN_START_LIMIT: &str = "; under `wasmloop run`, --timeout";
+pub(crate) const RUN_START_LIMIT: &str = "; under `wasmloop run`, --timeout";
 
+/// Why an action could not be started (at `/init`, or when restarting it): the ways the
+/// contract names (docs/protocol.md 1.5) and the runtime's own checks; a backend's own
+/// reasons are its folder's error type, carried as `Backend`.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The process could not be spawned (missing file, not executable, bad format); the
-    /// cause says which, and what to change. Nothing ran, so nothing "exited": the cause
-    /// alone is said.
-    #[error("{cause}")]
-    Spawn {
-        #[source]
-        error: std::io::Error,
-        cause: String,
-    },
     /// It exited before it counted as started; the detail says how.
     #[error("{}{}", protocol::MSG_COMMAND_EXITED, detail(.0))]
     Exited(Option<String>),
@@ -93,15 +86,6 @@ pub enum StartError {
     /// in an `"error"` string, which follows the fixed text.
     #[error("{}{}", protocol::MSG_NOT_INITIALIZED_PROPERLY, .0.as_deref().map(|d| format!(" {d}")).unwrap_or_default())]
     AckNotOk(Option<String>),
-    /// A WebAssembly guest was still in its start-up code when the bound ran out.
-    #[error(
-        "the guest was still running its start-up code after {} and had not read its input: \
-         a guest must reach its first read of stdin within --ack-timeout{} (is it stuck in a loop \
-         before it?)",
-        humantime::format_duration(*.0),
-        RUN_START_LIMIT
-    )]
-    StillStarting(Duration),
     #[error(
         "the action did not acknowledge its start within {} (see --ack-timeout{})",
         humantime::format_duration(*.0),
@@ -116,17 +100,6 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot set up the pipes to the action: {0}")]
-    Pipe(#[source] std::io::Error),
-    /// The WebAssembly module could not be compiled, loaded, linked or instantiated.
-    #[error("{0}")]
-    Wasm(#[from] wasm::WasmError),
-    /// Compiling the module was stopped at its limit.
-    #[error("{}", crate::config::compile_timed_out(*.0))]
-    CompileTimedOut(Duration),
-    /// A WebAssembly guest ended before it was up; the text says how.
-    #[error("{}: {detail}", protocol::MSG_COMMAND_EXITED)]
-    GuestExited { detail: String },
     #[error("{0}")]
     Unsupported(String),
     /// The upload needs a backend that `--backends` leaves out.
@@ -142,6 +115,58 @@ pub enum StartError {
         found: &'static registry::Registration,
         allowed: Vec<&'static str>,
     },
+    /// A backend's own reason, in its words.
+    #[error(transparent)]
+    Backend(Failed),
+}
+
+/// A backend's own reason for not starting an action: an error type of its folder (the
+/// native backend's `SpawnError`, the WebAssembly backends' `WasmError`), which tells the
+/// runtime only what it decides on: whether a limit on time ran out.
+pub trait BackendFailure: std::error::Error + Send + Sync + 'static {
+    /// Whether the start was stopped at a limit on time, not failed.
+    fn timed_out(&self) -> bool {
+        false
+    }
+}
+
+/// A `BackendFailure`, its text as the backend said it.
+#[derive(Debug)]
+pub struct Failed {
+    error: Box<dyn std::error::Error + Send + Sync>,
+    timed_out: bool,
+}
+
+impl Failed {
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// The backend's own error, when it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.error.downcast_ref()
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl<E: BackendFailure> From<E> for StartError {
+    fn from(error: E) -> StartError {
+        StartError::Backend(Failed {
+            timed_out: error.timed_out(),
+            error: Box::new(error),
+        })
+    }
 }
 
 fn names(backends: &[&str]) -> String {

@@ -23,6 +23,25 @@ use diagnose::InputWatch;
 use log_tap::LogTap;
 use spawn::{Child, spawn};
 
+/// Why a child could not be set up: the native backend's own ways of not starting (the
+/// contract's, an early exit or a bad ack, are `StartError`'s).
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The process could not be spawned (missing file, not executable, bad format); the
+    /// cause says which, and what to change. Nothing ran, so nothing "exited": the cause
+    /// alone is said.
+    #[error("{cause}")]
+    Spawn {
+        #[source]
+        error: std::io::Error,
+        cause: String,
+    },
+    #[error("cannot set up the pipes to the action: {0}")]
+    Pipe(#[source] std::io::Error),
+}
+
+impl super::BackendFailure for SpawnError {}
+
 /// How long to wait for an exit status once the result channel has closed, and for a
 /// result already written by a child that has exited.
 const EXIT_GRACE: Duration = Duration::from_millis(100);
@@ -198,12 +217,12 @@ impl Process {
     ) -> Result<Process, StartError> {
         let (exec, spec) = (&native.exec, &native.start);
         let (results_read, results_write) =
-            cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
-        let (stdin_read, stdin_write) = cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
+            cloexec_pipe(native.pipe_size).map_err(SpawnError::Pipe)?;
+        let (stdin_read, stdin_write) = cloexec_pipe(native.pipe_size).map_err(SpawnError::Pipe)?;
         let (stdout_read, stdout_write) =
-            cloexec_pipe(native.pipe_size).map_err(StartError::Pipe)?;
+            cloexec_pipe(native.pipe_size).map_err(SpawnError::Pipe)?;
         // The default capacity: logs come in lines, and the pump drains them as they come.
-        let (stderr_read, stderr_write) = cloexec_pipe(64 << 10).map_err(StartError::Pipe)?;
+        let (stderr_read, stderr_write) = cloexec_pipe(64 << 10).map_err(SpawnError::Pipe)?;
         let env = if activation.is_empty() {
             std::borrow::Cow::Borrowed(&spec.env)
         } else {
@@ -218,26 +237,26 @@ impl Process {
             let cause = diagnose::spawn_failure(exec, &spec.main, &error);
             let message = format!("wasmloop: cannot start the action: {cause}");
             crate::logs::runtime_line(spec.log_format, Some(&spec.about), &message);
-            StartError::Spawn { error, cause }
+            SpawnError::Spawn { error, cause }
         })?;
         // Our copies of the child's ends must go, or we would never see end-of-file on
         // fd 3 (nor the child on its stdin).
         drop((stdin_read, results_write, stdout_write, stderr_write));
-        let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(StartError::Pipe)?;
-        let receiver = pipe::Receiver::from_owned_fd(results_read).map_err(StartError::Pipe)?;
+        let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(SpawnError::Pipe)?;
+        let receiver = pipe::Receiver::from_owned_fd(results_read).map_err(SpawnError::Pipe)?;
         let attribution = crate::logs::Attribution::new(spec.log_format);
         let (stdout, stdout_pump) = LogTap::start(
             stdout_read,
             crate::logs::Stream::Stdout,
             attribution.clone(),
         )
-        .map_err(StartError::Pipe)?;
+        .map_err(SpawnError::Pipe)?;
         let (stderr, stderr_pump) = LogTap::start(
             stderr_read,
             crate::logs::Stream::Stderr,
             attribution.clone(),
         )
-        .map_err(StartError::Pipe)?;
+        .map_err(SpawnError::Pipe)?;
         let mut process = Process {
             child,
             stdin,

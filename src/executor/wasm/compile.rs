@@ -34,7 +34,7 @@ impl CompileError {
     /// What the start of an action fails with: a timeout is told apart by its kind.
     pub fn into_start_error(self) -> crate::executor::StartError {
         match self.timed_out {
-            Some(limit) => crate::executor::StartError::CompileTimedOut(limit),
+            Some(limit) => super::WasmError::CompileTimedOut(limit).into(),
             None => super::WasmError::Compile(self.message).into(),
         }
     }

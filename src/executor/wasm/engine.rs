@@ -289,8 +289,11 @@ mod tests {
     fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {
         let made = Mutex::new([None, None]);
         let failed = made_once(&made, 1, || Err(wasmtime::format_err!("no address space")));
+        let Err(StartError::Backend(failed)) = failed else {
+            panic!("not a backend's failure");
+        };
         assert!(
-            matches!(failed, Err(StartError::Wasm(WasmError::Engine(e))) if e.to_string() == "no address space")
+            matches!(failed.downcast_ref(), Some(WasmError::Engine(e)) if e.to_string() == "no address space")
         );
         assert_eq!(*made_once(&made, 1, || Ok(Arc::new(7))).unwrap(), 7);
         let kept = made_once(&made, 1, || Ok(Arc::new(9))).unwrap();

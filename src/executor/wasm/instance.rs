@@ -330,9 +330,10 @@ impl Instance {
         let idle = std::future::poll_fn(|cx| {
             self.poll_guest(cx);
             match &self.ended {
-                Some(detail) => Poll::Ready(Err(StartError::GuestExited {
+                Some(detail) => Poll::Ready(Err(WasmError::GuestExited {
                     detail: detail.clone(),
-                })),
+                }
+                .into())),
                 None if self.stdin.has_waited() || self.environ.is_waiting() => Poll::Ready(Ok(())),
                 None => self.later(),
             }
@@ -341,7 +342,7 @@ impl Instance {
         // its start-up in the first activation, and one stuck there would fail every one.
         tokio::time::timeout(spec.ack_timeout, idle)
             .await
-            .unwrap_or(Err(StartError::StillStarting(spec.ack_timeout)))
+            .unwrap_or(Err(WasmError::StillStarting(spec.ack_timeout).into()))
     }
 
     async fn wait_for_ack(&mut self, spec: &StartSpec) -> Result<(), StartError> {

@@ -161,6 +161,30 @@ pub enum WasmError {
     /// The thread loading the code panicked or was stopped.
     #[error("loading the module stopped: {0}")]
     Interrupted(tokio::task::JoinError),
+    /// Compiling the module was stopped at its limit.
+    #[error("{}", crate::config::compile_timed_out(*.0))]
+    CompileTimedOut(std::time::Duration),
+    /// The guest was still in its start-up code when the bound ran out.
+    #[error(
+        "the guest was still running its start-up code after {} and had not read its input: \
+         a guest must reach its first read of stdin within --ack-timeout{} (is it stuck in a loop \
+         before it?)",
+        humantime::format_duration(*.0),
+        crate::executor::RUN_START_LIMIT
+    )]
+    StillStarting(std::time::Duration),
+    /// The guest ended before it was up; the text says how.
+    #[error("{}: {detail}", crate::protocol::MSG_COMMAND_EXITED)]
+    GuestExited { detail: String },
+}
+
+impl crate::executor::BackendFailure for WasmError {
+    fn timed_out(&self) -> bool {
+        matches!(
+            self,
+            WasmError::CompileTimedOut(_) | WasmError::StillStarting(_)
+        )
+    }
 }
 
 /// Where the module comes from.
