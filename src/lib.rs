@@ -16,7 +16,8 @@
 //!   the action's lines, whole and attributed, in the configured format.
 //! - `error`: the one error type and its status codes.
 //! - `action`: an upload turned into a startable folder (decode, detect, unpack, and
-//!   `hook`, the `OW_COMPILER` compiler hook).
+//!   `hook`, the `OW_COMPILER` compiler hook), and its entry point file, found by the
+//!   contract's names alone: which backend runs it, each backend says (`Backend::claims`).
 //! - `signing`: the signed-artifact format (keys, what is signed, verification), handed
 //!   the trusted keys and engine id: it knows nothing of wasmtime.
 //! - `executor`: the `Executor` seam the runtime holds.

@@ -319,7 +319,9 @@ pub async fn compile_to_zip(
     let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).
-    if let (Some(key), crate::action::Entry::Wasm(module)) = (sign_key, &prepared.entry) {
+    if let (Some(key), crate::action::Entry::File(module)) = (sign_key, &prepared.entry)
+        && crate::executor::wasm::is_webassembly(module)
+    {
         let key = crate::signing::read_signing_key(key)?;
         let settings = config.engine_settings(config.wasm.compiler.final_tier());
         crate::executor::wasm::sign_beside(module, settings, &key)?;

@@ -43,14 +43,13 @@ pub enum PrepareError {
     },
 }
 
-/// What `/init` found to start.
+/// What `/init` found to start. Which backend runs it is the backends' to say (each
+/// `Backend::claims` it or not, in the registry's order), not this module's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
-    /// A native executable, started as a child process; or a module precompiled by
-    /// `wasmloop compile`, an ELF file too, which the executor tells apart.
-    Native(PathBuf),
-    /// A WebAssembly module.
-    Wasm(PathBuf),
+    /// The entry point file of the action's folder (docs/protocol.md 1.3): `exec`,
+    /// `exec.wasm` or `<main>.wasm`, or `exec` as the compiler hook left it.
+    File(PathBuf),
     /// A signed artifact's code, verified against a key the runtime trusts.
     Signed(crate::signing::SignedCode),
 }
@@ -143,12 +142,9 @@ pub async fn prepare(
         None => (None, None),
     };
 
-    let entry = signed.or_else(|| match find_entry(&src, main) {
-        Some(wasm @ Entry::Wasm(_)) => Some(wasm),
-        // Executables and scripts run as they are; anything else is source for the compiler.
-        Some(Entry::Native(exec)) if is_executable_format(&exec) => Some(Entry::Native(exec)),
-        _ => None,
-    });
+    // WebAssembly, executables and scripts run as they are; anything else is source for
+    // the compiler hook (docs/protocol.md 1.4).
+    let entry = signed.or_else(|| find_entry(&src, main).filter(runs_as_it_is));
     if let (Some(reason), None) = (refused, &entry) {
         return Err(PrepareError::SignedCodeOnly(reason));
     }
@@ -156,25 +152,24 @@ pub async fn prepare(
         (None, Some(compiler)) => {
             fs::create_dir_all(&bin).map_err(folder_error(&bin))?;
             compiler.compile(main, &src, &bin).await?;
-            find_entry(&bin, main).unwrap_or(Entry::Native(bin.join("exec")))
+            find_entry(&bin, main).unwrap_or(Entry::File(bin.join("exec")))
         }
         (entry, _) => {
             fs::rename(&src, &bin).map_err(folder_error(&bin))?;
             let rebase = |p: PathBuf| bin.join(p.strip_prefix(&src).unwrap_or(&p));
             match entry.or_else(|| find_entry(&bin, main)) {
-                Some(Entry::Wasm(p)) => Entry::Wasm(rebase(p)),
-                Some(Entry::Native(p)) => Entry::Native(rebase(p)),
+                Some(Entry::File(p)) => Entry::File(rebase(p)),
                 Some(signed @ Entry::Signed(_)) => signed,
-                None => Entry::Native(bin.join("exec")),
+                None => Entry::File(bin.join("exec")),
             }
         }
     };
-    if let Entry::Native(exec) = &entry {
+    if let Entry::File(exec) = &entry
+        && exec.file_name().is_some_and(|name| name == "exec")
+        && exec.is_file()
+    {
         // Zip entries often lack the execute bit (archives made by Java tooling).
-        if exec.is_file() {
-            fs::set_permissions(exec, fs::Permissions::from_mode(0o755))
-                .map_err(folder_error(exec))?;
-        }
+        fs::set_permissions(exec, fs::Permissions::from_mode(0o755)).map_err(folder_error(exec))?;
     }
     Ok(Prepared {
         folder,
@@ -234,26 +229,63 @@ fn starts_with(path: &Path, magic: &[&[u8]]) -> bool {
     magic.iter().any(|m| head[..n].starts_with(m))
 }
 
-fn is_executable_format(path: &Path) -> bool {
-    starts_with(path, &[b"\x7fELF", b"#!"])
+/// Whether an entry point runs as it is, without the compiler hook (docs/protocol.md 1.3,
+/// 1.4): a file named as WebAssembly, or WebAssembly, ELF or a script by its first bytes.
+fn runs_as_it_is(entry: &Entry) -> bool {
+    match entry {
+        Entry::File(path) => {
+            path.extension().is_some_and(|ext| ext == "wasm")
+                || starts_with(path, &[WASM_MAGIC, b"\x7fELF", b"#!"])
+        }
+        Entry::Signed(_) => true,
+    }
 }
 
 /// The entry point of a folder: `exec`, then `exec.wasm`, then `<main>.wasm`.
 fn find_entry(dir: &Path, main: &str) -> Option<Entry> {
-    let exec = dir.join("exec");
-    if exec.is_file() {
-        return Some(if starts_with(&exec, &[WASM_MAGIC]) {
-            Entry::Wasm(exec)
-        } else {
-            Entry::Native(exec)
-        });
-    }
-    let exec_wasm = dir.join("exec.wasm");
-    if exec_wasm.is_file() {
-        return Some(Entry::Wasm(exec_wasm));
-    }
     // `main` comes from the request: only a plain file name may pick a file.
     let plain = !main.is_empty() && !main.contains('/') && main != "." && main != "..";
-    let main_wasm = dir.join(format!("{main}.wasm"));
-    (plain && main_wasm.is_file()).then_some(Entry::Wasm(main_wasm))
+    let main_wasm = plain.then(|| format!("{main}.wasm"));
+    ["exec", "exec.wasm"]
+        .into_iter()
+        .chain(main_wasm.as_deref())
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+        .map(Entry::File)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_point_is_found_by_name_and_runs_as_it_is_by_name_or_first_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let file = |name: &str| Entry::File(d.join(name));
+        assert_eq!(find_entry(d, "main"), None);
+        fs::write(d.join("niam.wasm"), b"\0asm\x01\0\0\0").unwrap();
+        assert_eq!(find_entry(d, "niam"), Some(file("niam.wasm")));
+        assert_eq!(
+            find_entry(d, "../niam"),
+            None,
+            "only a plain name picks a file"
+        );
+        fs::write(d.join("exec.wasm"), b"\x7fELF\x02").unwrap();
+        assert_eq!(find_entry(d, "niam"), Some(file("exec.wasm")));
+        assert!(
+            runs_as_it_is(&file("exec.wasm")),
+            "named as WebAssembly, whatever it holds: the backend tells an ELF file there"
+        );
+        fs::write(d.join("exec"), b"print('hi')").unwrap();
+        assert_eq!(find_entry(d, "niam"), Some(file("exec")));
+        assert!(
+            !runs_as_it_is(&file("exec")),
+            "source, for the compiler hook"
+        );
+        for head in [&b"#!/bin/sh\n"[..], b"\x7fELF\x02", b"\0asm\x01\0\0\0"] {
+            fs::write(d.join("exec"), head).unwrap();
+            assert!(runs_as_it_is(&file("exec")), "{head:?}");
+        }
+    }
 }

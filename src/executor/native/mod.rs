@@ -68,8 +68,10 @@ pub const NATIVE: Registration = Registration {
 struct Native;
 
 impl Backend for Native {
+    /// Any file: last in the registry, it is asked only about what the WebAssembly
+    /// backends did not claim (a file that does not start is its start error to tell).
     fn claims(&self, entry: &Entry) -> bool {
-        matches!(entry, Entry::Native(_))
+        matches!(entry, Entry::File(_))
     }
 
     fn start<'a>(
@@ -80,7 +82,7 @@ impl Backend for Native {
         size: PoolSize,
     ) -> StartFuture<'a> {
         Box::pin(async move {
-            let Entry::Native(exec) = &prepared.entry else {
+            let Entry::File(exec) = &prepared.entry else {
                 return Err(StartError::Unsupported(
                     "not a native executable".to_owned(),
                 ));

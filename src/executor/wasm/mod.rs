@@ -57,6 +57,20 @@ pub const COMPONENTS: Registration = Registration {
     make: |config, shared| WasmBackend::make(Side::Component, config, shared),
 };
 
+/// Whether an entry point is WebAssembly to compile: named as such (`exec.wasm`,
+/// `<main>.wasm`, whatever it holds: an ELF file there is told as a mistake), or an `exec`
+/// that starts as WebAssembly does. Code precompiled from it is an ELF file, told apart by
+/// `Side::of_precompiled`.
+pub fn is_webassembly(path: &Path) -> bool {
+    if path.extension().is_some_and(|ext| ext == "wasm") {
+        return true;
+    }
+    let mut head = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
+        .is_ok_and(|()| head == *crate::action::detect::WASM_MAGIC)
+}
+
 /// One side of the WebAssembly backend, with the engines both sides share.
 struct WasmBackend {
     side: Side,
@@ -73,8 +87,8 @@ impl WasmBackend {
 impl Backend for WasmBackend {
     fn claims(&self, entry: &Entry) -> bool {
         let side = match entry {
-            Entry::Native(exec) => Side::of_precompiled(exec),
-            Entry::Wasm(path) => Some(Side::of_file(path)),
+            Entry::File(path) if is_webassembly(path) => Some(Side::of_file(path)),
+            Entry::File(path) => Side::of_precompiled(path),
             Entry::Signed(code) => Some(Side::of_file(&code.path())),
         };
         side == Some(self.side)
@@ -89,7 +103,12 @@ impl Backend for WasmBackend {
     ) -> StartFuture<'a> {
         Box::pin(async move {
             let source = match &prepared.entry {
-                Entry::Native(exec) => {
+                Entry::File(path) if is_webassembly(path) => Source::Wasm {
+                    path,
+                    // Only the file the upload was written to has it.
+                    sha256: prepared.wasm_sha256.as_deref(),
+                },
+                Entry::File(exec) => {
                     if !config.wasm.allow_precompiled {
                         return Err(StartError::Unsupported(
                             "this is a precompiled WebAssembly module; loading one runs its \
@@ -101,11 +120,6 @@ impl Backend for WasmBackend {
                     Source::Precompiled(exec)
                 }
                 Entry::Signed(code) => Source::Signed(code),
-                Entry::Wasm(path) => Source::Wasm {
-                    path,
-                    // Only the file the upload was written to has it.
-                    sha256: prepared.wasm_sha256.as_deref(),
-                },
             };
             // An archive's folder is the guest's read-only `/action`; a bare module sees
             // nothing.
