@@ -216,21 +216,30 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     out
 }
 
-/// The backend's best p50 at the lowest connection count, in the lifetime it is usually
-/// run in (persistent, when measured), and its other compilers beside it.
-pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
+/// The variants with a finite `figure`, and it, in the lifetime a backend is usually run
+/// in: the persistent ones when any was measured, else all.
+fn as_usually_run<'a>(
+    variants: &[&'a Variant],
+    figure: impl Fn(&Variant) -> Option<f64>,
+) -> Vec<(&'a Variant, f64)> {
     let measured: Vec<(&Variant, f64)> = variants
         .iter()
-        .filter_map(|v| Some((*v, v.warm_at(low)?.p50.median)))
-        .filter(|(_, p50)| p50.is_finite())
+        .filter_map(|v| Some((*v, figure(v)?)))
+        .filter(|(_, x)| x.is_finite())
         .collect();
     let persistent = measured
         .iter()
         .any(|(v, _)| v.lifetime == Lifetime::Persistent);
-    let pool: Vec<&(&Variant, f64)> = measured
-        .iter()
+    measured
+        .into_iter()
         .filter(|(v, _)| !persistent || v.lifetime == Lifetime::Persistent)
-        .collect();
+        .collect()
+}
+
+/// The backend's best p50 at the lowest connection count, in the lifetime it is usually
+/// run in (persistent, when measured), and its other compilers beside it.
+pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
+    let pool = as_usually_run(variants, |v| Some(v.warm_at(low)?.p50.median));
     let best = pool.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
     let others: Vec<String> = pool
         .iter()
@@ -260,22 +269,13 @@ pub(super) fn tail_phrase(
     high: usize,
     shortest: Standing,
 ) -> Option<String> {
-    let measured: Vec<(&Variant, f64)> = variants
-        .iter()
-        .filter_map(|v| Some((*v, v.warm_at(high)?.p99.median)))
-        .filter(|(_, p99)| p99.is_finite())
-        .collect();
-    let persistent = measured
-        .iter()
-        .any(|(v, _)| v.lifetime == Lifetime::Persistent);
-    let (v, p99) = measured
-        .iter()
-        .filter(|(v, _)| !persistent || v.lifetime == Lifetime::Persistent)
+    let (v, p99) = as_usually_run(variants, |v| Some(v.warm_at(high)?.p99.median))
+        .into_iter()
         .min_by(|a, b| a.1.total_cmp(&b.1))?;
     Some(format!(
         "{}p99 {} at {} ({})",
         shortest.lead("shortest tail", "tail "),
-        duration_us(*p99),
+        duration_us(p99),
         connections_phrase(high),
         v.flavour()
     ))
