@@ -35,6 +35,10 @@ impl LogFormat {
 /// JSON each is an object, every one but the last marked `"partial":true`.
 pub const LINE_MAX: usize = 16 * 1024;
 
+/// In JSON, how many bytes `push_bounded` renders at a time: at most this many records
+/// (one per newline), tens of kilobytes.
+const JSON_PUSH: usize = 256;
+
 /// The capacity a buffer of rendered lines keeps between writes.
 const RENDERED_KEPT: usize = 128 * 1024;
 
@@ -163,6 +167,24 @@ impl Lines {
 
     pub fn stream(&self) -> Stream {
         self.stream
+    }
+
+    /// `push`, writing what it renders to this stream whenever `out` holds `bound` bytes or
+    /// more. In JSON each line, an empty one too, becomes a record of a hundred bytes and
+    /// more: pushed whole, a burst of short lines (a guest may write a megabyte of them at
+    /// once) would be rendered at a hundred times its size before a byte of it went out.
+    pub fn push_bounded(&mut self, bytes: &[u8], out: &mut Vec<u8>, bound: usize) {
+        // In text a line renders to its own bytes: no more than was pushed.
+        let chunk = match self.attribution.format() {
+            LogFormat::Json => JSON_PUSH,
+            LogFormat::Text => bytes.len().max(1),
+        };
+        for part in bytes.chunks(chunk) {
+            self.push(part, out);
+            if out.len() >= bound {
+                self.write(out);
+            }
+        }
     }
 
     /// Writes lines rendered into `out` to this stream and empties `out`, giving back what a

@@ -91,6 +91,25 @@ each_backend! {
         assert!(grew < FLOOD_HEADROOM, "{backend:?}: {FLOODS} floods raised the high-water mark by {grew} bytes");
     }
 
+    /// In JSON each empty line is a record of a hundred bytes and more: a burst of them is
+    /// written as it is rendered, not rendered whole first (a guest's 1 MiB write of
+    /// newlines was 150 MB of records at once).
+    fn a_burst_of_empty_lines_in_json_leaves_the_servers_memory_flat(backend: Backend) {
+        let server = Server::builder()
+            .args(&["--log-format", "json"])
+            .discard_logs()
+            .start()
+            .initialized_with(backend, "floods_empty_lines");
+        server.run(json!({"mib": 0})).assert(200, "{\"mib\":0}\n");
+        let before = server.reset_high_water();
+        for _ in 0..3 {
+            server.run(json!({"mib": 2})).assert(200, "{\"mib\":2}\n");
+        }
+        let grew = server.memory("VmHWM").saturating_sub(before);
+        eprintln!("{backend:?}: high-water {} KiB above the resident {} KiB", grew >> 10, before >> 10);
+        assert!(grew < FLOOD_HEADROOM, "{backend:?}: the records raised the high-water mark by {grew} bytes");
+    }
+
     fn in_json_every_line_is_whole_and_names_the_activation_that_wrote_it(backend: Backend) {
         let server = overlapping(backend, "json");
         let mut per_activation: HashMap<String, usize> = HashMap::new();

@@ -333,10 +333,7 @@ fn write_out(held: &mut Held, all: bool, tail: &[u8]) {
 impl Sink for GuestStderr {
     fn accept(&self, bytes: &[u8]) {
         let held = &mut *lock(&self.0);
-        held.lines.push(bytes, &mut held.out);
-        if held.out.len() >= STDERR_BATCH {
-            write_out(held, false, b"");
-        }
+        held.lines.push_bounded(bytes, &mut held.out, STDERR_BATCH);
     }
 }
 
