@@ -220,7 +220,8 @@ fn unpack_upload(
     }
 }
 
-fn starts_with(path: &Path, magic: &[&[u8]]) -> bool {
+/// Whether the file at `path` begins with one of `magic` (no file: no).
+pub(crate) fn starts_with(path: &Path, magic: &[&[u8]]) -> bool {
     let mut head = [0u8; 4];
     let Ok(mut file) = fs::File::open(path) else {
         return false;

@@ -62,13 +62,8 @@ pub const COMPONENTS: Registration = Registration {
 /// that starts as WebAssembly does. Code precompiled from it is an ELF file, told apart by
 /// `Side::of_precompiled`.
 pub fn is_webassembly(path: &Path) -> bool {
-    if path.extension().is_some_and(|ext| ext == "wasm") {
-        return true;
-    }
-    let mut head = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
-        .is_ok_and(|()| head == *crate::action::detect::WASM_MAGIC)
+    path.extension().is_some_and(|ext| ext == "wasm")
+        || crate::action::starts_with(path, &[crate::action::detect::WASM_MAGIC])
 }
 
 /// One side of the WebAssembly backend, with the engines both sides share.
