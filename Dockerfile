@@ -47,7 +47,7 @@ CMD ["serve"]
 # context), and every line is a JSON record naming its activation. Components reach no
 # host until a derived image lists some in WASMLOOP_ALLOW_OUTBOUND.
 FROM runtime AS sandboxed
-ENV WASMLOOP_BACKENDS=wasm,component \
+ENV WASMLOOP_BACKENDS=http,wasm,component \
     WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE=1 \
     WASMLOOP_LOG_FORMAT=json
 

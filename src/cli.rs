@@ -189,7 +189,7 @@ pub struct UploadArgs {
           default_value = config::DEFAULT_COMPILE_TIMEOUT)]
     pub compile_timeout: Duration,
     /// Which backends may run an upload, comma-separated: an image for sandboxed actions
-    /// sets `wasm,component`, and a native executable is then refused at /init instead of
+    /// sets `http,wasm,component`, and a native executable is then refused at /init instead of
     /// running with the container's privileges.
     #[arg(
         long,

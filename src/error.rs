@@ -113,7 +113,7 @@ impl Error {
             Error::ShuttingDown | Error::Run(RunError::Stopped) => StatusCode::SERVICE_UNAVAILABLE,
             // Not 503: the platform would take the container for dying and destroy it.
             Error::Run(RunError::Busy(_)) => StatusCode::TOO_MANY_REQUESTS,
-            Error::Run(RunError::Exited(_)) => StatusCode::BAD_REQUEST,
+            Error::Run(RunError::Exited(_) | RunError::BadInput(_)) => StatusCode::BAD_REQUEST,
             Error::Run(
                 RunError::NotAnObject(_)
                 | RunError::NotJson(_)

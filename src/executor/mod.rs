@@ -17,8 +17,10 @@ macro_rules! backends {
 
 // The backends: a new one is its folder (a `Registration`, a `Backend` and a `Worker`)
 // and a line here. A module precompiled by `wasmloop compile` is an ELF file too, so the
-// WebAssembly backends look before the native one.
+// WebAssembly backends look before the native one; an HTTP component is a component too,
+// so its backend looks before theirs.
 backends! {
+    http: HTTP;
     wasm: MODULES, COMPONENTS;
     native: NATIVE;
 }
@@ -231,6 +233,10 @@ pub enum RunError {
     /// The action had died and could not be started again.
     #[error("cannot start action: {0}")]
     Restart(#[source] StartError),
+    /// The activation's value cannot become what the action takes (an HTTP component's
+    /// request): the caller's to fix; the action never saw it.
+    #[error("{0}")]
+    BadInput(String),
 }
 
 /// What every backend needs to start an action.

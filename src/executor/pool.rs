@@ -657,7 +657,11 @@ impl<W: Worker> Pool<W> {
         // instance), and a later activation starts a fresh one. Whether it is still alive
         // is asked once, by `take_idle` before its next activation (for a child, a waitpid
         // system call), not here as well.
-        if matches!(result, Ok(_) | Err(RunError::NotAnObject(_))) {
+        // Input refused before the worker saw it leaves it as it was too.
+        if matches!(
+            result,
+            Ok(_) | Err(RunError::NotAnObject(_) | RunError::BadInput(_))
+        ) {
             entry.activations = entry.activations.saturating_add(1);
             let served_all = self
                 .size

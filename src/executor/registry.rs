@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn backends_have_distinct_names_and_say_what_they_run() {
         let mut names: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
-        assert_eq!(names, ["wasm", "component", "native"]);
+        assert_eq!(names, ["http", "wasm", "component", "native"]);
         names.dedup();
         assert_eq!(names.len(), BACKENDS.len());
         assert!(

@@ -232,7 +232,7 @@ fn the_sandboxed_image_refuses_native_code_and_gives_each_activation_a_fresh_ins
         .assert_error(
             502,
             "which this runtime does not run: --backends (WASMLOOP_BACKENDS) allows \
-             wasm,component",
+             http,wasm,component",
         );
     server
         .init(&Backend::Wasm.init_guest("counter"))

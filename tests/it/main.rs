@@ -13,6 +13,7 @@ mod contract;
 mod dropin;
 mod examples;
 mod faults;
+mod http;
 mod image;
 mod lifecycle;
 mod lifetimes;

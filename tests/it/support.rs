@@ -131,6 +131,34 @@ fn built_guests(target: Option<&'static str>) -> PathBuf {
     .clone()
 }
 
+/// The HTTP component of tests/http-guest (a `wasi:http/proxy` world whose request path
+/// chooses what it does), built once.
+pub fn http_guest() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("http-guest");
+            let manifest =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/http-guest/Cargo.toml");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "--locked", "--release"])
+                .args(["--target", "wasm32-wasip2", "--manifest-path"])
+                .arg(&manifest)
+                .arg("--target-dir")
+                .arg(&target_dir)
+                .status()
+                .expect("cannot run cargo to build the HTTP test component");
+            assert!(
+                status.success(),
+                "building tests/http-guest failed (is the target installed? rustup target add \
+                 wasm32-wasip2)"
+            );
+            target_dir.join("wasm32-wasip2/release/wasmloop_test_http_guest.wasm")
+        })
+        .clone()
+}
+
 /// A file of tests/fixtures.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

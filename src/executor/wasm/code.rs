@@ -98,6 +98,22 @@ impl Code {
     }
 }
 
+/// The interface an HTTP component exports (the `http` backend's), in any 0.2 version.
+pub const HANDLER_EXPORT: &str = "wasi:http/incoming-handler@0.2.";
+
+/// A component that some backend runs: a command, or an HTTP component (what compiling
+/// checks, before the backend that claimed it links it as its own).
+pub fn check_component_runs(engine: &Engine, component: &Component) -> Result<(), String> {
+    let handles_http = component
+        .component_type()
+        .exports(engine)
+        .any(|(name, _)| name.starts_with(HANDLER_EXPORT));
+    if handles_http {
+        return Ok(());
+    }
+    check_component_command(engine, component)
+}
+
 /// A component that can run as an action: it exports `wasi:cli/run` (what building a
 /// command for wasm32-wasip2, componentize-py or componentize-js gives).
 pub fn check_component_command(engine: &Engine, component: &Component) -> Result<(), String> {

@@ -8,7 +8,7 @@ use wasmtime::component::Component;
 use wasmtime::{Engine, ExternType, Module};
 
 use super::cache::{CompileCache, WasmDigest, store_in_cache};
-use super::code::{Code, check_component_command, is_component};
+use super::code::{Code, check_component_runs, is_component};
 use super::engine::{WasmEngine, engine_config};
 use crate::config::{ChildRole, Codegen, EngineSettings};
 
@@ -241,7 +241,7 @@ pub fn compile_here(
     }
     let code = if component {
         let component = Component::new(&engine, bytes).map_err(not_valid)?;
-        check_component_command(&engine, &component).map_err(CompileError::fatal)?;
+        check_component_runs(&engine, &component).map_err(CompileError::fatal)?;
         Code::Component(component)
     } else {
         let module = Module::new(&engine, bytes).map_err(not_valid)?;

@@ -45,6 +45,30 @@ pub struct ComponentHost {
     pub environ: super::environ::Environ,
 }
 
+/// A component's store data: its WASI context, the allow-list over its requests and
+/// sockets, its memory cap, and what it reads as its environment.
+pub fn host(
+    wasi: WasiCtx,
+    outbound: Outbound,
+    limits: MemoryCap,
+    preopens: usize,
+    environ: super::environ::Environ,
+) -> ComponentHost {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_RESOURCES);
+    let mut http = WasiHttpCtx::new();
+    http.set_field_size_limit(MAX_FIELDS_BYTES);
+    ComponentHost {
+        wasi,
+        table,
+        http,
+        outbound,
+        limits,
+        preopens,
+        environ,
+    }
+}
+
 impl WasiView for ComponentHost {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use super::component::{self, ComponentHost, Outbound};
+use super::component::{self, Outbound};
 use super::engine::WasmEngine;
 use super::environ::Environ;
 use super::memory_cap::MemoryCap;
@@ -227,19 +227,13 @@ impl Instance {
                 let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone(), held.clone());
                 outbound.gate_sockets(&mut wasi);
                 denials = Some(outbound.denials());
-                let mut table = wasmtime::component::ResourceTable::new();
-                table.set_max_capacity(component::MAX_RESOURCES);
-                let mut http = wasmtime_wasi_http::WasiHttpCtx::new();
-                http.set_field_size_limit(component::MAX_FIELDS_BYTES);
-                let host = ComponentHost {
-                    wasi: wasi.build(),
-                    table,
-                    http,
+                let host = component::host(
+                    wasi.build(),
                     outbound,
                     limits,
                     preopens,
-                    environ: environ.clone(),
-                };
+                    environ.clone(),
+                );
                 let mut store = guest_store(engine, host, |host| &mut host.limits);
                 let pre = pre.clone();
                 Box::pin(async move {
@@ -464,7 +458,7 @@ impl Stdio {
 
 /// A store for one instance, module or component: its memory capped by `cap`, and yielding
 /// every epoch tick, so one busy guest cannot hold a worker thread.
-fn guest_store<T: Send + 'static>(
+pub fn guest_store<T: Send + 'static>(
     engine: &WasmEngine,
     host: T,
     cap: fn(&mut T) -> &mut MemoryCap,
@@ -483,7 +477,7 @@ struct RunReturnedError;
 
 /// How `_start` ended, in words for the `command exited: ...` error; `stderr` holds what
 /// the guest logged.
-fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String {
+pub fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String {
     match result {
         Ok(()) => "the guest returned from _start".to_owned(),
         Err(e) => {

@@ -5,17 +5,17 @@ mod artifact;
 mod cache;
 mod code;
 mod compile;
-mod component;
+pub mod component;
 pub mod descriptors;
 mod engine;
-mod environ;
+pub mod environ;
 mod instance;
-mod memory_cap;
+pub mod memory_cap;
 mod module;
 pub mod renew;
 mod snapshot;
-mod streams;
-mod ticker;
+pub mod streams;
+pub mod ticker;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,16 +25,15 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 
 pub use artifact::{elf_named_wasm, is_elf, precompile, sign_beside};
 use cache::{CompileCache, WasmDigest};
-use code::Code;
-pub use code::{Side, is_component};
+pub use code::{Code, HANDLER_EXPORT, RUN_EXPORT, Side, is_component};
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::ComponentHost;
 pub use engine::{Engines, WasmEngine, artifact_engine_id, pooled_config};
-pub use instance::Instance;
+pub use instance::{Instance, exit_reason, guest_store};
 use module::ModuleHost;
 
-use super::pool::{Pool, PoolSize, Reporting};
+use super::pool::{Pool, PoolSize, Reporting, Worker};
 use super::registry::{Backend, Registration, Shared, StartFuture};
 use super::{StartError, StartSpec};
 use crate::action::{Entry, Prepared};
@@ -97,40 +96,17 @@ impl Backend for WasmBackend {
         size: PoolSize,
     ) -> StartFuture<'a> {
         Box::pin(async move {
-            let source = match &prepared.entry {
-                Entry::File(path) if is_webassembly(path) => Source::Wasm {
-                    path,
-                    // Only the file the upload was written to has it.
-                    sha256: prepared.wasm_sha256.as_deref(),
-                },
-                Entry::File(exec) => {
-                    if !config.wasm.allow_precompiled {
-                        return Err(StartError::Unsupported(
-                            "this is a precompiled WebAssembly module; loading one runs its \
-                             machine code unchecked, so it is accepted only with \
-                             --allow-precompiled"
-                                .to_owned(),
-                        ));
-                    }
-                    Source::Precompiled(exec)
-                }
-                Entry::Signed(code) => Source::Signed(code),
-            };
+            let source = Source::of(prepared, config)?;
             // An archive's folder is the guest's read-only `/action`; a bare module sees
             // nothing.
             let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-            let pool = start(source, spec, preopen, config, &self.engines, size).await?;
+            let pool = start::<Command>(source, spec, preopen, config, &self.engines, size).await?;
             Ok(pool as Arc<dyn super::Executor>)
         })
     }
 
-    /// The engines, made before the server accepts: measured, 1.9-2.4 ms for a hello
-    /// from the compile cache against 2.7-3.2 ms made on demand.
     fn warm(&self) {
-        let (first, then) = self.engines.tiers();
-        for codegen in std::iter::once(first).chain(then) {
-            let _ = self.engines.engine(codegen);
-        }
+        self.engines.warm();
     }
 
     fn trust(&self, keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
@@ -151,6 +127,15 @@ pub enum WasmError {
     LinkModule(wasmtime::Error),
     #[error("cannot link the component: {0:#} (wasmloop provides WASI 0.2 and wasi:http)")]
     LinkComponent(wasmtime::Error),
+    /// The component imports interfaces no host of this runtime provides.
+    #[error(
+        "the component imports what wasmloop does not provide: {}. wasmloop gives components \
+         WASI 0.2 (wasi:cli, wasi:io, wasi:clocks, wasi:random, wasi:filesystem, wasi:sockets) \
+         and wasi:http; build it without the others (Spin's SDK imports fermyon:spin/*: write \
+         the handler on the `wasi` crate's wasi:http/proxy world instead)",
+        .0.join(", ")
+    )]
+    MissingImports(Vec<String>),
     #[error("cannot preopen {} as /action: {error:#}", dir.display())]
     Preopen {
         dir: PathBuf,
@@ -210,22 +195,90 @@ pub enum Source<'a> {
     Signed(&'a crate::signing::SignedCode),
 }
 
+impl<'a> Source<'a> {
+    /// Where the code of what `/init` unpacked comes from (its entry is WebAssembly, or
+    /// code precompiled from it): precompiled code only with `--allow-precompiled`.
+    pub fn of(prepared: &'a Prepared, config: &Config) -> Result<Source<'a>, StartError> {
+        Ok(match &prepared.entry {
+            Entry::File(path) if is_webassembly(path) => Source::Wasm {
+                path,
+                // Only the file the upload was written to has it.
+                sha256: prepared.wasm_sha256.as_deref(),
+            },
+            Entry::File(exec) => {
+                if !config.wasm.allow_precompiled {
+                    return Err(StartError::Unsupported(
+                        "this is a precompiled WebAssembly module; loading one runs its \
+                         machine code unchecked, so it is accepted only with \
+                         --allow-precompiled"
+                            .to_owned(),
+                    ));
+                }
+                Source::Precompiled(exec)
+            }
+            Entry::Signed(code) => Source::Signed(code),
+        })
+    }
+}
+
+/// What code is linked as and run by: the stdio contract's command (`Command`), or another
+/// world a backend of its own serves. Compiling, the cache, signed code and tiering are the
+/// same for every world.
+pub trait World: Send + Sync + 'static {
+    /// The code, linked and checked, that instances are made from.
+    type Pre: Send + Sync + 'static;
+    /// What runs an instance's activations.
+    type Worker: Worker<Spec = WasmSpec<Self::Pre>>;
+    /// Checks that the code is of this world and links it.
+    fn link(engine: &WasmEngine, code: &Code) -> Result<Self::Pre, WasmError>;
+}
+
+/// The stdio contract: a WASI command (a module's `_start`, a component's `wasi:cli/run`).
+pub struct Command;
+
+impl World for Command {
+    type Pre = Pre;
+    type Worker = Instance;
+
+    fn link(engine: &WasmEngine, code: &Code) -> Result<Pre, WasmError> {
+        Ok(match code {
+            Code::Module(module) => {
+                check_command(module).map_err(WasmError::NotACommand)?;
+                let pre = engine
+                    .linker
+                    .instantiate_pre(module)
+                    .map_err(WasmError::LinkModule)?;
+                Pre::Module(pre)
+            }
+            Code::Component(component) => {
+                code::check_component_command(&engine.engine, component)
+                    .map_err(WasmError::NotACommand)?;
+                let pre = engine
+                    .components
+                    .instantiate_pre(component)
+                    .map_err(|e| unlinked(&engine.engine, component, e))?;
+                Pre::Component(CommandPre::new(pre).map_err(WasmError::LinkComponent)?)
+            }
+        })
+    }
+}
+
 /// Everything an instance is made from; restarts take microseconds from the `InstancePre`.
-pub struct WasmSpec {
-    engine: Arc<WasmEngine>,
-    pre: Pre,
-    start: StartSpec,
+pub struct WasmSpec<P = Pre> {
+    pub engine: Arc<WasmEngine>,
+    pub pre: P,
+    pub start: StartSpec,
     /// The action's environment, which every instance's guest reads (`Environ`).
-    env: Arc<[(String, String)]>,
-    preopen: Option<PathBuf>,
-    outbound: Arc<AllowList>,
-    descriptors: descriptors::Caps,
+    pub env: Arc<[(String, String)]>,
+    pub preopen: Option<PathBuf>,
+    pub outbound: Arc<AllowList>,
+    pub descriptors: descriptors::Caps,
     /// What a module's instances are renewed to, taken from the first.
     baseline: Arc<std::sync::OnceLock<Arc<renew::Baseline>>>,
 }
 
-/// Code linked against WASI, ready to instantiate.
-enum Pre {
+/// Code linked against WASI as a command, ready to instantiate.
+pub enum Pre {
     Module(InstancePre<ModuleHost>),
     Component(CommandPre<ComponentHost>),
 }
@@ -242,14 +295,14 @@ struct Link {
 /// Compiles (or loads) the module and starts its first instance: what `/init` does. With
 /// a tiered compiler the first code is the quick one, and the optimized code replaces it
 /// once a background compile has made it.
-pub async fn start(
+pub async fn start<W: World>(
     source: Source<'_>,
     start: StartSpec,
     preopen: Option<PathBuf>,
     config: &Config,
     engines: &Engines,
     size: PoolSize,
-) -> Result<Arc<Pool<Instance>>, StartError> {
+) -> Result<Arc<Pool<W::Worker>>, StartError> {
     let final_engine = engines.engine(engines.final_tier())?;
     let linking = Link {
         start,
@@ -262,7 +315,7 @@ pub async fn start(
         },
     };
     let serve = |engine, code: Code, linking: Link| async move {
-        let spec = link(engine, &code, linking)?;
+        let spec = link::<W>(engine, &code, linking)?;
         Pool::start(spec, size, Reporting::of(config)).await
     };
     let (wasm, sha256) = match source {
@@ -364,7 +417,7 @@ pub async fn start(
         return serve(quick_engine, code, linking).await;
     }
     let slot = serve(quick_engine, code, linking.clone()).await?;
-    let later = Upgrade {
+    let later = Upgrade::<W> {
         engine: final_engine,
         wasm: wasm.to_owned(),
         digest,
@@ -378,6 +431,7 @@ pub async fn start(
             tell: None,
         },
         linking,
+        world: std::marker::PhantomData,
     };
     // Stopped (with its compile child) when the action goes.
     let upgrade = tokio::spawn(later.run(Arc::downgrade(&slot)));
@@ -386,23 +440,24 @@ pub async fn start(
 }
 
 /// The background half of a tiered start: the optimized code, and instances made from it.
-struct Upgrade {
+struct Upgrade<W> {
     engine: Arc<WasmEngine>,
     wasm: PathBuf,
     digest: WasmDigest,
     cache: Option<CompileCache>,
     child: CompileChild,
     linking: Link,
+    world: std::marker::PhantomData<W>,
 }
 
-impl Upgrade {
-    async fn run(self, slot: std::sync::Weak<Pool<Instance>>) {
+impl<W: World> Upgrade<W> {
+    async fn run(self, slot: std::sync::Weak<Pool<W::Worker>>) {
         let compiled = self
             .child
             .compile(&self.engine, &self.wasm, &self.digest, self.cache.as_ref())
             .await
             .map_err(CompileError::into_start_error);
-        let upgraded = match compiled.and_then(|code| link(self.engine, &code, self.linking)) {
+        let upgraded = match compiled.and_then(|code| link::<W>(self.engine, &code, self.linking)) {
             Ok(spec) => match slot.upgrade() {
                 Some(slot) => slot.upgrade(spec).await,
                 None => return,
@@ -420,28 +475,44 @@ impl Upgrade {
     }
 }
 
-/// Checks that the code is a command and links it against WASI.
-fn link(engine: Arc<WasmEngine>, code: &Code, linking: Link) -> Result<WasmSpec, StartError> {
-    let pre = match code {
-        Code::Module(module) => {
-            check_command(module).map_err(WasmError::NotACommand)?;
-            let pre = engine
-                .linker
-                .instantiate_pre(module)
-                .map_err(WasmError::LinkModule)?;
-            Pre::Module(pre)
-        }
-        Code::Component(component) => {
-            code::check_component_command(&engine.engine, component)
-                .map_err(WasmError::NotACommand)?;
-            let pre = engine
-                .components
-                .instantiate_pre(component)
-                .and_then(CommandPre::new)
-                .map_err(WasmError::LinkComponent)?;
-            Pre::Component(pre)
-        }
-    };
+/// The interfaces wasmloop gives components (WASI 0.2's; see `component::linker`).
+const PROVIDED: &[&str] = &[
+    "wasi:cli/",
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+    "wasi:http/",
+];
+
+/// Why a component did not link: every import it has that no host here provides, or
+/// wasmtime's own reason when all of them are (a version or a type that does not match).
+pub fn unlinked(
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    error: wasmtime::Error,
+) -> WasmError {
+    let missing: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name)
+        .filter(|name| !(PROVIDED.iter().any(|p| name.starts_with(p)) && name.contains("@0.2.")))
+        .map(str::to_owned)
+        .collect();
+    if missing.is_empty() {
+        return WasmError::LinkComponent(error);
+    }
+    WasmError::MissingImports(missing)
+}
+
+/// Checks that the code is of the world `W` and links it against WASI.
+fn link<W: World>(
+    engine: Arc<WasmEngine>,
+    code: &Code,
+    linking: Link,
+) -> Result<WasmSpec<W::Pre>, StartError> {
+    let pre = W::link(&engine, code)?;
     Ok(WasmSpec {
         engine,
         pre,

@@ -271,8 +271,14 @@ impl Default for GuestStderr {
 impl GuestStderr {
     /// The stderr of an instance whose lines are attributed as `attribution` says.
     pub fn new(attribution: logs::Attribution) -> Self {
+        GuestStderr::on(logs::Stream::Stderr, attribution)
+    }
+
+    /// A log stream of an instance written to the container's `stream`: its stderr, or its
+    /// stdout where that is no result channel (an HTTP component's).
+    pub fn on(stream: logs::Stream, attribution: logs::Attribution) -> Self {
         GuestStderr(Arc::new(Mutex::new(Held {
-            lines: logs::Lines::new(logs::Stream::Stderr, attribution),
+            lines: logs::Lines::new(stream, attribution),
             out: Vec::new(),
         })))
     }

@@ -1,0 +1,281 @@
+//! One instance of an HTTP component, kept between activations: each activation is one call of its `incoming-handler.handle`.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use wasmtime::Store;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::WasiHttpView;
+
+use super::web;
+use crate::executor::pool::{End, Start, Worker};
+use crate::executor::wasm::component::{self, ComponentHost, Outbound};
+use crate::executor::wasm::descriptors::Descriptors;
+use crate::executor::wasm::environ::Environ;
+use crate::executor::wasm::memory_cap::MemoryCap;
+use crate::executor::wasm::streams::{GuestStderr, StdioOut};
+use crate::executor::wasm::{WasmError, WasmSpec, exit_reason, guest_store, ticker};
+use crate::executor::{RunError, StartError};
+use crate::logs::{Attribution, Stream};
+
+/// How long a response may take to end once `handle` has returned: its last bytes are
+/// on their way then, or the component left its body unfinished and they never come.
+const AFTER_RETURN: Duration = Duration::from_millis(100);
+
+/// The response an activation waits for.
+type Answer = Result<axum::http::Response<HyperOutgoingBody>, ErrorCode>;
+
+pub struct HttpInstance {
+    store: Store<ComponentHost>,
+    proxy: Proxy,
+    /// Its stdout and stderr: both logs (the answer is the response).
+    stdout: GuestStderr,
+    stderr: GuestStderr,
+    environ: Environ,
+    attribution: Attribution,
+    denials: Arc<Mutex<crate::outbound::DenialLog>>,
+    descriptors: Descriptors,
+    ticker: ticker::Ticker,
+    memory: Arc<AtomicUsize>,
+    max_result_bytes: usize,
+    /// Why it can serve no more, once a call trapped or was left unfinished.
+    ended: Option<String>,
+}
+
+impl Worker for HttpInstance {
+    type Spec = WasmSpec<ProxyPre<ComponentHost>>;
+
+    async fn start(spec: &Self::Spec, _: Start<'_>) -> Result<Self, StartError> {
+        let start = &spec.start;
+        let attribution = Attribution::new(start.log_format);
+        let stdout = GuestStderr::on(Stream::Stdout, attribution.clone());
+        let stderr = GuestStderr::on(Stream::Stderr, attribution.clone());
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(StdioOut(stdout.clone()))
+            .stderr(StdioOut(stderr.clone()))
+            .args(&[&start.main]);
+        if let Some(dir) = &spec.preopen {
+            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
+                .map_err(|error| WasmError::Preopen {
+                    dir: dir.clone(),
+                    error,
+                })?;
+        }
+        let descriptors = Descriptors::new(spec.descriptors, stderr.clone());
+        let outbound = Outbound::new(spec.outbound.clone(), stderr.clone(), descriptors.clone());
+        outbound.gate_sockets(&mut wasi);
+        let denials = outbound.denials();
+        // Told the action's variables; a fresh instance its activation's too, once it has
+        // come (it is called only then).
+        let environ = Environ::new(spec.env.clone(), start.fresh, false);
+        let memory = Arc::new(AtomicUsize::new(0));
+        let host = component::host(
+            wasi.build(),
+            outbound,
+            MemoryCap {
+                cap: spec.engine.settings.memory_cap,
+                total: memory.clone(),
+            },
+            usize::from(spec.preopen.is_some()),
+            environ.clone(),
+        );
+        let mut store = guest_store(&spec.engine, host, |host| &mut host.limits);
+        let ticker = spec.engine.ticker.clone();
+        let instantiated = {
+            let _ticking = ticker.running();
+            tokio::time::timeout(start.ack_timeout, spec.pre.instantiate_async(&mut store)).await
+        };
+        let proxy = match instantiated {
+            Ok(Ok(proxy)) => proxy,
+            Ok(Err(e)) => {
+                let detail = exit_reason(Err(e), &stderr);
+                stderr.flush();
+                return Err(WasmError::GuestExited { detail }.into());
+            }
+            Err(_) => return Err(WasmError::StillStarting(start.ack_timeout).into()),
+        };
+        stdout.flush();
+        stderr.flush();
+        Ok(HttpInstance {
+            store,
+            proxy,
+            stdout,
+            stderr,
+            environ,
+            attribution,
+            denials,
+            descriptors,
+            ticker,
+            memory,
+            max_result_bytes: start.max_result_bytes,
+            ended: None,
+        })
+    }
+
+    fn is_alive(&mut self) -> bool {
+        self.ended.is_none()
+    }
+
+    fn discard_stray_output(&mut self) -> Option<Bytes> {
+        None
+    }
+
+    fn memory_bytes(&mut self) -> Option<u64> {
+        Some(self.memory.load(Ordering::Relaxed) as u64)
+    }
+
+    fn attribute(&mut self, labels: crate::logs::Labels) {
+        self.attribution.set(labels);
+    }
+
+    fn attribution(&self) -> Option<&Attribution> {
+        Some(&self.attribution)
+    }
+
+    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        let incoming = web::request(&line).map_err(|e| RunError::BadInput(e.0))?;
+        self.environ.arrive(&line);
+        let result = self.handle(incoming).await;
+        if let Err(RunError::Exited(Some(reason))) = &result {
+            self.ended = Some(reason.clone());
+        }
+        result
+    }
+
+    fn end_activation(&mut self, end: End) {
+        self.stdout.flush();
+        end.write_stdout();
+        if let Some(line) = crate::lock(&self.denials).left_out() {
+            self.stderr.note(&line);
+        }
+        self.stderr.flush_with(end.stderr_tail());
+        self.descriptors.new_activation();
+    }
+}
+
+impl HttpInstance {
+    /// Calls `handle` with the request, and reads its response as the guest writes it (up
+    /// to `--max-result-bytes` of body) into the web-action result.
+    async fn handle(&mut self, incoming: web::Incoming) -> Result<Bytes, RunError> {
+        let broken = |what: String| RunError::Exited(Some(what));
+        let mut request = axum::http::Request::builder()
+            .method(incoming.method)
+            .uri(incoming.path)
+            .body(
+                http_body_util::Full::new(incoming.body)
+                    .map_err(|never| -> wasmtime_wasi_http::Error { match never {} }),
+            )
+            .map_err(|e| RunError::BadInput(format!("the request cannot be made: {e}")))?;
+        *request.headers_mut() = incoming.headers;
+        let (send, answer) = tokio::sync::oneshot::channel::<Answer>();
+        let mut http = self.store.data_mut().http();
+        let made = http
+            .new_incoming_request(Scheme::Http, request)
+            .and_then(|request| Ok((request, http.new_response_outparam(send)?)));
+        let (request, out) = made.map_err(|e| broken(format!("cannot hand it the request: {e:#}")))?;
+        let _ticking = self.ticker.running();
+        let max = self.max_result_bytes;
+        let handler = self.proxy.wasi_http_incoming_handler();
+        let call = handler.call_handle(&mut self.store, request, out);
+        let read = read_response(answer, max);
+        let (called, read) = both(call, read).await;
+        if let Some(Err(e)) = called {
+            self.stdout.flush();
+            return Err(broken(exit_reason(Err(e), &self.stderr)));
+        }
+        let (parts, body) = read?;
+        let say = |m: &str| self.stderr.note(m);
+        Ok(Bytes::from(web::result(parts.status, &parts.headers, &body, &say)))
+    }
+}
+
+/// Runs the call and the reading of its response together (the guest writes its body as
+/// it is read, a chunk at a time), until the response is read and the call has returned,
+/// or until either fails. `None` for a call cut short by a failed response.
+async fn both<C, R, T>(call: C, read: R) -> (Option<wasmtime::Result<()>>, Result<T, RunError>)
+where
+    C: Future<Output = wasmtime::Result<()>>,
+    R: Future<Output = Result<T, RunError>>,
+{
+    let (mut call, mut read) = (pin!(call), pin!(read));
+    let mut called = None;
+    let mut read_result = None;
+    // Armed once the call has returned.
+    let mut grace = pin!(tokio::time::sleep(Duration::from_secs(86_400)));
+    std::future::poll_fn(|cx| {
+        if called.is_none()
+            && let Poll::Ready(result) = call.as_mut().poll(cx)
+        {
+            called = Some(result);
+            grace
+                .as_mut()
+                .reset(tokio::time::Instant::now() + AFTER_RETURN);
+        }
+        if read_result.is_none()
+            && let Poll::Ready(result) = read.as_mut().poll(cx)
+        {
+            read_result = Some(result);
+        }
+        match (&called, &read_result) {
+            (Some(Err(_)), _) | (Some(Ok(())), Some(_)) | (_, Some(Err(_))) => Poll::Ready(()),
+            (Some(Ok(())), None) if grace.as_mut().poll(cx).is_ready() => Poll::Ready(()),
+            _ => Poll::Pending,
+        }
+    })
+    .await;
+    let read = read_result.unwrap_or_else(|| {
+        Err(RunError::Exited(Some(
+            "the component returned from handle without finishing its response: call \
+             outgoing-body.finish (Rust: OutgoingBody::finish) once the body is written"
+                .to_owned(),
+        )))
+    });
+    (called, read)
+}
+
+/// The response the guest sets, and its body, up to `max` bytes.
+async fn read_response(
+    answer: tokio::sync::oneshot::Receiver<Answer>,
+    max: usize,
+) -> Result<(axum::http::response::Parts, Bytes), RunError> {
+    let response = match answer.await {
+        Ok(Ok(response)) => response,
+        Ok(Err(code)) => {
+            return Err(RunError::Exited(Some(format!(
+                "the component answered with an error instead of a response: {code:?}"
+            ))));
+        }
+        Err(_) => {
+            return Err(RunError::Exited(Some(
+                "the component returned from handle without setting a response: call \
+                 response-outparam.set (Rust: ResponseOutparam::set) before returning"
+                    .to_owned(),
+            )));
+        }
+    };
+    let (parts, mut body) = response.into_parts();
+    let mut read = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            RunError::Exited(Some(format!(
+                "the component's response body failed before its end: {e:?}"
+            )))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > max {
+                return Err(RunError::ResultTooLong(max));
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok((parts, read.freeze()))
+}

@@ -1,0 +1,131 @@
+//! The HTTP component backend: components of the `wasi:http/proxy` world (Spin, `wasmtime serve`), each activation one request to their `incoming-handler`.
+
+// It shares the WebAssembly backends' engines, compile cache, tiering and caps (their
+// `World` is what differs: the code is linked as a proxy, and an instance answers through
+// `handle` instead of its stdout), and maps activations to requests as OpenWhisk's web
+// actions do (`web`).
+
+mod instance;
+pub mod web;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+
+use super::pool::PoolSize;
+use super::registry::{Backend, Registration, StartFuture};
+use super::wasm::component::ComponentHost;
+use super::wasm::{self, Code, Engines, Source, WasmEngine, WasmError, World};
+use super::StartSpec;
+use crate::action::{Entry, Prepared};
+use crate::config::Config;
+use instance::HttpInstance;
+
+pub const HTTP: Registration = Registration {
+    name: "http",
+    runs: "WebAssembly HTTP component (wasi:http/proxy)",
+    refused: "Build it as a WASI command for the stdio contract (wasmloop new rust), or add http to the setting",
+    make: |config, shared| {
+        let engines = shared.get_or_make(|| Engines::new(config));
+        Arc::new(HttpBackend { engines }) as Arc<dyn Backend>
+    },
+};
+
+struct HttpBackend {
+    engines: Arc<Engines>,
+}
+
+impl Backend for HttpBackend {
+    /// A component that exports `incoming-handler` and no `wasi:cli/run` (one that has
+    /// both was made for the stdio contract, and runs on the component backend).
+    fn claims(&self, entry: &Entry) -> bool {
+        match entry {
+            Entry::File(path) if wasm::is_webassembly(path) => is_http_component(path),
+            _ => false,
+        }
+    }
+
+    fn start<'a>(
+        &'a self,
+        prepared: &'a Prepared,
+        spec: StartSpec,
+        config: &'a Config,
+        size: PoolSize,
+    ) -> StartFuture<'a> {
+        Box::pin(async move {
+            let source = Source::of(prepared, config)?;
+            let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
+            let pool =
+                wasm::start::<Proxy>(source, spec, preopen, config, &self.engines, size).await?;
+            Ok(pool as Arc<dyn super::Executor>)
+        })
+    }
+
+    fn warm(&self) {
+        self.engines.warm();
+    }
+}
+
+/// Components linked as `wasi:http/proxy`.
+struct Proxy;
+
+impl World for Proxy {
+    type Pre = ProxyPre<ComponentHost>;
+    type Worker = HttpInstance;
+
+    fn link(engine: &WasmEngine, code: &Code) -> Result<Self::Pre, WasmError> {
+        let Code::Component(component) = code else {
+            return Err(WasmError::NotACommand(
+                "a core module has no wasi:http/incoming-handler: build an HTTP component \
+                 (Rust: the `wasi` crate's `wasi::http::proxy::export!` for wasm32-wasip2)"
+                    .to_owned(),
+            ));
+        };
+        let pre = engine
+            .components
+            .instantiate_pre(component)
+            .map_err(|e| wasm::unlinked(&engine.engine, component, e))?;
+        ProxyPre::new(pre).map_err(WasmError::LinkComponent)
+    }
+}
+
+/// Whether the file is a component whose exports make it an HTTP component: read from its
+/// export section, before anything is compiled.
+fn is_http_component(path: &Path) -> bool {
+    let mut head = [0u8; 8];
+    let is_component = std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
+        .is_ok_and(|()| wasm::is_component(&head));
+    if !is_component {
+        return false;
+    }
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let exports = top_level_exports(&bytes);
+    exports.iter().any(|name| name.starts_with(wasm::HANDLER_EXPORT))
+        && !exports.iter().any(|name| name.starts_with(wasm::RUN_EXPORT))
+}
+
+/// The names a component exports at its top level (not those of components nested in it).
+/// Invalid bytes end the list: compiling them tells what is wrong.
+fn top_level_exports(bytes: &[u8]) -> Vec<String> {
+    use wasmparser::{Parser, Payload};
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        let Ok(payload) = payload else { break };
+        match payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentExportSection(exports) if depth == 0 => {
+                names.extend(exports.into_iter().flatten().map(|e| e.name.name.to_owned()));
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+
