@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every component example into component-examples/out/ (or $OUT) as NAME.wasm: the
 # hello and fetch actions in Rust (wasm32-wasip2), Python (componentize-py) and JavaScript
-# (componentize-js). Installs what is missing from the package registries: the Rust target
+# (componentize-js), and the hello as an HTTP component (wasi:http/proxy) in each. Installs what is missing from the package registries: the Rust target
 # wasm32-wasip2 (rustup), componentize-py (PyPI), componentize-js (npm, pinned by
 # js/package-lock.json).
 set -euo pipefail
@@ -36,14 +36,15 @@ if [ "$(cat "$here/js/node_modules/.installed-from" 2>/dev/null)" != "$lock_hash
   echo "$lock_hash" > "$here/js/node_modules/.installed-from"
 fi
 
-echo "building component-examples/rust and wasm-examples/rust for wasm32-wasip2" >&2
-for crate in "$here/rust" "$root/wasm-examples/rust"; do
+echo "building component-examples/rust, http-rust and wasm-examples/rust for wasm32-wasip2" >&2
+for crate in "$here/rust" "$here/http-rust" "$root/wasm-examples/rust"; do
   cargo build --quiet --release --locked --target wasm32-wasip2 \
     --manifest-path "$crate/Cargo.toml" --target-dir "$target_dir"
 done
 # The same hello source as the WASI preview 1 example: only the target differs.
 cp "$target_dir/wasm32-wasip2/release/hello.wasm" "$out/hello-rust.wasm"
 cp "$target_dir/wasm32-wasip2/release/fetch.wasm" "$out/fetch-rust.wasm"
+cp "$target_dir/wasm32-wasip2/release/http_hello.wasm" "$out/http-hello-rust.wasm"
 
 # The WASI interfaces, as wasmloop's own wasmtime-wasi-http crate defines them.
 wit=$(mktemp -d)
@@ -63,5 +64,26 @@ for action in hello fetch; do
   (cd "$root" && "$here/js/node_modules/.bin/componentize-js" "$here/js/$action.js" \
     --wit "$wit" --world-name action -o "$out/$action-js.wasm" >/dev/null)
 done
+
+# The HTTP hello: the standard wasi:http/proxy world, not wasmloop's stdio one.
+echo "building component-examples/python/http_hello.py" >&2
+(cd "$here/python" && componentize-py -d "$wit" -w wasi:http/proxy@0.2.12 componentize http_hello \
+  -p . -o "$out/http-hello-python.wasm" >/dev/null)
+# componentize-js's engine exports the handler at the wasi:http version it was built
+# against: the world must name that one (wasmloop serves any 0.2.x).
+engine=$here/js/node_modules/@bytecodealliance/componentize-js/lib/starlingmonkey_embedding.wasm
+http_version=$(grep -ao 'wasi:http/incoming-handler@0\.2\.[0-9]*' "$engine" | head -1 | cut -d@ -f2)
+wit_js=$(mktemp -d)
+trap 'rm -rf "$wit" "$wit_js"' EXIT
+cp -r "$wit/deps" "$wit_js/"
+# Same interfaces, older name: an item gated on a later 0.2 release would not resolve, and
+# wasmloop provides every stable one, so each counts as released from 0.2.0.
+sed -i -E "s/@0\.2\.12\b/@$http_version/g; s/@since\(version = [0-9.]+\)/@since(version = 0.2.0)/" \
+  "$wit_js"/deps/*.wit
+printf 'package wasmloop:http-example;\n\nworld proxy {\n  include wasi:http/proxy@%s;\n}\n' \
+  "$http_version" > "$wit_js/world.wit"
+echo "building component-examples/js/http-hello.js (wasi:http $http_version)" >&2
+(cd "$root" && "$here/js/node_modules/.bin/componentize-js" "$here/js/http-hello.js" \
+  --wit "$wit_js" --world-name proxy -o "$out/http-hello-js.wasm" >/dev/null)
 
 echo "component examples are in $out" >&2

@@ -8,6 +8,8 @@ use anyhow::Context;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Language {
     Rust,
+    /// An HTTP handler (the wasi:http/proxy world), in Rust.
+    RustHttp,
     Go,
     C,
     Python,
@@ -40,6 +42,13 @@ const RUST: &[File] = &[
     file!("README.md", "templates/rust/README.md"),
     file!("sdk/Cargo.toml", "sdk/rust/Cargo.toml"),
     file!("sdk/src/lib.rs", "sdk/rust/src/lib.rs"),
+];
+
+const RUST_HTTP: &[File] = &[
+    file!("Cargo.toml", "templates/rust-http/Cargo.toml"),
+    file!("src/lib.rs", "templates/rust-http/src/lib.rs"),
+    file!(".gitignore", "templates/rust-http/gitignore"),
+    file!("README.md", "templates/rust-http/README.md"),
 ];
 
 const GO: &[File] = &[
@@ -90,6 +99,7 @@ impl Language {
     fn files(self) -> &'static [File] {
         match self {
             Language::Rust => RUST,
+            Language::RustHttp => RUST_HTTP,
             Language::Go => GO,
             Language::C => C,
             Language::Python => PYTHON,
@@ -109,6 +119,11 @@ impl Language {
                 "rust: a Cargo project, the hello on the wasmloop-action crate (in sdk/); \
                  builds a module (wasm32-wasip1), a component (wasm32-wasip2) or a native \
                  executable from one source"
+            }
+            Language::RustHttp => {
+                "rust-http: a Cargo project, an HTTP handler of the wasi:http/proxy world on \
+                 the `wasi` crate (runs on wasmloop as a web action, and unchanged under \
+                 wasmtime serve or Spin); builds a component (wasm32-wasip2)"
             }
             Language::Go => {
                 "go: a Go module, the hello on the wasmloop.dev/action package (in sdk/, \
@@ -166,7 +181,12 @@ pub fn create(language: Language, dir: &Path) -> anyhow::Result<String> {
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
     };
     for file in language.files() {
-        write(Path::new(file.path), &file.text.replace("{{name}}", &name))?;
+        // `{{crate}}`: the name as Rust spells a library's file (`-` becomes `_`).
+        let text = file
+            .text
+            .replace("{{name}}", &name)
+            .replace("{{crate}}", &name.replace('-', "_"));
+        write(Path::new(file.path), &text)?;
     }
     if language.needs_wit() {
         write(Path::new(WORLD.path), WORLD.text)?;
@@ -269,7 +289,9 @@ impl Language {
     /// Whether a project of this language cannot be named `name`.
     fn reserves(self, name: &str) -> bool {
         match self {
-            Language::Rust => RUST_KEYWORDS.contains(&name) || CARGO_RESERVED.contains(&name),
+            Language::Rust | Language::RustHttp => {
+                RUST_KEYWORDS.contains(&name) || CARGO_RESERVED.contains(&name)
+            }
             // The module is example.com/NAME (templates/go/go.mod): only a last element
             // Go refuses is left to avoid.
             Language::Go => windows_reserved(name),

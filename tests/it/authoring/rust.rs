@@ -172,3 +172,32 @@ fn a_rust_project_in_any_folder_builds() {
         );
     }
 }
+
+#[test]
+fn the_rust_http_template_is_a_handler_that_answers_as_a_web_action() {
+    let (_dir, project) = new_project("rust-http", "web-hello");
+    let component = cargo_build(&project, Some("wasm32-wasip2"), "web_hello.wasm");
+    let ran = wasmloop_run(&component, &[], "{\"name\":\"Mike\"}\n{}\n");
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&ran.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let hello = |name: &str| {
+        json!({"statusCode": 200, "headers": {"content-type": "application/json"},
+               "body": format!("{{\"message\":\"Hello, {name}!\"}}")})
+    };
+    assert_eq!(
+        answers,
+        [hello("Mike"), hello("Stranger")],
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&ran.stderr).contains("greeting Mike (activation abc)"),
+        "the context reaches it as headers: {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let server = Server::in_process().installed(&component);
+    let web = json!({"__ow_method": "get", "__ow_path": "/", "__ow_query": "name=Web", "__ow_headers": {}});
+    assert_eq!(server.run(web).json(), hello("Web"));
+}
