@@ -29,6 +29,9 @@ fi
 native-examples/build.sh
 wasm-examples/build.sh
 component-examples/build.sh
+# wasmtime's CLI (PyPI), for the benchmark rows that run `wasmtime serve` beside wasmloop.
+WASMTIME=$(scripts/install-wasmtime.sh)
+export WASMTIME
 
 cargo fmt --check
 for crate in tests/guest tests/http-guest native-examples/rust wasm-examples/rust wasm-examples/markdown component-examples/rust component-examples/http-rust sdk/rust; do

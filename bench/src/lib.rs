@@ -34,6 +34,7 @@ pub struct Build {
 pub mod command;
 pub mod compare;
 pub mod harness;
+pub mod peer;
 pub mod report;
 pub mod source;
 pub mod stats;
@@ -89,6 +90,17 @@ pub enum Row {
     /// The native hello, a fresh child per activation, started on its activation's arrival (its
     /// environment then holds the activation's values).
     PipeFresh,
+    /// The hello as an HTTP component (wasi:http/proxy), its instance kept: each /run one
+    /// request, answered with the web-action result.
+    Http,
+    /// The HTTP hello, a fresh instance per activation.
+    HttpFresh,
+    /// The same HTTP component under `wasmtime serve`, an instance reused for every
+    /// request (`--max-instance-reuse-count`): the peer of `http`.
+    WasmtimeServe,
+    /// The same HTTP component under `wasmtime serve` as it runs by default: a new instance
+    /// per request. The peer of `http-fresh`.
+    WasmtimeServeFresh,
 }
 
 impl Row {
@@ -106,6 +118,10 @@ impl Row {
             Row::WasmFresh => "wasm-fresh",
             Row::ComponentFresh => "component-fresh",
             Row::PipeFresh => "pipe-fresh",
+            Row::Http => "http",
+            Row::HttpFresh => "http-fresh",
+            Row::WasmtimeServe => "wasmtime-serve",
+            Row::WasmtimeServeFresh => "wasmtime-serve-fresh",
         }
     }
 }
@@ -122,6 +138,10 @@ pub struct RowOptions {
     pub python: PathBuf,
     pub component: PathBuf,
     pub python_component: PathBuf,
+    /// The HTTP component the `http` and `wasmtime-serve` rows serve.
+    pub http: PathBuf,
+    /// The `wasmtime` executable the `wasmtime-serve` rows run.
+    pub wasmtime: PathBuf,
     pub url: Option<String>,
     pub out: Option<PathBuf>,
     pub payload: Payload,
@@ -137,11 +157,27 @@ pub struct Payload {
     pub expect: Option<Bytes>,
     /// The hello's body asks it to log a line more (the `-logs` rows).
     pub logs: bool,
+    /// How the hello is asked and answers, where no body of one's own is given.
+    pub shape: Shape,
+}
+
+/// How a server takes the hello's request and gives its greeting.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A /run body, answered with the greeting line.
+    #[default]
+    Hello,
+    /// A /run body, answered by an HTTP component: the greeting as a web action's body.
+    WebAction,
+    /// The arguments themselves as the request's body, the greeting as the response's (a
+    /// wasi:http host's own server: `wasmtime serve`).
+    Bare,
 }
 
 impl Payload {
     fn body(&self, n: usize) -> Bytes {
         match self.bodies.len() {
+            0 if self.shape == Shape::Bare => Bytes::from(format!("{{\"name\":\"bench{n}\"}}")),
             0 if self.logs => Bytes::from(format!(
                 "{{\"value\":{{\"name\":\"bench{n}\",\"logs\":true}}}}"
             )),
@@ -154,7 +190,22 @@ impl Payload {
     fn expected(&self, n: usize) -> Option<Bytes> {
         match (&self.expect, self.bodies.is_empty()) {
             (Some(expect), _) => Some(expect.clone()),
-            (None, true) => Some(Bytes::from(greeting(&format!("bench{n}")))),
+            (None, true) => {
+                let greeting = greeting(&format!("bench{n}"));
+                let bare = greeting.trim_end();
+                Some(Bytes::from(match self.shape {
+                    Shape::Hello => greeting,
+                    Shape::Bare => bare.to_owned(),
+                    Shape::WebAction => format!(
+                        "{}\n",
+                        serde_json::json!({
+                            "body": bare,
+                            "headers": {"content-type": "application/json"},
+                            "statusCode": 200,
+                        })
+                    ),
+                }))
+            }
             (None, false) => None,
         }
     }
@@ -422,6 +473,8 @@ struct Target {
     logs: bool,
     /// The server's process, if it is one of ours.
     pid: Option<u32>,
+    /// How it takes the hello, if not as the runtime's rows do.
+    shape: Shape,
 }
 
 impl Target {
@@ -435,6 +488,7 @@ impl Target {
             check: payload.expect.is_some(),
             logs: false,
             pid: None,
+            shape: Shape::Hello,
         }
     }
 }
@@ -540,7 +594,17 @@ async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec
         logs: true,
         ..options.payload.clone()
     };
-    let payload_of = |t: &Target| if t.logs { &logged } else { &options.payload };
+    let shaped = |shape| Payload {
+        shape,
+        ..options.payload.clone()
+    };
+    let (web, bare) = (shaped(Shape::WebAction), shaped(Shape::Bare));
+    let payload_of = |t: &Target| match t.shape {
+        Shape::WebAction => &web,
+        Shape::Bare => &bare,
+        Shape::Hello if t.logs => &logged,
+        Shape::Hello => &options.payload,
+    };
     let plan = Rounds {
         warmup: options.warmup,
         hits: options.hits,
@@ -602,8 +666,10 @@ pub async fn run(options: RowOptions) -> anyhow::Result<Vec<Measured>> {
     .concat();
     let mut wasm = None;
     let mut targets = Vec::new();
+    let mut peers = Vec::new();
     for row in &options.rows {
         let mut server = None;
+        let mut pid = None;
         let (addr, path, check) = match row {
             Row::Wasm | Row::Floor | Row::WasmLogs => {
                 let at = match wasm {
@@ -647,7 +713,32 @@ pub async fn run(options: RowOptions) -> anyhow::Result<Vec<Measured>> {
                 server = Some(servers.len() - 1);
                 (addr, "/run", true)
             }
+            Row::Http | Row::HttpFresh => {
+                let lifetime = if *row == Row::Http { &args[..] } else { &fresh };
+                servers.push(serve(&options.http, lifetime)?);
+                server = Some(servers.len() - 1);
+                (servers[servers.len() - 1].addr, "/", true)
+            }
+            Row::WasmtimeServe | Row::WasmtimeServeFresh => {
+                let reuse = *row == Row::WasmtimeServe;
+                let peer = peer::WasmtimeServe::start(&options.wasmtime, &options.http, reuse)?;
+                pid = Some(peer.pid());
+                let addr = peer.addr;
+                peers.push(peer);
+                (addr, "/", true)
+            }
             Row::Exec => (serve_exec(options.native.clone()).await?, "/run", true),
+        };
+        let shape = match row {
+            Row::Http | Row::HttpFresh => Shape::WebAction,
+            Row::WasmtimeServe | Row::WasmtimeServeFresh => Shape::Bare,
+            _ => Shape::Hello,
+        };
+        // Our server takes the activation at /run whatever the action.
+        let path = if shape == Shape::WebAction {
+            "/run"
+        } else {
+            path
         };
         targets.push(Target {
             label: row.label().to_owned(),
@@ -655,11 +746,13 @@ pub async fn run(options: RowOptions) -> anyhow::Result<Vec<Measured>> {
             path: path.into(),
             check,
             logs: matches!(row, Row::WasmLogs | Row::PipeLogs),
-            pid: server.map(|at| servers[at].child.id()),
+            pid: server.map(|at| servers[at].child.id()).or(pid),
+            shape,
         });
     }
     let rows = measure(&targets, &options).await?;
     drop(servers);
+    drop(peers);
     if let Some(dir) = &options.out {
         write_outputs(dir, &rows, options.connections)?;
     }

@@ -651,3 +651,67 @@ fn the_wasmtime_floor_says_what_to_change_in_its_arguments_and_module() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
+
+/// wasmtime's CLI for the rows that run `wasmtime serve`: scripts/test.sh installs it
+/// (scripts/install-wasmtime.sh) and names it in `WASMTIME`.
+fn wasmtime_cli() -> String {
+    std::env::var("WASMTIME").unwrap_or_else(|_| "wasmtime".to_owned())
+}
+
+#[test]
+fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(root)
+        .args([
+            "bench",
+            "--hits",
+            "200",
+            "--warmup",
+            "20",
+            "--connections",
+            "2",
+        ])
+        .args([
+            "--rows",
+            "http,wasmtime-serve,http-fresh,wasmtime-serve-fresh",
+        ])
+        .args(["--wasmtime", &wasmtime_cli()])
+        .env("WASMLOOP_NO_CACHE", "1")
+        .output()
+        .unwrap();
+    // Every answer is checked: the web-action result from wasmloop, the greeting itself
+    // from wasmtime serve.
+    let stdout = succeeded(&output);
+    for row in [
+        "http",
+        "wasmtime-serve",
+        "http-fresh",
+        "wasmtime-serve-fresh",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(row))
+            .unwrap_or_else(|| panic!("no {row} row in {stdout}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[1], "200", "{line}");
+        assert_eq!(cells[cells.len() - 2], "0", "errors in {line}");
+    }
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .current_dir(root)
+        .args([
+            "bench",
+            "--rows",
+            "wasmtime-serve",
+            "--wasmtime",
+            "/nonexistent/wasmtime",
+        ])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("scripts/install-wasmtime.sh"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+}
