@@ -366,3 +366,70 @@ fn wasmloop_run_prints_each_inputs_web_action_result() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// `wasmloop ARGS`, which must succeed.
+fn wasmloop(args: &[&str]) {
+    let made = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}
+
+#[test]
+fn a_signed_http_component_loads_its_code_for_a_trusted_key_and_serves_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    wasmloop(&["keygen", keys.to_str().unwrap()]);
+    let artifact = dir.path().join("hello.zip");
+    let guest = http_guest();
+    wasmloop(&[
+        "compile",
+        guest.to_str().unwrap(),
+        "--output",
+        artifact.to_str().unwrap(),
+        "--sign-key",
+        keys.join("sign.key").to_str().unwrap(),
+    ]);
+    let trusted = keys.join("verify.key");
+    let server = Server::builder()
+        .args(&["--trust-key", trusted.to_str().unwrap()])
+        .start()
+        .installed(&artifact);
+    assert_eq!(
+        result(&server, json!({"name": "Mike"}))["body"],
+        "{\"message\":\"Hello, Mike!\"}"
+    );
+    // Untrusted, the module inside is compiled instead, and runs the same.
+    let untrusting = Server::start().installed(&artifact);
+    assert_eq!(
+        result(&untrusting, json!({"name": "Ann"}))["statusCode"],
+        200
+    );
+}
+
+#[test]
+fn a_precompiled_http_component_loads_only_with_allow_precompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwasm = dir.path().join("hello.cwasm");
+    let guest = http_guest();
+    wasmloop(&[
+        "compile",
+        guest.to_str().unwrap(),
+        "--output",
+        cwasm.to_str().unwrap(),
+    ]);
+    let refused = Server::start();
+    refused
+        .init(&init_binary(&read(&cwasm)))
+        .assert_error(502, "--allow-precompiled");
+    let allowed = Server::builder()
+        .args(&["--allow-precompiled"])
+        .start()
+        .installed(&cwasm);
+    assert_eq!(result(&allowed, json!({"name": "Mike"}))["statusCode"], 200);
+}

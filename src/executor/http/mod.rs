@@ -28,12 +28,19 @@ pub const HTTP: Registration = Registration {
     refused: "Build it as a WASI command for the stdio contract (wasmloop new rust), or add http to the setting",
     make: |config, shared| {
         let engines = shared.get_or_make(|| Engines::new(config));
-        Arc::new(HttpBackend { engines }) as Arc<dyn Backend>
+        let allow_precompiled = config.wasm.allow_precompiled;
+        Arc::new(HttpBackend {
+            engines,
+            allow_precompiled,
+        }) as Arc<dyn Backend>
     },
 };
 
 struct HttpBackend {
     engines: Arc<Engines>,
+    /// Precompiled code may be loaded (`--allow-precompiled`): only then is an upload of it
+    /// loaded to read its exports.
+    allow_precompiled: bool,
 }
 
 impl Backend for HttpBackend {
@@ -42,7 +49,16 @@ impl Backend for HttpBackend {
     fn claims(&self, entry: &Entry) -> bool {
         match entry {
             Entry::File(path) if wasm::is_webassembly(path) => is_http_component(path),
-            _ => false,
+            Entry::File(path) => {
+                self.allow_precompiled
+                    && wasm::Side::of_precompiled(path) == Some(wasm::Side::Component)
+                    && self.loaded_handles_http(|engine| engine.load_precompiled(path))
+            }
+            Entry::Signed(code) => {
+                let path = code.path();
+                wasm::Side::of_precompiled(&path) == Some(wasm::Side::Component)
+                    && self.loaded_handles_http(|engine| engine.load_signed(&path))
+            }
         }
     }
 
@@ -65,6 +81,33 @@ impl Backend for HttpBackend {
     fn warm(&self) {
         self.engines.warm();
     }
+}
+
+impl HttpBackend {
+    /// Whether code compiled already (precompiled, or a signed artifact's) is an HTTP
+    /// component: its exports are read from the code loaded by the engine that runs it (a
+    /// few milliseconds, once per `/init`). Code that does not load is left to the
+    /// component backend, whose start says why.
+    fn loaded_handles_http(&self, load: impl FnOnce(&WasmEngine) -> Result<Code, String>) -> bool {
+        let Ok(engine) = self.engines.engine(self.engines.final_tier()) else {
+            return false;
+        };
+        let Ok(Code::Component(component)) = load(&engine) else {
+            return false;
+        };
+        let exports: Vec<String> = component
+            .component_type()
+            .exports(&engine.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        handles_http(&exports)
+    }
+}
+
+/// Whether a component with these exports is an HTTP component, not a command.
+fn handles_http(exports: &[String]) -> bool {
+    exports.iter().any(|name| name.starts_with(wasm::HANDLER_EXPORT))
+        && !exports.iter().any(|name| name.starts_with(wasm::RUN_EXPORT))
 }
 
 /// Components linked as `wasi:http/proxy`.
@@ -103,9 +146,7 @@ fn is_http_component(path: &Path) -> bool {
     let Ok(bytes) = std::fs::read(path) else {
         return false;
     };
-    let exports = top_level_exports(&bytes);
-    exports.iter().any(|name| name.starts_with(wasm::HANDLER_EXPORT))
-        && !exports.iter().any(|name| name.starts_with(wasm::RUN_EXPORT))
+    handles_http(&top_level_exports(&bytes))
 }
 
 /// The names a component exports at its top level (not those of components nested in it).
