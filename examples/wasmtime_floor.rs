@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use wasmloop::config::{Codegen, Config};
+use wasmloop::config::Config;
 use wasmloop::executor::wasm::compile_here;
 use wasmloop::executor::wasm::renew::Renewal;
+use wasmloop::executor::wasm::{Codegen, engine_settings};
 use wasmtime::{Engine, InstancePre, Linker, Module, Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -41,7 +42,7 @@ fn main() -> Result<()> {
         None => 20_000,
     };
     // What `wasmloop serve` makes with its defaults (`--concurrency 1`).
-    let settings = Config::default().engine_settings(Codegen::Cranelift);
+    let settings = engine_settings(&Config::default(), Codegen::Cranelift);
     let engine = Engine::new(&wasmloop::executor::wasm::pooled_config(settings))?;
     // Compiled as the server compiles it: snapshotted at its start-up if it asks to be (the
     // Go SDK's reactors), rewritten to be renewable if it can be.

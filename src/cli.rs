@@ -147,7 +147,7 @@ pub struct RuntimeArgs {
     #[command(flatten)]
     pub logs: LogArgs,
     #[command(flatten)]
-    pub wasm: WasmArgs,
+    pub wasm: crate::executor::wasm::WasmArgs,
 }
 
 /// What HTTP bodies and answers may weigh (`Config::limits`, with `UploadArgs`' caps).
@@ -277,67 +277,6 @@ pub struct LogArgs {
     pub hints: bool,
 }
 
-/// Which compiler makes WebAssembly's machine code: the same flag for `serve`, `run` and
-/// `compile`.
-#[derive(Debug, Clone, Args)]
-pub struct CompilerArgs {
-    /// Which compiler makes machine code of WebAssembly modules: tiered serves Winch's
-    /// code (fast to make) until Cranelift's (fast to run) is ready, and `compile` makes
-    /// Cranelift's, what a tiered server ends up running; see docs/deploying.md.
-    #[arg(long, env = "WASMLOOP_WASM_COMPILER", value_enum, default_value_t = config::DEFAULT_WASM_COMPILER)]
-    pub wasm_compiler: config::WasmCompiler,
-}
-
-/// WebAssembly's cache, trust and caps: the same flags for `serve` and `run`.
-#[derive(Debug, Clone, Args)]
-pub struct WasmArgs {
-    #[command(flatten)]
-    pub compiler: CompilerArgs,
-    /// Cap on each WebAssembly instance's linear memory, in bytes; growing past it traps
-    /// [default: 256 MiB, or less so that the action's instances fit within the container's
-    /// memory limit (cgroup v1 or v2) with room left for the runtime].
-    #[arg(long, env = "WASMLOOP_MAX_MEMORY_BYTES")]
-    pub max_memory_bytes: Option<usize>,
-    /// Folder for compiled WebAssembly modules, reused across /inits and restarts [default: <temp dir>/wasmloop-cache].
-    #[arg(long, env = "WASMLOOP_CACHE_DIR")]
-    pub cache_dir: Option<PathBuf>,
-    /// Compile every module afresh; keep nothing on disk.
-    #[arg(long, env = "WASMLOOP_NO_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
-    pub no_cache: bool,
-    /// Accept modules precompiled by `wasmloop compile`. Their machine code runs unchecked:
-    /// only for uploads you trust.
-    #[arg(long, env = "WASMLOOP_ALLOW_PRECOMPILED", value_parser = clap::builder::FalseyValueParser::new())]
-    pub allow_precompiled: bool,
-    /// A verify key (from `wasmloop keygen`) whose signed artifacts' precompiled code is
-    /// loaded without compiling (repeatable; the variable takes a comma-separated list).
-    /// Other uploads, and artifacts it did not sign, are compiled as usual.
-    #[arg(
-        long = "trust-key",
-        env = "WASMLOOP_TRUST_KEY",
-        value_name = "FILE",
-        value_delimiter = ','
-    )]
-    pub trust_keys: Vec<PathBuf>,
-    /// Hosts and ports WebAssembly components may reach, comma-separated: host:port, host:*,
-    /// *:port or * (e.g. api.example.com:443,127.0.0.1:6379), for TCP and UDP connects and
-    /// HTTP requests alike. Empty (the default): no network at all.
-    #[arg(
-        long,
-        env = "WASMLOOP_ALLOW_OUTBOUND",
-        value_name = "LIST",
-        default_value = ""
-    )]
-    pub allow_outbound: crate::outbound::AllowList,
-    /// Files (and folders) each WebAssembly instance may hold open; past it, opening one
-    /// fails in the guest ("too many open files") and the logs name this cap.
-    #[arg(long, env = "WASMLOOP_MAX_INSTANCE_FILES", default_value_t = config::DEFAULT_MAX_INSTANCE_FILES)]
-    pub max_instance_files: usize,
-    /// Sockets each WebAssembly component may hold open, HTTP requests' connections among
-    /// them; past it, connecting fails in the guest and the logs name this cap.
-    #[arg(long, env = "WASMLOOP_MAX_INSTANCE_SOCKETS", default_value_t = config::DEFAULT_MAX_INSTANCE_SOCKETS)]
-    pub max_instance_sockets: usize,
-}
-
 /// Signing precompiled code into an artifact: the same flag for `compile` and `-compile`.
 #[derive(Debug, Clone, Args)]
 pub struct SignArgs {
@@ -399,7 +338,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub upload: UploadArgs,
     #[command(flatten)]
-    pub wasm: WasmArgs,
+    pub wasm: crate::executor::wasm::WasmArgs,
 }
 
 impl RunArgs {
@@ -476,12 +415,12 @@ pub struct CompileArgs {
     #[arg(short, long)]
     pub output: PathBuf,
     #[command(flatten)]
-    pub compiler: CompilerArgs,
+    pub compiler: crate::executor::wasm::CompilerArgs,
     /// Set by a server that compiles in a child process: the module goes to stdout, errors
     /// are printed bare, the child dies with the server, and `background` lowers its
     /// priority and compiles on one core.
     #[arg(long, hide = true, value_enum)]
-    pub for_server: Option<config::ChildRole>,
+    pub for_server: Option<crate::executor::wasm::ChildRole>,
     /// The server's pid (with --for-server): a child whose server is gone gives up.
     #[arg(long, hide = true)]
     pub parent_pid: Option<u32>,
@@ -493,9 +432,9 @@ impl CompileArgs {
     /// The memory cap is the server's business: it leaves the machine code unchanged
     /// (a module compiled under a 1 MiB cap and one under 256 MiB are the same bytes), so
     /// compiling takes no cap.
-    pub fn engine_settings(&self) -> config::EngineSettings {
-        config::EngineSettings {
-            memory_cap: config::DEFAULT_MAX_MEMORY_BYTES,
+    pub fn engine_settings(&self) -> crate::executor::wasm::EngineSettings {
+        crate::executor::wasm::EngineSettings {
+            memory_cap: crate::executor::wasm::DEFAULT_MAX_MEMORY_BYTES,
             codegen: self.compiler.wasm_compiler.final_tier(),
             // Compiling makes no instances.
             instances: 1,
@@ -606,33 +545,6 @@ impl ActivationArgs {
     }
 }
 
-impl WasmArgs {
-    /// Fails on a trusted key that cannot be read.
-    fn apply(&self, wasm: &mut config::WasmSettings) -> anyhow::Result<()> {
-        self.apply_untrusting(wasm);
-        wasm.trust_keys = crate::signing::read_trusted(&self.trust_keys)?;
-        Ok(())
-    }
-
-    fn apply_untrusting(&self, wasm: &mut config::WasmSettings) {
-        wasm.compiler = self.compiler.wasm_compiler;
-        wasm.max_memory_bytes = self.max_memory_bytes;
-        wasm.cache_dir = if self.no_cache {
-            None
-        } else {
-            Some(
-                self.cache_dir
-                    .clone()
-                    .unwrap_or_else(config::default_cache_dir),
-            )
-        };
-        wasm.allow_precompiled = self.allow_precompiled;
-        wasm.allow_outbound = self.allow_outbound.clone();
-        wasm.max_instance_files = self.max_instance_files;
-        wasm.max_instance_sockets = self.max_instance_sockets;
-    }
-}
-
 /// Every `__OW_*` variable of our own environment, values kept whole (the reference cuts at `=`).
 fn inherited_ow_env() -> Vec<(String, String)> {
     std::env::vars_os()
@@ -697,7 +609,10 @@ mod tests {
         };
         let config = run.to_config().unwrap();
         assert_eq!(config.pool.timeout, Some(Duration::from_secs(30)));
-        assert_eq!(config.wasm.compiler, config::WasmCompiler::Tiered);
+        assert_eq!(
+            config.wasm.compiler,
+            crate::executor::wasm::WasmCompiler::Tiered
+        );
         assert!(!config.logs.sentinels);
         assert!(Cli::try_parse_from(["wasmloop", "run", "a.wasm", "--max-queue", "3"]).is_err());
     }

@@ -30,17 +30,9 @@ pub const DEFAULT_MAX_QUEUE: usize = 1024;
 pub const DEFAULT_RUN_TIMEOUT: &str = "30s";
 /// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
-/// Each WebAssembly instance's linear memory is capped at this.
-pub const DEFAULT_MAX_MEMORY_BYTES: usize = 256 * 1024 * 1024;
-/// Files one WebAssembly instance may hold open, and sockets (HTTP connections among
-/// them): four instances fit in the invoker's `nofile=1024` with room for the runtime.
-pub const DEFAULT_MAX_INSTANCE_FILES: usize = 64;
-pub const DEFAULT_MAX_INSTANCE_SOCKETS: usize = 128;
 /// Activations an instance (or child) serves before a fresh one replaces it: 0 is no
 /// limit, the ActionLoop's persistent model.
 pub const DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE: u32 = 0;
-/// The compiler unless told otherwise: `/init` answers soon, and the code gets fast.
-pub const DEFAULT_WASM_COMPILER: WasmCompiler = WasmCompiler::Tiered;
 /// Instances (or children) of an action at once: one, as the platform's own runtimes.
 pub const DEFAULT_CONCURRENCY: u16 = 1;
 /// The entry point name an `/init` without `main` gets, as the platform's default.
@@ -73,8 +65,9 @@ pub struct Config {
     pub limits: Limits,
     /// How an upload becomes a started action.
     pub action: ActionSettings,
-    /// WebAssembly: compilers, the compile cache, trust, and each instance's caps.
-    pub wasm: WasmSettings,
+    /// WebAssembly: compilers, the compile cache, trust, and each instance's caps (the
+    /// WebAssembly backends' own settings).
+    pub wasm: crate::executor::wasm::WasmSettings,
     /// The instances (or children) of an action and the activations that wait for them.
     pub pool: PoolSettings,
     /// What the runtime writes on the container's streams besides the action's lines.
@@ -126,36 +119,6 @@ pub struct ActionSettings {
     pub one_shot: bool,
 }
 
-/// WebAssembly's compilers, cache and caps.
-#[derive(Debug, Clone)]
-pub struct WasmSettings {
-    /// Cap on each instance's linear memory; `None` until `fit_to_host` fits the default
-    /// to the container's memory limit (`DEFAULT_MAX_MEMORY_BYTES` without one).
-    pub max_memory_bytes: Option<usize>,
-    /// Which compiler turns WebAssembly into machine code.
-    pub compiler: WasmCompiler,
-    /// Where compiled WebAssembly modules are kept between `/init`s (`None`: no cache).
-    pub cache_dir: Option<PathBuf>,
-    /// Accept modules precompiled by `wasmloop compile` (their machine code is trusted).
-    pub allow_precompiled: bool,
-    /// Verify keys of signed artifacts whose precompiled code may be loaded (`--trust-key`),
-    /// read once at start-up.
-    pub trust_keys: Vec<ed25519_dalek::VerifyingKey>,
-    /// Where WebAssembly components may connect and send HTTP requests (empty: nowhere).
-    pub allow_outbound: crate::outbound::AllowList,
-    /// Files each instance may hold open.
-    pub max_instance_files: usize,
-    /// Sockets (and HTTP connections) each instance may hold open.
-    pub max_instance_sockets: usize,
-    /// The `wasmloop` executable that compile children run: our own, even if its file was
-    /// replaced or removed since we started (a program embedding the runtime names one).
-    pub compile_exe: PathBuf,
-    /// Descriptors the process may hold before guests are refused more: the open-file
-    /// limit less what the runtime keeps for itself (`guest_descriptors`), as
-    /// `fit_to_host` finds it.
-    pub guest_descriptors: usize,
-}
-
 /// How many instances (or children) run an action, for how long, and who waits.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
@@ -193,7 +156,7 @@ pub struct LogSettings {
 
 /// The open-file limit Linux starts a process with: what `Config::default` assumes until
 /// `fit_to_host` looks.
-const USUAL_OPEN_FILE_LIMIT: u64 = 1024;
+pub const USUAL_OPEN_FILE_LIMIT: u64 = 1024;
 
 /// What the runtime leaves its guests of an open-file limit of `nofile`: it keeps 128,
 /// and 4 per instance or child (pipes, connections), for accepting connections, logging
@@ -229,136 +192,15 @@ pub fn open_file_limit() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// How WebAssembly becomes machine code. A cold `/init` is almost all compiling, and
-/// wasmtime's two compilers trade its time against the speed of the code (the Rust hello:
-/// ~55-70 ms against ~20 ms here).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum WasmCompiler {
-    /// Winch first, so that `/init` answers soon; Cranelift meanwhile, in the background.
-    /// Instances made once its code is ready run it (restarts, pool growth, and instances
-    /// that have not served yet); one that has served keeps its state, and its code.
-    Tiered,
-    /// Optimizing: the fastest code, the slowest compile.
-    Cranelift,
-    /// Baseline, single pass: compiles several times faster, runs slower code.
-    Winch,
-}
-
-/// One of wasmtime's compilers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Codegen {
-    Cranelift,
-    Winch,
-}
-
-impl Codegen {
-    pub fn name(self) -> &'static str {
-        match self {
-            Codegen::Cranelift => "cranelift",
-            Codegen::Winch => "winch",
-        }
-    }
-
-    /// Its place in a table of one entry per compiler.
-    pub fn index(self) -> usize {
-        match self {
-            Codegen::Cranelift => 0,
-            Codegen::Winch => 1,
-        }
-    }
-}
-
-/// How a server uses a compile child (`wasmloop compile --for-server`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ChildRole {
-    /// An `/init` waits for it.
-    Foreground,
-    /// It makes code to replace what already serves: it must not slow the serving down.
-    Background,
-}
-
-impl ChildRole {
-    pub fn name(self) -> &'static str {
-        match self {
-            ChildRole::Foreground => "foreground",
-            ChildRole::Background => "background",
-        }
-    }
-}
-
-impl WasmCompiler {
-    /// The compiler whose code serves first, and the one whose code replaces it later.
-    pub fn tiers(self) -> (Codegen, Option<Codegen>) {
-        match self {
-            WasmCompiler::Tiered => (Codegen::Winch, Some(Codegen::Cranelift)),
-            WasmCompiler::Cranelift => (Codegen::Cranelift, None),
-            WasmCompiler::Winch => (Codegen::Winch, None),
-        }
-    }
-
-    /// The compiler whose code an action ends up running: what the compile cache and
-    /// precompiled modules hold.
-    pub fn final_tier(self) -> Codegen {
-        let (first, then) = self.tiers();
-        then.unwrap_or(first)
-    }
-}
-
 impl Config {
     /// Fits the settings to the process and the machine it runs on, where a server (or a
     /// local run) starts: raises the open-file limit to its hard limit and leaves guests
     /// what the runtime does not keep, and fits the default memory cap to the container's
     /// memory limit.
     pub fn fit_to_host(&mut self) {
-        self.wasm.guest_descriptors =
-            guest_descriptors(raise_open_file_limit(), self.pool.concurrency);
-        if self.wasm.max_memory_bytes.is_none() {
-            let limit = crate::memory::container_limit();
-            let instances = self.pool.concurrency;
-            let cap = crate::memory::default_cap(limit, instances, DEFAULT_MAX_MEMORY_BYTES);
-            if let Some(limit) = limit {
-                tracing::debug!(
-                    limit,
-                    instances,
-                    cap,
-                    "wasm memory cap from the container's limit"
-                );
-            }
-            self.wasm.max_memory_bytes = Some(cap);
-        }
+        let descriptors = guest_descriptors(raise_open_file_limit(), self.pool.concurrency);
+        self.wasm.fit_to_host(descriptors, self.pool.concurrency);
     }
-
-    /// What the wasm engine for `codegen`'s code is made with.
-    pub fn engine_settings(&self, codegen: Codegen) -> EngineSettings {
-        EngineSettings {
-            memory_cap: self
-                .wasm
-                .max_memory_bytes
-                .unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
-            codegen,
-            instances: self.most_instances(),
-        }
-    }
-
-    /// The most instances of one engine alive at once: each of `--concurrency` workers
-    /// (a restart comes after the worker it replaces is gone), plus the one a tier-up
-    /// makes before it swaps out an idle worker; with re-init allowed (`-debug`), twice
-    /// that, as an old action's instances live until its last activation ends.
-    pub fn most_instances(&self) -> u32 {
-        let per_action = self.pool.concurrency.max(1).saturating_add(1);
-        let actions = if self.action.allow_reinit { 2 } else { 1 };
-        u32::try_from(per_action.saturating_mul(actions)).unwrap_or(u32::MAX)
-    }
-}
-
-/// The settings of a wasm engine: its compiler (code made by another cannot be loaded),
-/// the memory cap of its instances and how many of them its pool holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineSettings {
-    pub memory_cap: usize,
-    pub codegen: Codegen,
-    /// Instance slots the pooling allocator reserves (see `Config::most_instances`).
-    pub instances: u32,
 }
 
 impl Default for Limits {
@@ -390,23 +232,6 @@ impl Default for ActionSettings {
             background_compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             backends: None,
             one_shot: false,
-        }
-    }
-}
-
-impl Default for WasmSettings {
-    fn default() -> Self {
-        WasmSettings {
-            max_memory_bytes: None,
-            compiler: DEFAULT_WASM_COMPILER,
-            cache_dir: Some(default_cache_dir()),
-            allow_precompiled: false,
-            trust_keys: Vec::new(),
-            allow_outbound: crate::outbound::AllowList::default(),
-            max_instance_files: DEFAULT_MAX_INSTANCE_FILES,
-            max_instance_sockets: DEFAULT_MAX_INSTANCE_SOCKETS,
-            compile_exe: PathBuf::from(SELF_EXE),
-            guest_descriptors: guest_descriptors(USUAL_OPEN_FILE_LIMIT, 1),
         }
     }
 }

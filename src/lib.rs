@@ -35,8 +35,10 @@
 //!   - `executor::native/`: the native backend, a child process over pipes (spawning,
 //!     its stdout tap, why a child does not start or answer).
 //!   - `executor::wasm/`: the WebAssembly backends, modules and components in wasmtime
-//!     (the only code that touches wasmtime: engines, compile children, the compile
-//!     cache, WASI streams, descriptor caps, the outbound gate).
+//!     (engines, compile children, the compile cache, WASI streams, descriptor caps, the
+//!     outbound gate, and their settings and flags), its start generic over a `World`.
+//!   - `executor::http/`: the HTTP component backend, a `World` on the wasm folder's
+//!     start, with OpenWhisk's web-action mapping both ways.
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
 //! - `local`: `wasmloop run`, the same path without HTTP; `template`: `wasmloop new`.

@@ -315,7 +315,7 @@ pub async fn compile_to_zip(
         bytes: bytes.into(),
         main,
     };
-    let trust = crate::executor::registry::Registry::new(config).trust(&config.wasm.trust_keys);
+    let trust = crate::executor::registry::Registry::new(config).trust();
     let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).
@@ -323,7 +323,8 @@ pub async fn compile_to_zip(
         && crate::executor::wasm::is_webassembly(module)
     {
         let key = crate::signing::read_signing_key(key)?;
-        let settings = config.engine_settings(config.wasm.compiler.final_tier());
+        let settings =
+            crate::executor::wasm::engine_settings(config, config.wasm.compiler.final_tier());
         crate::executor::wasm::sign_beside(module, settings, &key)?;
     }
     zip_folder(&prepared.bin_dir)

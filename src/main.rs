@@ -7,7 +7,7 @@ use clap::Parser;
 use wasmloop::cli::{
     Cli, Command, CompileArgs, KeygenArgs, NewArgs, OwCompileArgs, RunArgs, ServeArgs,
 };
-use wasmloop::config::ChildRole;
+use wasmloop::executor::wasm::ChildRole;
 
 fn main() -> ExitCode {
     keep_freed_memory_for_reuse();

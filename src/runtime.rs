@@ -281,7 +281,7 @@ impl Runtime {
             _ => error,
         };
         let upload = Upload { bytes, main: &main };
-        let trust = self.registry.trust(&config.wasm.trust_keys);
+        let trust = self.registry.trust();
         let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
             .map_err(|e| self.init_failure(&about, past_deadline(Error::Prepare(e))))?;

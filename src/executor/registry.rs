@@ -51,8 +51,9 @@ pub trait Backend: Send + Sync {
     /// is the first `/init`'s to report (and to try again).
     fn warm(&self) {}
 
-    /// Which signed artifacts' code it loads without compiling, given the trusted keys.
-    fn trust(&self, _keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
+    /// Which signed artifacts' code it loads without compiling (for the keys its
+    /// settings trust).
+    fn trust(&self) -> Option<crate::signing::Trust> {
         None
     }
 }
@@ -146,8 +147,8 @@ impl Registry {
 
     /// Which signed artifacts' code this runtime loads: the first allowed backend's that
     /// loads any.
-    pub fn trust(&self, keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
-        self.allowed().find_map(|backend| backend.trust(keys))
+    pub fn trust(&self) -> Option<crate::signing::Trust> {
+        self.allowed().find_map(|backend| backend.trust())
     }
 
     /// Starts the action `/init` unpacked on the backend that claims it, if `--backends`

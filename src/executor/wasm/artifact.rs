@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::compile;
 use super::engine::artifact_engine_id;
-use crate::config::EngineSettings;
+use super::EngineSettings;
 
 /// Whether the file at `path` is a Linux executable (ELF).
 pub fn is_elf(path: &Path) -> bool {

@@ -10,7 +10,7 @@ use wasmtime::{Engine, ExternType, Module};
 use super::cache::{CompileCache, WasmDigest, store_in_cache};
 use super::code::{Code, check_component_runs, is_component};
 use super::engine::{WasmEngine, engine_config};
-use crate::config::{ChildRole, Codegen, EngineSettings};
+use super::{ChildRole, Codegen, EngineSettings};
 
 /// Why a compile child made no module.
 #[derive(Debug)]

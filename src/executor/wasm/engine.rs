@@ -14,7 +14,7 @@ use super::component::{self, ComponentHost};
 use super::module::{self, ModuleHost};
 use super::ticker::Ticker;
 use super::{StartError, WasmError};
-use crate::config::{Codegen, EngineSettings, WasmCompiler};
+use super::{Codegen, EngineSettings, WasmCompiler};
 
 /// Core instances one component may be made of.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
@@ -62,7 +62,7 @@ pub struct Engines {
 impl Engines {
     pub fn new(config: &crate::config::Config) -> Engines {
         Engines {
-            settings: config.engine_settings(config.wasm.compiler.final_tier()),
+            settings: super::engine_settings(config, config.wasm.compiler.final_tier()),
             wasm_compiler: config.wasm.compiler,
             made: Mutex::new([None, None]),
             artifact_id: OnceLock::new(),

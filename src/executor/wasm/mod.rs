@@ -13,6 +13,7 @@ mod instance;
 pub mod memory_cap;
 mod module;
 pub mod renew;
+mod settings;
 mod snapshot;
 pub mod streams;
 pub mod ticker;
@@ -32,12 +33,17 @@ use component::ComponentHost;
 pub use engine::{Engines, WasmEngine, artifact_engine_id, pooled_config};
 pub use instance::{Instance, exit_reason, guest_store};
 use module::ModuleHost;
+pub use settings::{
+    ChildRole, Codegen, CompilerArgs, DEFAULT_MAX_INSTANCE_FILES, DEFAULT_MAX_INSTANCE_SOCKETS,
+    DEFAULT_MAX_MEMORY_BYTES, DEFAULT_WASM_COMPILER, EngineSettings, WasmArgs, WasmCompiler,
+    WasmSettings, engine_settings, most_instances,
+};
 
 use super::pool::{Pool, PoolSize, Reporting, Worker};
 use super::registry::{Backend, Registration, Shared, StartFuture};
 use super::{StartError, StartSpec};
 use crate::action::{Entry, Prepared};
-use crate::config::{ChildRole, Config};
+use crate::config::Config;
 use crate::outbound::AllowList;
 
 /// The module side of the WebAssembly backend.
@@ -69,12 +75,19 @@ pub fn is_webassembly(path: &Path) -> bool {
 struct WasmBackend {
     side: Side,
     engines: Arc<Engines>,
+    /// The keys whose signed artifacts' code it loads (`--trust-key`).
+    trust_keys: Vec<ed25519_dalek::VerifyingKey>,
 }
 
 impl WasmBackend {
     fn make(side: Side, config: &Config, shared: &mut Shared) -> Arc<dyn Backend> {
         let engines = shared.get_or_make(|| Engines::new(config));
-        Arc::new(WasmBackend { side, engines })
+        let trust_keys = config.wasm.trust_keys.clone();
+        Arc::new(WasmBackend {
+            side,
+            engines,
+            trust_keys,
+        })
     }
 }
 
@@ -109,8 +122,8 @@ impl Backend for WasmBackend {
         self.engines.warm();
     }
 
-    fn trust(&self, keys: &[ed25519_dalek::VerifyingKey]) -> Option<crate::signing::Trust> {
-        self.engines.trust(keys)
+    fn trust(&self) -> Option<crate::signing::Trust> {
+        self.engines.trust(&self.trust_keys)
     }
 }
 

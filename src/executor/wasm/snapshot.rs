@@ -17,7 +17,7 @@ use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
 
 use super::engine::engine_config;
-use crate::config::{Codegen, EngineSettings};
+use super::{Codegen, EngineSettings};
 
 /// What the guest runs once, for the snapshot (Wizer's own default name).
 pub const INITIALIZE: &str = "wizer-initialize";

@@ -111,7 +111,7 @@ fn new_never_writes_over_a_folder_with_files_and_lists_its_templates() {
     languages.sort_unstable();
     assert_eq!(
         languages,
-        ["c", "go", "js", "python", "rust"],
+        ["c", "go", "js", "python", "rust", "rust-http"],
         "one line for each template: {listed}"
     );
 }
