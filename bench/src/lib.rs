@@ -175,6 +175,14 @@ pub enum Shape {
 }
 
 impl Payload {
+    /// The same requests, for a server that takes and answers them as `shape` says.
+    pub fn shaped(&self, shape: Shape) -> Payload {
+        Payload {
+            shape,
+            ..self.clone()
+        }
+    }
+
     fn body(&self, n: usize) -> Bytes {
         match self.bodies.len() {
             0 if self.shape == Shape::Bare => Bytes::from(format!("{{\"name\":\"bench{n}\"}}")),
@@ -594,11 +602,10 @@ async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec
         logs: true,
         ..options.payload.clone()
     };
-    let shaped = |shape| Payload {
-        shape,
-        ..options.payload.clone()
-    };
-    let (web, bare) = (shaped(Shape::WebAction), shaped(Shape::Bare));
+    let (web, bare) = (
+        options.payload.shaped(Shape::WebAction),
+        options.payload.shaped(Shape::Bare),
+    );
     let payload_of = |t: &Target| match t.shape {
         Shape::WebAction => &web,
         Shape::Bare => &bare,

@@ -715,3 +715,61 @@ fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file(
         String::from_utf8_lossy(&missing.stderr)
     );
 }
+
+#[test]
+fn bench_compares_an_http_component_as_a_form_beside_wasmtime_serve() {
+    let out = tempfile::tempdir().unwrap();
+    let wasmtime = wasmtime_cli();
+    let output = bench_from_root(
+        &[
+            "--compare",
+            "--forms",
+            "http",
+            "--wasmtime",
+            &wasmtime,
+            "--hits",
+            "40",
+            "--warmup",
+            "5",
+            "--rounds",
+            "2",
+            "--cold-runs",
+            "1",
+            "--concurrency",
+            "2",
+        ],
+        out.path(),
+    );
+    let stdout = succeeded(&output);
+    for label in [
+        "http cranelift persistent",
+        "http cranelift fresh",
+        "http winch persistent",
+        "http winch fresh",
+        "wasmtime-serve persistent",
+        "wasmtime-serve fresh",
+    ] {
+        assert!(stdout.contains(label), "no {label} in the table:\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("module "),
+        "only the forms named:\n{stdout}"
+    );
+    let csv = std::fs::read_to_string(out.path().join("compare.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let errors = header.iter().position(|h| *h == "errors").unwrap();
+    let compiled = header
+        .iter()
+        .position(|h| *h == "cold_compiled_ms")
+        .unwrap();
+    for line in csv.lines().skip(1) {
+        let row: Vec<&str> = line.split(',').collect();
+        assert_eq!(row[errors], "0", "{line}");
+        // Cold starts are wasmloop's: the peer starts as a process, not through /init.
+        if row[0] == "http cranelift persistent" {
+            assert!(row[compiled].parse::<f64>().unwrap() > 0.0, "{line}");
+        }
+    }
+    let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    assert!(html.contains("wasmtime-serve persistent"));
+}

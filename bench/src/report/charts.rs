@@ -950,9 +950,12 @@ pub(super) fn crash_left_out(c: &Comparison) -> Option<String> {
                                                    activation: there is none to kill between two"
                 .to_owned(),
             (Backend::Native, _) => "its process was not killed".to_owned(),
-            (Backend::Module | Backend::Component, _) => "WebAssembly is crashed only from \
+            (Backend::WasmtimeServe, _) => "the peer is not crashed".to_owned(),
+            (Backend::Module | Backend::Component | Backend::Http, _) => {
+                "WebAssembly is crashed only from \
                  inside, by a request that makes it trap: give one with --crash-body"
-                .to_owned(),
+                    .to_owned()
+            }
             (Backend::Url, _) => "a server given by --url is not crashed".to_owned(),
         })
     })

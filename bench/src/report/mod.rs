@@ -119,6 +119,11 @@ named! {
         Module = "module",
         Component = "component",
         Native = "native",
+        /// A component of the wasi:http/proxy world, on the runtime's http backend.
+        Http = "http",
+        /// The same HTTP component under `wasmtime serve`: the peer an HTTP form is
+        /// measured beside, no form of the action's own.
+        WasmtimeServe = "wasmtime-serve",
         Url = "url",
     }
 }
@@ -126,7 +131,12 @@ named! {
 /// `--forms`: the backends an action of one's own comes in (`url` is no form of it).
 impl clap::ValueEnum for Backend {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Backend::Module, Backend::Component, Backend::Native]
+        &[
+            Backend::Module,
+            Backend::Component,
+            Backend::Native,
+            Backend::Http,
+        ]
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -134,7 +144,10 @@ impl clap::ValueEnum for Backend {
             Backend::Module => "A WebAssembly module (--wasm)",
             Backend::Component => "A WASI 0.2 component (--component)",
             Backend::Native => "A native executable (--native)",
-            Backend::Url => return None,
+            Backend::Http => {
+                "An HTTP component, measured beside wasmtime serve running the same file (--http)"
+            }
+            Backend::WasmtimeServe | Backend::Url => return None,
         };
         Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }

@@ -530,6 +530,14 @@ pub fn unmeasured(backend: Backend) -> &'static str {
             "no sandbox: a process with the container's privileges, its files, its network \
              and every system call; only the container isolates it. Any executable"
         }
+        Backend::Http => {
+            "sandboxed like a component, the same file wasmtime serve and Spin run: each \
+             activation a request as a web action's; Rust, Python, JavaScript"
+        }
+        Backend::WasmtimeServe => {
+            "wasmtime's own server for the same HTTP component, as the peer: no OpenWhisk \
+             protocol, the request itself"
+        }
         Backend::Url => "a server run elsewhere: what it isolates is not known here",
     }
 }
