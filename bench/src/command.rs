@@ -194,13 +194,14 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
         wasmtime: args.wasmtime,
         url: args.url,
         out: args.out,
+        build,
     };
     let rows = async_runtime()?.block_on(crate::run(options))?;
-    print!("{}", crate::table(&rows));
+    print!("{}", crate::report::table(&rows));
     if let Some(note) = crate::idle_cpu_note() {
         eprint!("{note}");
     }
-    let errors: usize = rows.iter().map(|r| r.errors).sum();
+    let errors: usize = rows.variants.iter().map(|r| r.errors).sum();
     if errors > 0 {
         anyhow::bail!("{errors} answers were wrong or not 200");
     }

@@ -442,7 +442,7 @@ const REFERENCE_RUNS: usize = 5;
 const REFERENCE_STEPS: u64 = 10_000_000;
 
 /// The host now: its load average, and how long a fixed CPU task takes it.
-fn host_now() -> Host {
+pub(crate) fn host_now() -> Host {
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok());
@@ -470,6 +470,31 @@ fn host_now() -> Host {
 /// The run's conditions, for the report, with the host as the run found it (`before`) and
 /// as it is now.
 fn conditions(options: &CompareOptions, before: Host) -> Conditions {
+    conditions_of(
+        &options.build,
+        Asked {
+            hits: options.hits,
+            rounds: options.rounds,
+            concurrency: options.concurrency,
+            body: crate::shown(&options.payload.body(0), 200),
+            cold_runs: options.cold_runs,
+        },
+        before,
+    )
+}
+
+/// What a run was asked to do, as its conditions record it.
+pub(crate) struct Asked {
+    pub hits: usize,
+    pub rounds: usize,
+    pub concurrency: u16,
+    pub body: String,
+    pub cold_runs: usize,
+}
+
+/// A run's conditions: the build, the machine, the host before (`before`) and now, and
+/// what the run was asked to do.
+pub(crate) fn conditions_of(build: &crate::Build, asked: Asked, before: Host) -> Conditions {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu_model = cpuinfo
         .lines()
@@ -485,8 +510,8 @@ fn conditions(options: &CompareOptions, before: Host) -> Conditions {
         .count();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     Conditions {
-        version: options.build.version.to_owned(),
-        commit: options.build.commit.unwrap_or("unknown").to_owned(),
+        version: build.version.to_owned(),
+        commit: build.commit.unwrap_or("unknown").to_owned(),
         cpu_model,
         cpus,
         pinned: online > cpus,
@@ -494,11 +519,11 @@ fn conditions(options: &CompareOptions, before: Host) -> Conditions {
         before,
         after: host_now(),
         date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        hits: options.hits,
-        rounds: options.rounds,
-        concurrency: options.concurrency,
-        body: crate::shown(&options.payload.body(0), 200),
-        cold_runs: options.cold_runs,
+        hits: asked.hits,
+        rounds: asked.rounds,
+        concurrency: asked.concurrency,
+        body: asked.body,
+        cold_runs: asked.cold_runs,
     }
 }
 
@@ -552,6 +577,8 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
             logs: false,
             pid: Some(server.pid()),
             shape: plan.shape(),
+            // Read per variant below, with every server up.
+            resident_after_init: None,
         })
         .collect();
     let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);

@@ -145,6 +145,8 @@ pub struct RowOptions {
     pub url: Option<String>,
     pub out: Option<PathBuf>,
     pub payload: Payload,
+    /// Named in the conditions.
+    pub build: Build,
 }
 
 /// What each request sends, and what its answer must be.
@@ -216,33 +218,6 @@ impl Payload {
             }
             (None, false) => None,
         }
-    }
-}
-
-/// Latencies of one row, in microseconds, sorted.
-pub struct Measured {
-    pub label: String,
-    pub micros: Vec<f64>,
-    pub elapsed: Duration,
-    pub errors: usize,
-    /// What the first wrong answer was, and what was expected instead.
-    pub first_wrong: Option<String>,
-    /// The serving process's resident set once the row was measured, its action's
-    /// children included (none for a server we do not start).
-    pub resident: Option<u64>,
-}
-
-impl Measured {
-    fn percentile(&self, p: f64) -> f64 {
-        stats::percentile(&self.micros, p)
-    }
-
-    fn average(&self) -> f64 {
-        stats::mean(&self.micros)
-    }
-
-    fn per_second(&self) -> f64 {
-        self.micros.len() as f64 / self.elapsed.as_secs_f64()
     }
 }
 
@@ -483,6 +458,9 @@ struct Target {
     pid: Option<u32>,
     /// How it takes the hello, if not as the runtime's rows do.
     shape: Shape,
+    /// Its server's resident set once the action was initialized (none for a server
+    /// someone else runs).
+    resident_after_init: Option<u64>,
 }
 
 impl Target {
@@ -497,6 +475,7 @@ impl Target {
             logs: false,
             pid: None,
             shape: Shape::Hello,
+            resident_after_init: None,
         }
     }
 }
@@ -588,8 +567,8 @@ async fn in_rounds<'p>(
         .collect())
 }
 
-/// The rows' latencies, measured by `in_rounds`.
-async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec<Measured>> {
+/// The rows' latencies, measured by `in_rounds`, each row a variant of the report.
+async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec<report::Variant>> {
     let total = targets.len() * (options.warmup + options.hits);
     let progress = ProgressBar::new(total as u64);
     progress.set_style(
@@ -624,15 +603,46 @@ async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec
     Ok(targets
         .iter()
         .zip(measured)
-        .map(|(t, (warm, driven))| Measured {
-            label: t.label.clone(),
-            micros: warm.micros,
-            elapsed: driven.elapsed,
-            errors: driven.errors,
-            first_wrong: driven.first_wrong,
-            resident: t.pid.and_then(resident_bytes),
+        .map(|(t, (warm, driven))| {
+            let lifetime = if t.pid.is_none() {
+                report::Lifetime::AsServed
+            } else if t.label.ends_with("-fresh") || t.label == "exec" {
+                report::Lifetime::Fresh
+            } else {
+                report::Lifetime::Persistent
+            };
+            report::Variant {
+                label: t.label.clone(),
+                warm: vec![warm],
+                errors: driven.errors,
+                first_wrong: driven.first_wrong,
+                resident_after_init: t.resident_after_init,
+                ..report::Variant::named(report::Backend::Row, None, lifetime)
+            }
         })
         .collect())
+}
+
+/// The rows as a comparison without cold starts: one table and one CSV writer for both.
+fn rows_measured(
+    options: &RowOptions,
+    before: report::Host,
+    variants: Vec<report::Variant>,
+) -> report::Comparison {
+    let asked = compare::Asked {
+        hits: options.hits,
+        rounds: ROUNDS,
+        concurrency: options.concurrency,
+        body: shown(&options.payload.body(0), 200),
+        cold_runs: 0,
+    };
+    let mut comparison = report::Comparison {
+        conditions: compare::conditions_of(&options.build, asked, before),
+        variants,
+        notes: Vec::new(),
+    };
+    comparison.notes = report::overlap_notes(&comparison);
+    comparison
 }
 
 /// The address and path `--url` names.
@@ -650,18 +660,20 @@ pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, String)> {
     Ok((addr, url.path().to_owned()))
 }
 
-pub async fn run(options: RowOptions) -> anyhow::Result<Vec<Measured>> {
+pub async fn run(options: RowOptions) -> anyhow::Result<report::Comparison> {
     if options.hits == 0 || options.connections == 0 {
         bail!("--hits and --connections must be at least 1");
     }
+    let before = compare::host_now();
     if let Some(url) = &options.url {
         let (addr, path) = resolve_url(url).await?;
         let target = Target::url(addr, &path, &options.payload);
         let rows = measure(&[target], &options).await?;
+        let comparison = rows_measured(&options, before, rows);
         if let Some(dir) = &options.out {
-            write_outputs(dir, &rows, options.connections)?;
+            write_outputs(dir, &comparison)?;
         }
-        return Ok(rows);
+        return Ok(comparison);
     }
     // Every server stays up until the end: the rows are measured in turns.
     let mut servers = Vec::new();
@@ -755,73 +767,20 @@ pub async fn run(options: RowOptions) -> anyhow::Result<Vec<Measured>> {
             logs: matches!(row, Row::WasmLogs | Row::PipeLogs),
             pid: server.map(|at| servers[at].child.id()).or(pid),
             shape,
+            resident_after_init: server
+                .map(|at| servers[at].child.id())
+                .or(pid)
+                .and_then(resident_bytes),
         });
     }
     let rows = measure(&targets, &options).await?;
     drop(servers);
     drop(peers);
+    let comparison = rows_measured(&options, before, rows);
     if let Some(dir) = &options.out {
-        write_outputs(dir, &rows, options.connections)?;
+        write_outputs(dir, &comparison)?;
     }
-    Ok(rows)
-}
-
-const COLUMNS: [&str; 12] = [
-    "Label", "Hits", "Average", "Median", "90% Line", "95% Line", "99% Line", "Min", "Max",
-    "req/s", "Errors", "RSS MiB",
-];
-
-fn cells(m: &Measured) -> [String; 12] {
-    let us = |v: f64| format!("{v:.0}");
-    [
-        m.label.clone(),
-        m.micros.len().to_string(),
-        us(m.average()),
-        us(m.percentile(50.0)),
-        us(m.percentile(90.0)),
-        us(m.percentile(95.0)),
-        us(m.percentile(99.0)),
-        us(m.micros[0]),
-        us(m.micros[m.micros.len() - 1]),
-        format!("{:.0}", m.per_second()),
-        m.errors.to_string(),
-        m.resident.map_or("-".to_owned(), |bytes| {
-            format!("{:.1}", bytes as f64 / f64::from(1 << 20))
-        }),
-    ]
-}
-
-/// The table, latencies in microseconds.
-pub fn table(rows: &[Measured]) -> String {
-    let width = rows.iter().map(|r| r.label.len()).max().unwrap_or(0).max(8);
-    let mut out = format!("{:<width$}", COLUMNS[0]);
-    for column in &COLUMNS[1..] {
-        out.push_str(&format!(" {column:>9}"));
-    }
-    out.push('\n');
-    for row in rows {
-        let cells = cells(row);
-        out.push_str(&format!("{:<width$}", cells[0]));
-        for cell in &cells[1..] {
-            out.push_str(&format!(" {cell:>9}"));
-        }
-        out.push('\n');
-    }
-    out.push_str(
-        "(latencies in µs; RSS: the server's resident set after its rows, its action's \
-         children included)\n",
-    );
-    for row in rows.iter().filter(|r| r.errors > 0) {
-        if let Some(first) = &row.first_wrong {
-            out.push_str(&format!(
-                "{}: {} answers counted as wrong; the first was {first}. The rows send the \
-                 hello's request and expect its greeting: for another action, give --body \
-                 and --expect.\n",
-                row.label, row.errors
-            ));
-        }
-    }
-    out
+    Ok(comparison)
 }
 
 /// What `pid` and its descendants hold resident now (Linux; `None` elsewhere).
@@ -904,39 +863,32 @@ fn halt_polling_note(poll_ns: &str, cpus: usize) -> Option<String> {
     ))
 }
 
-fn write_outputs(dir: &Path, rows: &[Measured], connections: usize) -> anyhow::Result<()> {
+/// The rows' files: bench.csv (the comparison's CSV writer) and latency.svg.
+fn write_outputs(dir: &Path, rows: &report::Comparison) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut csv = COLUMNS.join(",") + "\n";
-    for row in rows {
-        csv.push_str(&cells(row).join(","));
-        csv.push('\n');
-    }
-    std::fs::write(dir.join("bench.csv"), csv)?;
-    plot(&dir.join("latency.svg"), rows, connections)
+    std::fs::write(dir.join("bench.csv"), report::csv(rows))?;
+    plot(&dir.join("latency.svg"), rows)
 }
 
 /// Latency against percentile, one line per row: the report's chart, at the rows'
 /// connection count.
-fn plot(path: &Path, rows: &[Measured], connections: usize) -> anyhow::Result<()> {
-    let warms: Vec<report::Warm> = rows
+fn plot(path: &Path, rows: &report::Comparison) -> anyhow::Result<()> {
+    let curves: Vec<report::Curve> = rows
+        .variants
         .iter()
-        .map(|row| report::Warm {
-            connections,
-            micros: row.micros.clone(),
-            p50: stats::spread(&[row.percentile(50.0)]),
-            p99: stats::spread(&[row.percentile(99.0)]),
-            per_second: stats::spread(&[row.per_second()]),
+        .filter_map(|row| {
+            Some(report::Curve {
+                label: &row.label,
+                dashed: row.lifetime == report::Lifetime::Fresh,
+                warm: row.warm.first()?,
+            })
         })
         .collect();
-    let curves = rows
+    let connections = rows
+        .variants
         .iter()
-        .zip(&warms)
-        .map(|(row, warm)| report::Curve {
-            label: &row.label,
-            dashed: row.label.ends_with("-fresh"),
-            warm,
-        })
-        .collect();
+        .find_map(|row| row.warm.first())
+        .map_or(1, |warm| warm.connections);
     std::fs::write(path, report::latency_svg(curves, connections))
         .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -188,14 +188,12 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         .output()
         .unwrap();
     let stdout = succeeded(&output);
+    // The comparison's table: one writer for both.
     let header = stdout.lines().next().unwrap();
-    for column in [
-        "Label", "Hits", "Average", "Median", "90% Line", "95% Line", "99% Line", "Min", "Max",
-        "req/s",
-    ] {
+    for column in ["variant", "p50@2 µs", "p99@2", "kreq/s@2", "MiB", "err"] {
         assert!(header.contains(column), "{header}");
     }
-    for row in [
+    let rows = [
         "wasm",
         "wasm-logs",
         "wasm-fresh",
@@ -208,25 +206,37 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         "python",
         "python-component",
         "floor",
-    ] {
-        let line = stdout
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(row))
-            .unwrap_or_else(|| panic!("no {row} row"));
-        let cells: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cells[1], "200", "{line}");
-        let (errors, resident) = (cells[cells.len() - 2], cells[cells.len() - 1]);
-        assert_eq!(errors, "0", "errors in {line}");
-        // The servers bench starts say what they held; the exec row's is bench itself.
-        if row != "exec" {
-            let mib: f64 = resident
-                .parse()
-                .unwrap_or_else(|_| panic!("no RSS in {line}"));
-            assert!(mib > 1.0, "{line}");
-        }
+    ];
+    for row in rows {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(row)),
+            "no {row} row in {stdout}"
+        );
     }
+    // And its CSV: every figure of each row.
     let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
     assert_eq!(csv.lines().count(), 13, "{csv}");
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for line in csv.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert!(rows.contains(&cells[0]), "{line}");
+        assert_eq!(cells[column("hits")], "200", "{line}");
+        assert_eq!(cells[column("errors")], "0", "errors in {line}");
+        assert!(
+            cells[column("p50_us")].parse::<f64>().unwrap() > 0.0,
+            "{line}"
+        );
+        // The servers bench starts say what they held; the exec row's is bench itself.
+        if cells[0] != "exec" {
+            let held: f64 = cells[column("rss_after_init_bytes")]
+                .parse()
+                .unwrap_or_else(|_| panic!("no RSS in {line}"));
+            assert!(held > f64::from(1 << 20), "{line}");
+        }
+    }
     let svg = std::fs::read_to_string(out.path().join("latency.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("python"),
@@ -255,15 +265,15 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
     assert!(right.status.success(), "{stdout}");
     let row = stdout.lines().find(|l| l.starts_with("url")).unwrap();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    // Errors, then the resident set, unknown for a server bench did not start.
-    assert_eq!(cells[cells.len() - 2..], ["0", "-"], "{row}");
+    // The resident set, unknown for a server bench did not start, then the errors.
+    assert_eq!(cells[cells.len() - 4..], ["-", "-", "-", "0"], "{row}");
 
     let wrong = bench(&["--body", r#"{"value":{"n":7}}"#, "--expect", r#"{"n":8}"#]);
     let stdout = String::from_utf8_lossy(&wrong.stdout);
     assert!(!wrong.status.success(), "{stdout}");
     assert!(
         stdout.contains(
-            r#"url: 30 answers counted as wrong; the first was 200 `{"n":7}`, expected 200 `{"n":8}`"#
+            r#"url: 30 answers were wrong; the first: 200 `{"n":7}`, expected 200 `{"n":8}`. The rows send"#
         ),
         "{stdout}"
     );
@@ -661,6 +671,7 @@ fn wasmtime_cli() -> String {
 #[test]
 fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = tempfile::tempdir().unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
         .current_dir(root)
         .args([
@@ -677,25 +688,30 @@ fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file(
             "http,wasmtime-serve,http-fresh,wasmtime-serve-fresh",
         ])
         .args(["--wasmtime", &wasmtime_cli()])
+        .arg("--out")
+        .arg(out.path())
         .env("WASMLOOP_NO_CACHE", "1")
         .output()
         .unwrap();
     // Every answer is checked: the web-action result from wasmloop, the greeting itself
     // from wasmtime serve.
-    let stdout = succeeded(&output);
+    succeeded(&output);
+    let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
     for row in [
         "http",
         "wasmtime-serve",
         "http-fresh",
         "wasmtime-serve-fresh",
     ] {
-        let line = stdout
+        let line = csv
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(row))
-            .unwrap_or_else(|| panic!("no {row} row in {stdout}"));
-        let cells: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cells[1], "200", "{line}");
-        assert_eq!(cells[cells.len() - 2], "0", "errors in {line}");
+            .find(|l| l.split(',').next() == Some(row))
+            .unwrap_or_else(|| panic!("no {row} row in {csv}"));
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells[column("hits")], "200", "{line}");
+        assert_eq!(cells[column("errors")], "0", "errors in {line}");
     }
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
         .current_dir(root)

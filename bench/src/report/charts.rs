@@ -957,6 +957,7 @@ pub(super) fn crash_left_out(c: &Comparison) -> Option<String> {
                     .to_owned()
             }
             (Backend::Url, _) => "a server given by --url is not crashed".to_owned(),
+            (Backend::Row, _) => "the rows crash nothing".to_owned(),
         })
     })
 }

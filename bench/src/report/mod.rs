@@ -125,6 +125,9 @@ named! {
         /// measured beside, no form of the action's own.
         WasmtimeServe = "wasmtime-serve",
         Url = "url",
+        /// A row of `--rows`: one of the examples' hellos (of any language and backend),
+        /// or HTTP alone; rows get no verdicts, which are about one action's forms.
+        Row = "row",
     }
 }
 
@@ -147,7 +150,7 @@ impl clap::ValueEnum for Backend {
             Backend::Http => {
                 "An HTTP component, measured beside wasmtime serve running the same file (--http)"
             }
-            Backend::WasmtimeServe | Backend::Url => return None,
+            Backend::WasmtimeServe | Backend::Url | Backend::Row => return None,
         };
         Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }
@@ -350,7 +353,7 @@ impl Comparison {
     fn backends(&self) -> Vec<Backend> {
         let mut backends = Vec::new();
         for v in &self.variants {
-            if !backends.contains(&v.backend) {
+            if v.backend != Backend::Row && !backends.contains(&v.backend) {
                 backends.push(v.backend);
             }
         }
@@ -508,8 +511,16 @@ fn bare(note: &str) -> &str {
 
 fn wrong_line(v: &Variant) -> String {
     let first = v.first_wrong.as_deref().unwrap_or("not recorded");
+    let hint = match v.backend {
+        // The rows send the hellos' requests unless told otherwise.
+        Backend::Row | Backend::Url => {
+            ". The rows send the hello's request and expect its greeting: for another \
+             action, give --body and --expect"
+        }
+        _ => "",
+    };
     format!(
-        "{}: {} answers were wrong; the first: {first}",
+        "{}: {} answers were wrong; the first: {first}{hint}",
         v.label, v.errors
     )
 }

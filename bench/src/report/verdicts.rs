@@ -539,6 +539,7 @@ pub fn unmeasured(backend: Backend) -> &'static str {
              protocol, the request itself"
         }
         Backend::Url => "a server run elsewhere: what it isolates is not known here",
+        Backend::Row => "one of the rows' hellos",
     }
 }
 
