@@ -672,27 +672,23 @@ fn wasmtime_cli() -> String {
 fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
-        .current_dir(root)
-        .args([
-            "bench",
+    let wasmtime = wasmtime_cli();
+    let rows = "http,wasmtime-serve,http-fresh,wasmtime-serve-fresh";
+    let output = bench_from_root(
+        &[
+            "--rows",
+            rows,
+            "--wasmtime",
+            &wasmtime,
             "--hits",
             "200",
             "--warmup",
             "20",
-            "--connections",
+            "-c",
             "2",
-        ])
-        .args([
-            "--rows",
-            "http,wasmtime-serve,http-fresh,wasmtime-serve-fresh",
-        ])
-        .args(["--wasmtime", &wasmtime_cli()])
-        .arg("--out")
-        .arg(out.path())
-        .env("WASMLOOP_NO_CACHE", "1")
-        .output()
-        .unwrap();
+        ],
+        out.path(),
+    );
     // Every answer is checked: the web-action result from wasmloop, the greeting itself
     // from wasmtime serve.
     succeeded(&output);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use wasmtime::Store;
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -23,7 +23,9 @@ use crate::executor::wasm::descriptors::Descriptors;
 use crate::executor::wasm::environ::Environ;
 use crate::executor::wasm::memory_cap::MemoryCap;
 use crate::executor::wasm::streams::{GuestStderr, StdioOut};
-use crate::executor::wasm::{WasmError, WasmSpec, exit_reason, guest_store, ticker};
+use crate::executor::wasm::{
+    WasmError, WasmSpec, exit_reason, guest_store, preopen_action, ticker,
+};
 use crate::executor::{RunError, StartError};
 use crate::logs::{Attribution, Stream};
 
@@ -63,13 +65,7 @@ impl Worker for HttpInstance {
         wasi.stdout(StdioOut(stdout.clone()))
             .stderr(StdioOut(stderr.clone()))
             .args(&[&start.main]);
-        if let Some(dir) = &spec.preopen {
-            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
-                .map_err(|error| WasmError::Preopen {
-                    dir: dir.clone(),
-                    error,
-                })?;
-        }
+        preopen_action(&mut wasi, spec.preopen.as_ref())?;
         let descriptors = Descriptors::new(spec.descriptors, stderr.clone());
         let outbound = Outbound::new(spec.outbound.clone(), stderr.clone(), descriptors.clone());
         outbound.gate_sockets(&mut wasi);

@@ -16,7 +16,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use super::pool::PoolSize;
 use super::registry::{Backend, Registration, StartFuture};
 use super::wasm::component::ComponentHost;
-use super::wasm::{self, Code, Engines, Source, WasmEngine, WasmError, World};
+use super::wasm::{self, Code, Engines, WasmEngine, WasmError, World};
 use super::StartSpec;
 use crate::action::{Entry, Prepared};
 use crate::config::Config;
@@ -69,13 +69,7 @@ impl Backend for HttpBackend {
         config: &'a Config,
         size: PoolSize,
     ) -> StartFuture<'a> {
-        Box::pin(async move {
-            let source = Source::of(prepared, config)?;
-            let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-            let pool =
-                wasm::start::<Proxy>(source, spec, preopen, config, &self.engines, size).await?;
-            Ok(pool as Arc<dyn super::Executor>)
-        })
+        wasm::start_prepared::<Proxy>(prepared, spec, config, &self.engines, size)
     }
 
     fn warm(&self) {

@@ -445,15 +445,24 @@ impl Stdio {
             .stdout(StdioOut(self.stdout.clone()))
             .stderr(StdioOut(self.stderr.clone()))
             .args(&[&self.main]);
-        if let Some(dir) = &self.preopen {
-            wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
-                .map_err(|error| WasmError::Preopen {
-                    dir: dir.clone(),
-                    error,
-                })?;
-        }
+        preopen_action(&mut wasi, self.preopen.as_ref())?;
         Ok(wasi)
     }
+}
+
+/// The action's folder, if it has one, as the guest's `/action`, read-only.
+pub fn preopen_action(
+    wasi: &mut WasiCtxBuilder,
+    dir: Option<&std::path::PathBuf>,
+) -> Result<(), WasmError> {
+    if let Some(dir) = dir {
+        wasi.preopened_dir(dir, "/action", FsPerms::ReadOnly)
+            .map_err(|error| WasmError::Preopen {
+                dir: dir.clone(),
+                error,
+            })?;
+    }
+    Ok(())
 }
 
 /// A store for one instance, module or component: its memory capped by `cap`, and yielding

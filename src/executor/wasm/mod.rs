@@ -31,7 +31,7 @@ use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::ComponentHost;
 pub use engine::{Engines, WasmEngine, artifact_engine_id, pooled_config};
-pub use instance::{Instance, exit_reason, guest_store};
+pub use instance::{Instance, exit_reason, guest_store, preopen_action};
 use module::ModuleHost;
 pub use settings::{
     ChildRole, Codegen, CompilerArgs, DEFAULT_MAX_INSTANCE_FILES, DEFAULT_MAX_INSTANCE_SOCKETS,
@@ -108,14 +108,7 @@ impl Backend for WasmBackend {
         config: &'a Config,
         size: PoolSize,
     ) -> StartFuture<'a> {
-        Box::pin(async move {
-            let source = Source::of(prepared, config)?;
-            // An archive's folder is the guest's read-only `/action`; a bare module sees
-            // nothing.
-            let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-            let pool = start::<Command>(source, spec, preopen, config, &self.engines, size).await?;
-            Ok(pool as Arc<dyn super::Executor>)
-        })
+        start_prepared::<Command>(prepared, spec, config, &self.engines, size)
     }
 
     fn warm(&self) {
@@ -232,6 +225,23 @@ impl<'a> Source<'a> {
             Entry::Signed(code) => Source::Signed(code),
         })
     }
+}
+
+/// Starts what `/init` unpacked as world `W`, its code from wherever it came: an
+/// archive's folder is the guest's read-only `/action`; a bare module sees nothing.
+pub fn start_prepared<'a, W: World>(
+    prepared: &'a Prepared,
+    spec: StartSpec,
+    config: &'a Config,
+    engines: &'a Engines,
+    size: PoolSize,
+) -> StartFuture<'a> {
+    Box::pin(async move {
+        let source = Source::of(prepared, config)?;
+        let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
+        let pool = start::<W>(source, spec, preopen, config, engines, size).await?;
+        Ok(pool as Arc<dyn super::Executor>)
+    })
 }
 
 /// What code is linked as and run by: the stdio contract's command (`Command`), or another
