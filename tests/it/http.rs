@@ -433,3 +433,22 @@ fn a_precompiled_http_component_loads_only_with_allow_precompiled() {
         .installed(&cwasm);
     assert_eq!(result(&allowed, json!({"name": "Mike"}))["statusCode"], 200);
 }
+
+#[test]
+fn a_pool_of_instances_answers_parallel_activations_each_with_its_own_result() {
+    let server = http_server(&["--concurrency", "4"]);
+    let server = &server;
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..16)
+            .map(|n| scope.spawn(move || (n, result(server, json!({"name": format!("n{n}")})))))
+            .collect();
+        for run in runs {
+            let (n, got) = run.join().unwrap();
+            assert_eq!(
+                got["body"],
+                format!("{{\"message\":\"Hello, n{n}!\"}}"),
+                "activation {n} got another's answer"
+            );
+        }
+    });
+}
