@@ -75,9 +75,17 @@ pub struct OwCompileArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address and port to listen on.
-    #[arg(long, env = "WASMLOOP_LISTEN", default_value = config::DEFAULT_LISTEN)]
-    pub listen: SocketAddr,
+    /// Address and port to listen on [default: 0.0.0.0:$PORT when PORT is set, as
+    /// Knative and Cloud Run set it; else 0.0.0.0:8080].
+    #[arg(long, env = "WASMLOOP_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// How requests reach the action: openwhisk (POST /init, POST /run) or http (every
+    /// request on every path goes to the --action as HTTP, for Kubernetes, Knative and
+    /// Cloud Run: the request as an OpenWhisk web action's value, its result as the
+    /// response). Health at /.well-known/wasmloop/health, readiness at
+    /// /.well-known/wasmloop/ready, under both.
+    #[arg(long, env = "WASMLOOP_PROTOCOL", value_enum, default_value_t = config::Protocol::OpenWhisk)]
+    pub protocol: config::Protocol,
     /// Serve on this already-listening socket, inherited from a supervisor, instead of --listen.
     #[arg(long, env = "WASMLOOP_LISTEN_FD", value_name = "FD")]
     pub listen_fd: Option<i32>,
@@ -114,7 +122,45 @@ impl ServeArgs {
             .action
             .clone()
             .map(|file| (file, self.action_main.clone()));
+        config.protocol = self.protocol;
+        if self.protocol == config::Protocol::Http {
+            if self.action.is_none() {
+                anyhow::bail!(
+                    "--protocol http serves the action built into the image: give --action FILE \
+                     (WASMLOOP_ACTION), the action's file as /init would take it"
+                );
+            }
+            config.pool.concurrency = self.concurrency();
+            // The sentinels mark an activation's logs for OpenWhisk's invoker; no platform
+            // reads them here.
+            config.logs.sentinels = false;
+            // No platform sends a deadline here: an action that never answers must not
+            // hold its connection forever.
+            config
+                .pool
+                .timeout
+                .get_or_insert_with(|| config::duration(config::DEFAULT_HTTP_TIMEOUT));
+        }
         Ok(config)
+    }
+
+    /// Instances (or children) at once: `--concurrency`, or by default one (OpenWhisk's
+    /// invoker sends one activation at a time) and, under `--protocol http`, where many
+    /// connections arrive at once and some activations wait on the network, two per CPU.
+    pub fn concurrency(&self) -> usize {
+        match (self.runtime.pool.concurrency, self.protocol) {
+            (Some(n), _) => usize::from(n),
+            (None, config::Protocol::OpenWhisk) => usize::from(config::DEFAULT_CONCURRENCY),
+            (None, config::Protocol::Http) => {
+                2 * std::thread::available_parallelism().map_or(1, usize::from)
+            }
+        }
+    }
+
+    /// Where to listen: --listen, else `$PORT` on every address (Knative and Cloud Run set
+    /// it), else the reference's :8080.
+    pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        listen_addr(self.listen, std::env::var("PORT").ok())
     }
 
     /// One thread per activation that can run at once: with one, every hop between the
@@ -125,7 +171,7 @@ impl ServeArgs {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         match self.threads {
             Some(n) => usize::from(n),
-            None => usize::from(self.runtime.pool.concurrency).min(cpus),
+            None => self.concurrency().min(cpus),
         }
     }
 }
@@ -246,9 +292,10 @@ pub struct ActivationArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PoolArgs {
     /// How many instances (wasm) or children (native) of the action run activations in
-    /// parallel; each keeps its own state.
-    #[arg(long, env = "WASMLOOP_CONCURRENCY", default_value_t = config::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrency: u16,
+    /// parallel; each keeps its own state [default: 1, as OpenWhisk's runtimes; with
+    /// --protocol http, two per CPU, since no platform limits it there].
+    #[arg(long, env = "WASMLOOP_CONCURRENCY", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: Option<u16>,
     /// Replace an instance (or child) whose memory grew past this many bytes (a wasm
     /// instance's linear memories; a child's resident set) once its activation has ended;
     /// the activation itself is answered as usual [default: never].
@@ -442,6 +489,26 @@ impl CompileArgs {
     }
 }
 
+fn listen_addr(listen: Option<SocketAddr>, port: Option<String>) -> anyhow::Result<SocketAddr> {
+    if let Some(addr) = listen {
+        return Ok(addr);
+    }
+    let default: SocketAddr = config::DEFAULT_LISTEN
+        .parse()
+        .expect("the default address is well-formed");
+    match port.filter(|p| !p.is_empty()) {
+        None => Ok(default),
+        Some(port) => {
+            let port: u16 = port.trim().parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "PORT={port:?} is no port number: set it to one (1-65535), or give --listen"
+                )
+            })?;
+            Ok(SocketAddr::new(default.ip(), port))
+        }
+    }
+}
+
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -510,7 +577,8 @@ impl RuntimeArgs {
         config.action.start_probe = start.start_probe;
         config.logs.log_init_error = non_empty(&start.log_init_error).is_some();
         self.activations.apply(&mut config.pool);
-        config.pool.concurrency = usize::from(self.pool.concurrency);
+        config.pool.concurrency =
+            usize::from(self.pool.concurrency.unwrap_or(config::DEFAULT_CONCURRENCY));
         config.pool.recycle_above_memory = self.pool.recycle_above_memory;
         config.pool.max_queue = self.pool.max_queue;
         config.logs.format = self.logs.log_format;
@@ -615,6 +683,22 @@ mod tests {
         );
         assert!(!config.logs.sentinels);
         assert!(Cli::try_parse_from(["wasmloop", "run", "a.wasm", "--max-queue", "3"]).is_err());
+    }
+
+    #[test]
+    fn port_is_where_to_listen_unless_listen_says() {
+        let given: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(listen_addr(Some(given), Some("7".into())).unwrap(), given);
+        assert_eq!(
+            listen_addr(None, Some("7000".into())).unwrap().to_string(),
+            "0.0.0.0:7000"
+        );
+        assert_eq!(listen_addr(None, None).unwrap().to_string(), "0.0.0.0:8080");
+        assert_eq!(listen_addr(None, Some(String::new())).unwrap().port(), 8080);
+        let bad = listen_addr(None, Some("http".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("PORT=\"http\" is no port number"), "{bad}");
     }
 
     #[test]

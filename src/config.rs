@@ -39,6 +39,12 @@ pub const DEFAULT_CONCURRENCY: u16 = 1;
 pub const DEFAULT_MAIN: &str = "main";
 /// Our own executable, as the kernel keeps it.
 pub const SELF_EXE: &str = "/proc/self/exe";
+/// Liveness and readiness under either protocol: paths no action is ever given.
+pub const HEALTH_PATH: &str = "/.well-known/wasmloop/health";
+pub const READY_PATH: &str = "/.well-known/wasmloop/ready";
+/// `--protocol http`: how long a request may take unless `--timeout` says (no platform
+/// sends a deadline there).
+pub const DEFAULT_HTTP_TIMEOUT: &str = "60s";
 /// What `__OW_PROXY_VERSION` tells an action.
 pub const PROXY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -72,6 +78,21 @@ pub struct Config {
     pub pool: PoolSettings,
     /// What the runtime writes on the container's streams besides the action's lines.
     pub logs: LogSettings,
+    /// How requests reach the action.
+    pub protocol: Protocol,
+}
+
+/// How requests reach the action.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// OpenWhisk's ActionLoop: POST /init with the code, POST /run for each activation.
+    #[default]
+    #[value(name = "openwhisk")]
+    OpenWhisk,
+    /// Every request on every path goes to the built-in action (--action) as HTTP, as
+    /// Kubernetes, Knative Serving and Cloud Run send it: an OpenWhisk web action's value
+    /// in, its result out as the response.
+    Http,
 }
 
 /// Caps on what a request, an upload or an answer may weigh.

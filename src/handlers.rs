@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::{Error, json_response};
+use crate::executor::RunError;
 use crate::protocol;
 use crate::runtime::Runtime;
 
@@ -41,6 +42,78 @@ pub async fn run(
     let body = read_body(body, limit, "run").await?;
     let result = action.activate_to_completion(body, admitted).await?;
     Ok(json_response(StatusCode::OK, result))
+}
+
+/// Liveness: the server answers (under either protocol).
+pub async fn health() -> Response {
+    json_response(StatusCode::OK, &b"{\"status\":\"ok\"}\n"[..])
+}
+
+/// Readiness: an action is there and the server is not draining; 503 otherwise, so that a
+/// platform sends it nothing until it is ready and nothing more once it stops.
+pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
+    if runtime.is_ready() {
+        return json_response(StatusCode::OK, &b"{\"status\":\"ready\"}\n"[..]);
+    }
+    let why = if runtime.action().is_none() {
+        "no action yet: it is ready once /init (or --action) has started one"
+    } else {
+        "the server is draining: it is stopping"
+    };
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        protocol::error_body(&format!("not ready: {why}")),
+    )
+}
+
+/// `--protocol http`: any request on any path is one activation of the built-in action,
+/// its value the request as a web action's, its result the response.
+pub async fn web(
+    State(runtime): State<Arc<Runtime>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let limit = runtime.config().limits.max_run_bytes;
+    let early = runtime
+        .admit()
+        .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
+    let answered = async {
+        let ((action, admitted), body) = before_body(early, &headers, body, limit).await?;
+        let body = read_body(body, limit, "run").await?;
+        let id = crate::local::fresh_activation_id(runtime.next_activation());
+        let line = crate::webaction::activation(
+            &method,
+            &uri,
+            &headers,
+            &body,
+            runtime.config().pool.timeout,
+            id,
+        );
+        action
+            .activate_to_completion(Bytes::from(line), admitted)
+            .await
+    }
+    .await;
+    match answered {
+        Ok(result) => crate::webaction::response(&result).unwrap_or_else(|e| {
+            let message = e.to_string();
+            crate::logs::runtime_line(
+                runtime.config().logs.format,
+                None,
+                &format!("wasmloop: {message}"),
+            );
+            json_response(StatusCode::BAD_GATEWAY, protocol::error_body(&message))
+        }),
+        // What the action did wrong is the gateway's 502 here, not the reference's 400
+        // (which tells the platform a /run was refused).
+        Err(Error::Run(RunError::Exited(detail))) => json_response(
+            StatusCode::BAD_GATEWAY,
+            protocol::error_body(&RunError::Exited(detail).to_string()),
+        ),
+        Err(error) => error.into_response(),
+    }
 }
 
 /// `/init` or `/run` with another method than POST: refused before anything is read, so

@@ -42,6 +42,8 @@
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
 //! - `local`: `wasmloop run`, the same path without HTTP; `template`: `wasmloop new`.
+//! - `webaction`: `--protocol http`, a plain request as a web action's activation and its
+//!   result as the response.
 //!
 //! The arrows point one way (no module uses one that uses it):
 //! `server` → `linger`, `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
@@ -65,6 +67,7 @@ pub mod runtime;
 pub mod server;
 pub mod signing;
 pub mod template;
+pub mod webaction;
 
 /// `bytes` in lower-case hex: digests in cache names, keys and signatures.
 pub(crate) fn hex(bytes: &[u8]) -> String {

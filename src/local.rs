@@ -50,7 +50,7 @@ impl RequestContext {
 }
 
 /// An id shaped as the platform's (32 hex digits), different for every activation.
-fn fresh_activation_id(made: u64) -> String {
+pub fn fresh_activation_id(made: u64) -> String {
     let mut hasher = blake3::Hasher::new();
     hasher.update(&std::process::id().to_le_bytes());
     hasher.update(&made.to_le_bytes());

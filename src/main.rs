@@ -95,9 +95,12 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
     async_runtime(Some(args.worker_threads()))?.block_on(async {
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
-            None => tokio::net::TcpListener::bind(args.listen)
-                .await
-                .with_context(|| format!("cannot listen on {}", args.listen))?,
+            None => {
+                let addr = args.listen_addr()?;
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr}"))?
+            }
         };
         wasmloop::server::run(listener, config, wasmloop::server::shutdown_signal())
             .await

@@ -126,6 +126,8 @@ pub struct Runtime {
     init_lock: tokio::sync::Mutex<()>,
     /// Set by SIGTERM: requests still arriving get 503.
     draining: AtomicBool,
+    /// Activations this server made itself (`--protocol http`).
+    made: std::sync::atomic::AtomicU64,
     /// `/init`s and `/run`s admitted and not yet answered.
     in_flight: AtomicUsize,
     /// Told when `in_flight` drops to zero while draining.
@@ -153,6 +155,7 @@ impl Runtime {
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
             draining: AtomicBool::new(false),
+            made: std::sync::atomic::AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
         }
@@ -169,6 +172,18 @@ impl Runtime {
             return Err(Error::ShuttingDown);
         }
         Ok(admitted)
+    }
+
+    /// A number for the next activation this server makes itself (`--protocol http`),
+    /// to make its id from.
+    pub fn next_activation(&self) -> u64 {
+        self.made.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether it serves activations now: an action is there and it is not draining (what
+    /// the readiness path answers).
+    pub fn is_ready(&self) -> bool {
+        self.action().is_some() && !self.draining.load(Ordering::SeqCst)
     }
 
     /// From now on requests get 503; completes once those admitted before are answered.

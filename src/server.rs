@@ -4,22 +4,30 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::post;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, HEALTH_PATH, Protocol, READY_PATH};
 use crate::handlers;
 use crate::runtime::Runtime;
 
 /// The routes: `/init` and `/run` take POST, the only method OpenWhisk sends them (the
 /// reference takes any, so a stray GET /init could replace an action or run it); a GET
 /// elsewhere is 404, any other method there the reference's empty 200.
+/// Under `--protocol http` every other path is the action's. The health and readiness
+/// paths are the runtime's under both.
 pub fn app(runtime: Arc<Runtime>) -> Router {
-    Router::new()
-        .route("/init", post(handlers::init).fallback(handlers::post_only))
-        .route("/run", post(handlers::run).fallback(handlers::post_only))
-        .fallback(handlers::other)
-        .with_state(runtime)
+    let probes = Router::new()
+        .route(HEALTH_PATH, get(handlers::health).fallback(handlers::other))
+        .route(READY_PATH, get(handlers::ready).fallback(handlers::other));
+    let routes = match runtime.config().protocol {
+        Protocol::OpenWhisk => probes
+            .route("/init", post(handlers::init).fallback(handlers::post_only))
+            .route("/run", post(handlers::run).fallback(handlers::post_only))
+            .fallback(handlers::other),
+        Protocol::Http => probes.fallback(handlers::web),
+    };
+    routes.with_state(runtime)
 }
 
 /// Serves until `shutdown` completes; then answers new requests with 503 while in-flight

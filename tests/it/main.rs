@@ -21,6 +21,7 @@ mod limits;
 mod local;
 mod logs;
 mod mistakes;
+mod plain_http;
 mod pool;
 mod signed;
 mod uploads;

@@ -1,0 +1,326 @@
+//! `--protocol http`: a plain HTTP request as an OpenWhisk web action's activation, and its result as the response, as OpenWhisk's controller makes and renders them.
+
+// The controller (WebActions.scala) gives a web action `__ow_method` (lower case),
+// `__ow_path`, `__ow_headers` (lower-case names), and either the parameters as fields (a
+// JSON object or form body, the query) or, raw, `__ow_query` and `__ow_body` (base64 for a
+// binary type, and for application/json itself). The value made here carries both, so a
+// web action of either kind runs unchanged. It renders a result with `statusCode`,
+// `headers` or `body` as the response (a string body of a binary type decoded from base64;
+// text/html when no type is given; a JSON body as application/json), and any other result
+// as application/json.
+
+use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::error::json_response;
+
+/// The request line of one activation: the request as its value, and the context the
+/// platform would have sent (a fresh activation id, the deadline `timeout` from now).
+pub fn activation(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    timeout: Option<std::time::Duration>,
+    activation_id: String,
+) -> Vec<u8> {
+    let mut value = Map::new();
+    let query = uri.query().unwrap_or_default();
+    for (name, field) in form_urlencoded::parse(query.as_bytes()) {
+        value.insert(name.into_owned(), Value::String(field.into_owned()));
+    }
+    let media = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(media_type);
+    match media.as_deref() {
+        Some("application/json") if !body.is_empty() => {
+            if let Ok(Value::Object(fields)) = serde_json::from_slice(body) {
+                value.extend(fields);
+            }
+        }
+        Some("application/x-www-form-urlencoded") => {
+            for (name, field) in form_urlencoded::parse(body) {
+                value.insert(name.into_owned(), Value::String(field.into_owned()));
+            }
+        }
+        _ => {}
+    }
+    value.insert(
+        "__ow_method".to_owned(),
+        Value::String(method.as_str().to_ascii_lowercase()),
+    );
+    value.insert("__ow_path".to_owned(), Value::String(uri.path().to_owned()));
+    value.insert("__ow_query".to_owned(), Value::String(query.to_owned()));
+    let mut given = Map::new();
+    for name in headers.keys() {
+        let values: Vec<String> = headers
+            .get_all(name)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        given.insert(name.as_str().to_owned(), Value::String(values.join(", ")));
+    }
+    value.insert("__ow_headers".to_owned(), Value::Object(given));
+    if !body.is_empty() {
+        let text = match (media.as_deref(), std::str::from_utf8(body)) {
+            (Some(media), Ok(text)) if media != "application/json" && is_textual(media) => {
+                text.to_owned()
+            }
+            // Without a type the controller takes the body as text.
+            (None, Ok(text)) => text.to_owned(),
+            _ => base64::engine::general_purpose::STANDARD.encode(body),
+        };
+        value.insert("__ow_body".to_owned(), Value::String(text));
+    }
+    let deadline = timeout.map(|t| {
+        let at = std::time::SystemTime::now() + t;
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+            .to_string()
+    });
+    let mut line = json!({"value": value, "activation_id": activation_id});
+    if let Some(deadline) = deadline {
+        line["deadline"] = Value::String(deadline);
+    }
+    line.to_string().into_bytes()
+}
+
+/// The media type of a `content-type` value, lower case, without its parameters.
+fn media_type(value: &str) -> String {
+    value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Whether the controller takes a body of this media type as text (Akka's non-binary
+/// types); any other is binary, and travels as base64.
+fn is_textual(media: &str) -> bool {
+    crate::executor::http::web::is_textual(media)
+}
+
+/// Why a result cannot be the response: the action's mistake, a 502 naming it.
+#[derive(Debug, thiserror::Error)]
+#[error("the action's result is no HTTP response: {0}")]
+pub struct NotAResponse(String);
+
+/// The response a result line stands for: a web action's (`statusCode`, `headers`,
+/// `body`), or any other result as application/json.
+pub fn response(result: &[u8]) -> Result<Response, NotAResponse> {
+    let parsed: Value =
+        serde_json::from_slice(result).map_err(|e| NotAResponse(format!("not JSON ({e})")))?;
+    let Value::Object(fields) = &parsed else {
+        return Ok(json_response(
+            StatusCode::OK,
+            Bytes::copy_from_slice(result),
+        ));
+    };
+    if !["statusCode", "headers", "body"]
+        .iter()
+        .any(|key| fields.contains_key(*key))
+    {
+        return Ok(json_response(
+            StatusCode::OK,
+            Bytes::copy_from_slice(result),
+        ));
+    }
+    let status = match fields.get("statusCode") {
+        None | Some(Value::Null) => StatusCode::OK,
+        Some(code) => code
+            .as_u64()
+            .and_then(|c| u16::try_from(c).ok())
+            .and_then(|c| StatusCode::from_u16(c).ok())
+            .filter(|c| (200..600).contains(&c.as_u16()))
+            .ok_or_else(|| {
+                NotAResponse(format!(
+                    "statusCode {code} is no HTTP status: answer a whole number from 200 to 599"
+                ))
+            })?,
+    };
+    let mut headers = HeaderMap::new();
+    match fields.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(given)) => {
+            for (name, value) in given {
+                let header = HeaderName::try_from(name.as_str())
+                    .map_err(|_| NotAResponse(format!("{name:?} is no header name")))?;
+                let values = match value {
+                    Value::Array(values) => values.clone(),
+                    single => vec![single.clone()],
+                };
+                for value in values {
+                    let text = match value {
+                        Value::String(text) => text,
+                        other => other.to_string(),
+                    };
+                    let value = HeaderValue::try_from(text.as_str()).map_err(|_| {
+                        NotAResponse(format!(
+                            "the header {name} holds a character no header value can (a \
+                             newline?): {text:?}"
+                        ))
+                    })?;
+                    headers.append(header.clone(), value);
+                }
+            }
+        }
+        Some(_) => {
+            return Err(NotAResponse(
+                "headers must be an object of header names and values".to_owned(),
+            ));
+        }
+    }
+    let typed = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(media_type);
+    let body = match fields.get("body") {
+        None | Some(Value::Null) => Bytes::new(),
+        Some(Value::String(text)) => match typed.as_deref() {
+            Some(media) if !is_textual(media) => {
+                let compact: String = text.split_ascii_whitespace().collect();
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(compact)
+                    .map_err(|e| {
+                        NotAResponse(format!(
+                            "its body is not base64 ({e}), which a binary content-type \
+                             ({media}) needs"
+                        ))
+                    })?;
+                Bytes::from(decoded)
+            }
+            Some(_) => Bytes::from(text.clone()),
+            None => {
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=utf-8"),
+                );
+                Bytes::from(text.clone())
+            }
+        },
+        Some(json) => {
+            if typed.is_none() {
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+            }
+            Bytes::from(json.to_string())
+        }
+    };
+    let mut response = (status, body).into_response();
+    // Connection-level headers are the server's, not the action's.
+    for name in [
+        http::header::CONNECTION,
+        http::header::TRANSFER_ENCODING,
+        http::header::CONTENT_LENGTH,
+    ] {
+        headers.remove(name);
+    }
+    response.headers_mut().extend(headers);
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(line: &[u8]) -> Value {
+        serde_json::from_slice::<Value>(line).unwrap()["value"].clone()
+    }
+
+    #[test]
+    fn a_request_is_a_web_actions_value_both_parsed_and_raw() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert("traceparent", HeaderValue::from_static("00-ab-cd-01"));
+        let uri: Uri = "/greet/me?name=Mike&x=1".parse().unwrap();
+        let line = activation(
+            &Method::POST,
+            &uri,
+            &headers,
+            br#"{"age":7}"#,
+            None,
+            "id1".into(),
+        );
+        let got = value(&line);
+        assert_eq!(got["name"], "Mike");
+        assert_eq!(got["age"], 7);
+        assert_eq!(got["__ow_method"], "post");
+        assert_eq!(got["__ow_path"], "/greet/me");
+        assert_eq!(got["__ow_query"], "name=Mike&x=1");
+        assert_eq!(got["__ow_headers"]["traceparent"], "00-ab-cd-01");
+        // As the controller sends application/json raw: base64.
+        assert_eq!(got["__ow_body"], "eyJhZ2UiOjd9");
+        let line: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(line["activation_id"], "id1");
+    }
+
+    #[test]
+    fn text_stays_text_and_binary_travels_as_base64() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("text/plain"));
+        let uri: Uri = "/".parse().unwrap();
+        let text = value(&activation(
+            &Method::PUT,
+            &uri,
+            &headers,
+            b"hello",
+            None,
+            "a".into(),
+        ));
+        assert_eq!(text["__ow_body"], "hello");
+        headers.insert("content-type", HeaderValue::from_static("image/png"));
+        let png = value(&activation(
+            &Method::PUT,
+            &uri,
+            &headers,
+            &[0, 255],
+            None,
+            "a".into(),
+        ));
+        assert_eq!(png["__ow_body"], "AP8=");
+    }
+
+    #[test]
+    fn a_web_result_is_the_response_and_any_other_is_json() {
+        let teapot =
+            response(br#"{"statusCode":418,"headers":{"x-a":["1","2"]},"body":"short"}"#).unwrap();
+        assert_eq!(teapot.status(), 418);
+        assert_eq!(teapot.headers()["content-type"], "text/html; charset=utf-8");
+        assert_eq!(teapot.headers().get_all("x-a").iter().count(), 2);
+        let image = response(br#"{"headers":{"content-type":"image/png"},"body":"AP8="}"#).unwrap();
+        assert_eq!(image.status(), 200);
+        let plain = response(b"{\"message\":\"hi\"}\n").unwrap();
+        assert_eq!(plain.headers()["content-type"], "application/json");
+        let json_body = response(br#"{"body":{"a":1}}"#).unwrap();
+        assert_eq!(json_body.headers()["content-type"], "application/json");
+    }
+
+    #[test]
+    fn a_result_no_response_can_be_is_told_what_to_change() {
+        for (result, told) in [
+            (
+                &br#"{"statusCode":99}"#[..],
+                "statusCode 99 is no HTTP status",
+            ),
+            (br#"{"statusCode":"x"}"#, "is no HTTP status"),
+            (br#"{"statusCode":600}"#, "from 200 to 599"),
+            (br#"{"headers":{"x":"a\nb"}}"#, "no header value can"),
+            (br#"{"headers":{"bad name":"1"}}"#, "is no header name"),
+            (br#"{"headers":"x"}"#, "headers must be an object"),
+            (
+                br#"{"headers":{"content-type":"image/png"},"body":"!!"}"#,
+                "is not base64",
+            ),
+        ] {
+            let error = response(result).unwrap_err().to_string();
+            assert!(error.contains(told), "{error} should say {told}");
+        }
+    }
+}
