@@ -29,6 +29,13 @@ fi
 native-examples/build.sh
 wasm-examples/build.sh
 component-examples/build.sh
+# PyPI's kubernetes-validate checks deploy/'s Kubernetes manifests offline (its schemas
+# are bundled).
+if ! command -v kubernetes-validate >/dev/null; then
+  python3 -m pip install --quiet kubernetes-validate 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages kubernetes-validate
+  hash -r
+fi
 # wasmtime's CLI (PyPI), for the benchmark rows that run `wasmtime serve` beside wasmloop.
 WASMTIME=$(scripts/install-wasmtime.sh)
 export WASMTIME

@@ -274,3 +274,116 @@ fn the_sandboxed_image_denies_components_the_network_in_json_records_of_the_acti
     assert_eq!(record["action"], "/guest/get", "{record}");
     assert_eq!(record["stream"], "stderr", "{record}");
 }
+
+/// One GET on a fresh connection: the status and the body.
+fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+#[test]
+#[ignore = "needs the image: scripts/image-test.sh"]
+fn plain_http_runs_as_kubernetes_runs_it_port_probes_read_only_root_and_sigterm() {
+    let sandboxed = std::env::var("WASMLOOP_TEST_SANDBOXED_IMAGE")
+        .ok()
+        .filter(|i| !i.is_empty())
+        .expect(NEEDS_IMAGE);
+    // The two-line Dockerfile deploy/ documents, from this build's sandboxed image.
+    let context = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Backend::Wasm.guest("echo"),
+        context.path().join("hello.wasm"),
+    )
+    .unwrap();
+    let documented = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/Dockerfile.action"
+    ))
+    .unwrap();
+    assert!(
+        documented.contains("FROM wasmloop:sandboxed"),
+        "{documented}"
+    );
+    std::fs::write(
+        context.path().join("Dockerfile"),
+        documented.replace("FROM wasmloop:sandboxed", &format!("FROM {sandboxed}")),
+    )
+    .unwrap();
+    let derived = format!("{sandboxed}-hello");
+    let built = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(context.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // As deploy/kubernetes.yaml runs it: PORT set, root read-only, /tmp writable.
+    let id = docker(&[
+        "run",
+        "-d",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--cap-drop",
+        "ALL",
+        "-e",
+        "PORT=9000",
+        "-e",
+        "WASMLOOP_PROTOCOL=http",
+        "-e",
+        "WASMLOOP_ACTION=/action/hello.wasm",
+        "-e",
+        "WASMLOOP_CACHE_DIR=/tmp/wasmloop-cache",
+        "-e",
+        "WASMLOOP_ACTION_DIR=/tmp",
+        &derived,
+        "serve",
+    ]);
+    let ip = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]);
+    let addr: std::net::SocketAddr = format!("{ip}:9000").parse().unwrap();
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "nothing on $PORT: {}",
+            docker(&["logs", &id])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(get(addr, "/.well-known/wasmloop/health").0, 200);
+    assert_eq!(get(addr, "/.well-known/wasmloop/ready").0, 200);
+    let (status, body) = get(addr, "/hello?name=Mike");
+    assert_eq!(status, 200, "{body}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(value["name"], "Mike", "{body}");
+    assert_eq!(value["__ow_path"], "/hello", "{body}");
+    // SIGTERM, as a platform stops a pod: a clean exit well within the grace period.
+    let stopping = std::time::Instant::now();
+    docker(&["stop", "-t", "20", &id]);
+    let took = stopping.elapsed();
+    let code = docker(&["inspect", "-f", "{{.State.ExitCode}}", &id]);
+    let _ = docker(&["rm", &id]);
+    assert_eq!(code, "0");
+    assert!(took < Duration::from_secs(15), "SIGTERM took {took:?}");
+}

@@ -10,6 +10,7 @@ mod built_in;
 mod canonical;
 mod component;
 mod contract;
+mod deploy;
 mod dropin;
 mod examples;
 mod faults;
