@@ -101,6 +101,14 @@ pub enum Row {
     /// The same HTTP component under `wasmtime serve` as it runs by default: a new instance
     /// per request. The peer of `http-fresh`.
     WasmtimeServeFresh,
+    /// The HTTP component under `wasmloop serve --protocol http`: the request itself, on
+    /// any path, as `wasmtime serve` gets it, its instance kept.
+    HttpPlain,
+    /// The same, a fresh instance per request.
+    HttpPlainFresh,
+    /// The WebAssembly (stdio) hello under `--protocol http`: a web action's value in, its
+    /// result out as the response.
+    WasmPlain,
 }
 
 impl Row {
@@ -122,6 +130,9 @@ impl Row {
             Row::HttpFresh => "http-fresh",
             Row::WasmtimeServe => "wasmtime-serve",
             Row::WasmtimeServeFresh => "wasmtime-serve-fresh",
+            Row::HttpPlain => "http-plain",
+            Row::HttpPlainFresh => "http-plain-fresh",
+            Row::WasmPlain => "wasm-plain",
         }
     }
 }
@@ -174,6 +185,9 @@ pub enum Shape {
     /// The arguments themselves as the request's body, the greeting as the response's (a
     /// wasi:http host's own server: `wasmtime serve`).
     Bare,
+    /// The arguments as the request's body, the hello's greeting line as the response (a
+    /// stdio hello under `--protocol http`: the JSON body's fields are its parameters).
+    BareToHello,
 }
 
 impl Payload {
@@ -187,7 +201,9 @@ impl Payload {
 
     fn body(&self, n: usize) -> Bytes {
         match self.bodies.len() {
-            0 if self.shape == Shape::Bare => Bytes::from(format!("{{\"name\":\"bench{n}\"}}")),
+            0 if matches!(self.shape, Shape::Bare | Shape::BareToHello) => {
+                Bytes::from(format!("{{\"name\":\"bench{n}\"}}"))
+            }
             0 if self.logs => Bytes::from(format!(
                 "{{\"value\":{{\"name\":\"bench{n}\",\"logs\":true}}}}"
             )),
@@ -204,7 +220,7 @@ impl Payload {
                 let greeting = greeting(&format!("bench{n}"));
                 let bare = greeting.trim_end();
                 Some(Bytes::from(match self.shape {
-                    Shape::Hello => greeting,
+                    Shape::Hello | Shape::BareToHello => greeting,
                     Shape::Bare => bare.to_owned(),
                     Shape::WebAction => format!(
                         "{}\n",
@@ -313,6 +329,40 @@ fn serve(file: &Path, args: &[String]) -> anyhow::Result<Served> {
     let mut served = Served::start(args, &[])?;
     served.init(&bytes, file)?;
     Ok(served)
+}
+
+/// A server of plain HTTP (`--protocol http`) with the action in `file` built in: it is
+/// loaded before the server accepts, so the first request waits for it in the backlog.
+fn serve_plain(file: &Path, args: &[String]) -> anyhow::Result<Served> {
+    anyhow::ensure!(
+        file.is_file(),
+        "{} is missing (build the examples first: see the README)",
+        file.display()
+    );
+    let plain = [
+        "--protocol".to_owned(),
+        "http".to_owned(),
+        "--action".to_owned(),
+        file.display().to_string(),
+    ];
+    let mut served = Served::start(&[args, &plain[..]].concat(), &[])?;
+    // Ready once the action is loaded: its resident set is read after that, as an
+    // /init'ed server's is.
+    let started = Instant::now();
+    loop {
+        match crate::harness::request(served.addr, "GET", "/.well-known/wasmloop/ready", b"") {
+            Ok(reply) if reply.status == 200 => return Ok(served),
+            Ok(_) if started.elapsed() < Duration::from_secs(120) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(reply) => bail!(
+                "the plain HTTP server of {} never became ready: {}",
+                file.display(),
+                reply.text()
+            ),
+            Err(error) => return Err(served.explain(error.into())),
+        }
+    }
 }
 
 /// The `exec` row's server: a fresh process per activation, as the old Docker skeleton did.
@@ -581,13 +631,15 @@ async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec
         logs: true,
         ..options.payload.clone()
     };
-    let (web, bare) = (
+    let (web, bare, bare_to_hello) = (
         options.payload.shaped(Shape::WebAction),
         options.payload.shaped(Shape::Bare),
+        options.payload.shaped(Shape::BareToHello),
     );
     let payload_of = |t: &Target| match t.shape {
         Shape::WebAction => &web,
         Shape::Bare => &bare,
+        Shape::BareToHello => &bare_to_hello,
         Shape::Hello if t.logs => &logged,
         Shape::Hello => &options.payload,
     };
@@ -738,6 +790,21 @@ pub async fn run(options: RowOptions) -> anyhow::Result<report::Comparison> {
                 server = Some(servers.len() - 1);
                 (servers[servers.len() - 1].addr, "/", true)
             }
+            Row::HttpPlain | Row::HttpPlainFresh | Row::WasmPlain => {
+                let file = if *row == Row::WasmPlain {
+                    &options.wasm
+                } else {
+                    &options.http
+                };
+                let lifetime = if *row == Row::HttpPlainFresh {
+                    &fresh
+                } else {
+                    &args[..]
+                };
+                servers.push(serve_plain(file, lifetime)?);
+                server = Some(servers.len() - 1);
+                (servers[servers.len() - 1].addr, "/", true)
+            }
             Row::WasmtimeServe | Row::WasmtimeServeFresh => {
                 let reuse = *row == Row::WasmtimeServe;
                 let peer = peer::WasmtimeServe::start(&options.wasmtime, &options.http, reuse)?;
@@ -750,7 +817,10 @@ pub async fn run(options: RowOptions) -> anyhow::Result<report::Comparison> {
         };
         let shape = match row {
             Row::Http | Row::HttpFresh => Shape::WebAction,
-            Row::WasmtimeServe | Row::WasmtimeServeFresh => Shape::Bare,
+            Row::WasmtimeServe | Row::WasmtimeServeFresh | Row::HttpPlain | Row::HttpPlainFresh => {
+                Shape::Bare
+            }
+            Row::WasmPlain => Shape::BareToHello,
             _ => Shape::Hello,
         };
         // Our server takes the activation at /run whatever the action.

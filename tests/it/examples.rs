@@ -673,7 +673,7 @@ fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file(
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = tempfile::tempdir().unwrap();
     let wasmtime = wasmtime_cli();
-    let rows = "http,wasmtime-serve,http-fresh,wasmtime-serve-fresh";
+    let rows = "http,wasmtime-serve,http-fresh,wasmtime-serve-fresh,http-plain,http-plain-fresh,wasm-plain";
     let output = bench_from_root(
         &[
             "--rows",
@@ -695,12 +695,7 @@ fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file(
     let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    for row in [
-        "http",
-        "wasmtime-serve",
-        "http-fresh",
-        "wasmtime-serve-fresh",
-    ] {
+    for row in rows.split(',') {
         let line = csv
             .lines()
             .find(|l| l.split(',').next() == Some(row))
@@ -708,6 +703,9 @@ fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file(
         let cells: Vec<&str> = line.split(',').collect();
         assert_eq!(cells[column("hits")], "200", "{line}");
         assert_eq!(cells[column("errors")], "0", "errors in {line}");
+        // Each server's resident set once its action was loaded.
+        let held: f64 = cells[column("rss_after_init_bytes")].parse().unwrap();
+        assert!(held > f64::from(4 << 20), "{line}");
     }
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
         .current_dir(root)
