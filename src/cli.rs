@@ -212,6 +212,10 @@ pub struct LimitArgs {
     #[arg(long, env = "WASMLOOP_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_SHUTDOWN_TIMEOUT)]
     pub shutdown_timeout: Duration,
+    /// How long a request's body may take to arrive; a slower one gets 408.
+    #[arg(long, env = "WASMLOOP_BODY_READ_TIMEOUT", value_parser = humantime::parse_duration,
+          default_value = config::DEFAULT_BODY_READ_TIMEOUT)]
+    pub body_read_timeout: Duration,
 }
 
 /// How an upload is unpacked and compiled, and which backends may run it: the same flags
@@ -564,7 +568,9 @@ impl RuntimeArgs {
             max_run_bytes,
             max_result_bytes,
             shutdown_timeout,
+            body_read_timeout,
         } = self.limits;
+        config.limits.body_read_timeout = body_read_timeout;
         config.limits.max_init_bytes = max_init_bytes;
         config.limits.max_run_bytes = max_run_bytes;
         config.limits.max_result_bytes = max_result_bytes;

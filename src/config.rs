@@ -28,6 +28,9 @@ pub const DEFAULT_MAX_QUEUE: usize = 1024;
 /// How long one activation of `wasmloop run` may take unless told otherwise: a mistake
 /// that makes an action wait forever must not hang a terminal.
 pub const DEFAULT_RUN_TIMEOUT: &str = "30s";
+/// How long a request's body may take to arrive: a client that sends it slower holds a
+/// connection and a buffer, never longer than this.
+pub const DEFAULT_BODY_READ_TIMEOUT: &str = "60s";
 /// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Activations an instance (or child) serves before a fresh one replaces it: 0 is no
@@ -98,6 +101,8 @@ pub enum Protocol {
 /// Caps on what a request, an upload or an answer may weigh.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// How long a request's body may take to arrive (408 past it).
+    pub body_read_timeout: Duration,
     pub max_init_bytes: usize,
     pub max_run_bytes: usize,
     pub max_result_bytes: usize,
@@ -227,6 +232,7 @@ impl Config {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
+            body_read_timeout: duration(DEFAULT_BODY_READ_TIMEOUT),
             max_init_bytes: DEFAULT_MAX_INIT_BYTES,
             max_run_bytes: DEFAULT_MAX_RUN_BYTES,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,

@@ -22,6 +22,13 @@ pub enum Error {
     BodyRead(String),
     #[error("request body too large: the limit is {limit} bytes (see --max-{route}-bytes)")]
     BodyTooLarge { limit: usize, route: &'static str },
+    /// The body did not arrive in time.
+    #[error(
+        "the request's body did not arrive within {} (see --body-read-timeout): send it \
+         faster, or raise the limit",
+        humantime::format_duration(*.0)
+    )]
+    BodyTimedOut(std::time::Duration),
     #[error("{}", protocol::MSG_MISSING_CODE)]
     MissingCode,
     #[error("cannot decode the request: {0}")]
@@ -99,6 +106,7 @@ impl Error {
                 StatusCode::BAD_REQUEST
             }
             Error::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::BodyTimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Prepare(_) | Error::PrepareLogged | Error::Start(_) | Error::StartLogged => {
                 StatusCode::BAD_GATEWAY
             }
@@ -168,6 +176,12 @@ mod tests {
             ),
             (Error::MissingCode, 403, "Missing main/no code to execute."),
             (Error::NoAction, 500, "no action defined yet"),
+            (
+                Error::BodyTimedOut(std::time::Duration::from_secs(60)),
+                408,
+                "the request's body did not arrive within 1m (see --body-read-timeout): send it \
+                 faster, or raise the limit",
+            ),
             (
                 Error::ShuttingDown,
                 503,

@@ -22,7 +22,7 @@ pub async fn init(
         .admit()
         .and_then(|admitted| runtime.refuse_second_init().map(|()| admitted));
     let (_admitted, body) = before_body(early, &headers, body, limit).await?;
-    let body = read_body(body, limit, "init").await?;
+    let body = read_body(&runtime, body, limit, "init").await?;
     // Its own buffer again (no copy when the body came with a Content-Length, as uploads
     // do): the code is decoded over its base64.
     runtime.init(bytes::BytesMut::from(body)).await?;
@@ -39,7 +39,7 @@ pub async fn run(
         .admit()
         .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
     let ((action, admitted), body) = before_body(early, &headers, body, limit).await?;
-    let body = read_body(body, limit, "run").await?;
+    let body = read_body(&runtime, body, limit, "run").await?;
     let result = action.activate_to_completion(body, admitted).await?;
     Ok(json_response(StatusCode::OK, result))
 }
@@ -81,7 +81,7 @@ pub async fn web(
         .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
     let answered = async {
         let ((action, admitted), body) = before_body(early, &headers, body, limit).await?;
-        let body = read_body(body, limit, "run").await?;
+        let body = read_body(&runtime, body, limit, "run").await?;
         let id = crate::local::fresh_activation_id(runtime.next_activation());
         let line = crate::webaction::activation(
             &method,
@@ -184,7 +184,20 @@ async fn drain(mut body: Body, limit: usize) {
 }
 
 /// Reads the whole body, refusing it as soon as it passes `limit` bytes.
-async fn read_body(body: Body, limit: usize, route: &'static str) -> Result<Bytes, Error> {
+/// The body, within the size cap and within the time `--body-read-timeout` allows.
+async fn read_body(
+    runtime: &Runtime,
+    body: Body,
+    limit: usize,
+    route: &'static str,
+) -> Result<Bytes, Error> {
+    let within = runtime.config().limits.body_read_timeout;
+    tokio::time::timeout(within, read_body_capped(body, limit, route))
+        .await
+        .unwrap_or(Err(Error::BodyTimedOut(within)))
+}
+
+async fn read_body_capped(body: Body, limit: usize, route: &'static str) -> Result<Bytes, Error> {
     // A Content-Length over the cap is refused before a byte of the body is read.
     let size = http_body::Body::size_hint(&body);
     if size.lower() > limit as u64 {

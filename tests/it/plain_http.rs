@@ -236,3 +236,26 @@ fn it_listens_on_port_and_refuses_to_start_without_an_action() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_body_that_arrives_too_slowly_is_408_and_the_server_serves_on() {
+    let server = plain(
+        &Backend::Wasm.guest("echo"),
+        &["--body-read-timeout", "300ms"],
+    );
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // Ten bytes of the hundred it announces, then nothing.
+    stream
+        .write_all(b"POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("see --body-read-timeout"), "{answer}");
+    let (status, _, _) = send(server.addr, "GET /?name=after HTTP/1.1", b"");
+    assert_eq!(status, 200);
+}
