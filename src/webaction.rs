@@ -16,6 +16,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::error::json_response;
+use crate::executor::http::web::media_type;
 
 /// The request line of one activation: the request as its value, and the context the
 /// platform would have sent (a fresh activation id, the deadline `timeout` from now).
@@ -87,16 +88,6 @@ pub fn activation(
         line["deadline"] = Value::String(deadline);
     }
     line.to_string().into_bytes()
-}
-
-/// The media type of a `content-type` value, lower case, without its parameters.
-fn media_type(value: &str) -> String {
-    value
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
 }
 
 /// Whether the controller takes a body of this media type as text (Akka's non-binary

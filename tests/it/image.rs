@@ -18,6 +18,21 @@ fn container(docker_args: &[&str]) -> Server {
     Server::builder().start_container(&image(), docker_args)
 }
 
+/// `docker build` of `context` as `tag` (without BuildKit, which needs a registry here).
+fn build_image(context: &std::path::Path, tag: &str) {
+    let built = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", tag])
+        .arg(context)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+}
+
 fn container_id(server: &Server) -> &str {
     server.container().expect("a container")
 }
@@ -121,17 +136,7 @@ fn a_derived_image_serves_its_built_in_action_after_an_init_without_code() {
     )
     .unwrap();
     let derived = format!("{}-derived", image());
-    let built = std::process::Command::new("docker")
-        .args(["build", "-q", "-t", &derived])
-        .arg(context.path())
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    build_image(context.path(), &derived);
     let server = Server::builder().start_container(&derived, &[]);
     // As the invoker sends it to an image created without a file.
     let codeless =
@@ -327,17 +332,7 @@ fn plain_http_runs_as_kubernetes_runs_it_port_probes_read_only_root_and_sigterm(
     )
     .unwrap();
     let derived = format!("{sandboxed}-hello");
-    let built = std::process::Command::new("docker")
-        .args(["build", "-q", "-t", &derived])
-        .arg(context.path())
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    build_image(context.path(), &derived);
     // As deploy/kubernetes.yaml runs it: PORT set, root read-only, /tmp writable.
     let id = docker(&[
         "run",

@@ -231,7 +231,7 @@ fn content_type(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The media type of a `content-type` value, lower case, without its parameters.
-fn media_type(value: &str) -> String {
+pub fn media_type(value: &str) -> String {
     value
         .split(';')
         .next()
