@@ -34,14 +34,25 @@ pub async fn run(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Error> {
+    let (action, admitted, body) = activation_body(&runtime, &headers, body).await?;
+    let result = action.activate_to_completion(body, admitted).await?;
+    Ok(json_response(StatusCode::OK, result))
+}
+
+/// What every activation's request is checked for before and while its body is read: the
+/// server not draining, an action there, and the body within its size and time.
+async fn activation_body(
+    runtime: &Arc<Runtime>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Arc<crate::runtime::Action>, crate::runtime::Admitted, Bytes), Error> {
     let limit = runtime.config().limits.max_run_bytes;
     let early = runtime
         .admit()
         .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
-    let ((action, admitted), body) = before_body(early, &headers, body, limit).await?;
-    let body = read_body(&runtime, body, limit, "run").await?;
-    let result = action.activate_to_completion(body, admitted).await?;
-    Ok(json_response(StatusCode::OK, result))
+    let ((action, admitted), body) = before_body(early, headers, body, limit).await?;
+    let body = read_body(runtime, body, limit, "run").await?;
+    Ok((action, admitted, body))
 }
 
 /// Liveness: the server answers (under either protocol).
@@ -75,13 +86,8 @@ pub async fn web(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let limit = runtime.config().limits.max_run_bytes;
-    let early = runtime
-        .admit()
-        .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
     let answered = async {
-        let ((action, admitted), body) = before_body(early, &headers, body, limit).await?;
-        let body = read_body(&runtime, body, limit, "run").await?;
+        let (action, admitted, body) = activation_body(&runtime, &headers, body).await?;
         let id = crate::local::fresh_activation_id(runtime.next_activation());
         let line = crate::webaction::activation(
             &method,
@@ -183,8 +189,8 @@ async fn drain(mut body: Body, limit: usize) {
     }
 }
 
-/// Reads the whole body, refusing it as soon as it passes `limit` bytes.
-/// The body, within the size cap and within the time `--body-read-timeout` allows.
+/// Reads the whole body, refusing it as soon as it passes `limit` bytes, or once it has
+/// taken longer than `--body-read-timeout` to arrive.
 async fn read_body(
     runtime: &Runtime,
     body: Body,

@@ -9,14 +9,16 @@
 // text/html when no type is given; a JSON body as application/json), and any other result
 // as application/json.
 
-use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{self, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::error::json_response;
-use crate::executor::http::web::media_type;
+use crate::executor::http::web::{
+    BadHeader, decode_base64, header_map, is_base64_on_the_wire, is_textual, media_type,
+};
 
 /// The request line of one activation: the request as its value, and the context the
 /// platform would have sent (a fresh activation id, the deadline `timeout` from now).
@@ -67,12 +69,12 @@ pub fn activation(
     }
     value.insert("__ow_headers".to_owned(), Value::Object(given));
     if !body.is_empty() {
-        let text = match (media.as_deref(), std::str::from_utf8(body)) {
-            (Some(media), Ok(text)) if media != "application/json" && is_textual(media) => {
+        // The rule the HTTP backend decodes by; a body that is no text travels as base64
+        // whatever its type says.
+        let text = match std::str::from_utf8(body) {
+            Ok(text) if !is_base64_on_the_wire(headers.get(http::header::CONTENT_TYPE)) => {
                 text.to_owned()
             }
-            // Without a type the controller takes the body as text.
-            (None, Ok(text)) => text.to_owned(),
             _ => base64::engine::general_purpose::STANDARD.encode(body),
         };
         value.insert("__ow_body".to_owned(), Value::String(text));
@@ -88,12 +90,6 @@ pub fn activation(
         line["deadline"] = Value::String(deadline);
     }
     line.to_string().into_bytes()
-}
-
-/// Whether the controller takes a body of this media type as text (Akka's non-binary
-/// types); any other is binary, and travels as base64.
-fn is_textual(media: &str) -> bool {
-    crate::executor::http::web::is_textual(media)
 }
 
 /// Why a result cannot be the response: the action's mistake, a 502 naming it.
@@ -134,38 +130,23 @@ pub fn response(result: &[u8]) -> Result<Response, NotAResponse> {
                 ))
             })?,
     };
-    let mut headers = HeaderMap::new();
-    match fields.get("headers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(given)) => {
-            for (name, value) in given {
-                let header = HeaderName::try_from(name.as_str())
-                    .map_err(|_| NotAResponse(format!("{name:?} is no header name")))?;
-                let values = match value {
-                    Value::Array(values) => values.clone(),
-                    single => vec![single.clone()],
-                };
-                for value in values {
-                    let text = match value {
-                        Value::String(text) => text,
-                        other => other.to_string(),
-                    };
-                    let value = HeaderValue::try_from(text.as_str()).map_err(|_| {
-                        NotAResponse(format!(
-                            "the header {name} holds a character no header value can (a \
-                             newline?): {text:?}"
-                        ))
-                    })?;
-                    headers.append(header.clone(), value);
-                }
-            }
-        }
+    let mut headers = match fields.get("headers") {
+        None | Some(Value::Null) => HeaderMap::new(),
+        Some(Value::Object(given)) => header_map(given, |_| false).map_err(|bad| {
+            NotAResponse(match bad {
+                BadHeader::Name(name) => format!("{name:?} is no header name"),
+                BadHeader::Value { name, text } => format!(
+                    "the header {name} holds a character no header value can (a newline?): \
+                     {text:?}"
+                ),
+            })
+        })?,
         Some(_) => {
             return Err(NotAResponse(
                 "headers must be an object of header names and values".to_owned(),
             ));
         }
-    }
+    };
     let typed = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -174,15 +155,12 @@ pub fn response(result: &[u8]) -> Result<Response, NotAResponse> {
         None | Some(Value::Null) => Bytes::new(),
         Some(Value::String(text)) => match typed.as_deref() {
             Some(media) if !is_textual(media) => {
-                let compact: String = text.split_ascii_whitespace().collect();
-                let decoded = base64::engine::general_purpose::STANDARD
-                    .decode(compact)
-                    .map_err(|e| {
-                        NotAResponse(format!(
-                            "its body is not base64 ({e}), which a binary content-type \
+                let decoded = decode_base64(text).map_err(|e| {
+                    NotAResponse(format!(
+                        "its body is not base64 ({e}), which a binary content-type \
                              ({media}) needs"
-                        ))
-                    })?;
+                    ))
+                })?;
                 Bytes::from(decoded)
             }
             Some(_) => Bytes::from(text.clone()),

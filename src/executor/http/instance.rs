@@ -49,8 +49,6 @@ pub struct HttpInstance {
     ticker: ticker::Ticker,
     memory: Arc<AtomicUsize>,
     max_result_bytes: usize,
-    /// Why it can serve no more, once a call trapped or was left unfinished.
-    ended: Option<String>,
 }
 
 impl Worker for HttpInstance {
@@ -113,12 +111,13 @@ impl Worker for HttpInstance {
             ticker,
             memory,
             max_result_bytes: start.max_result_bytes,
-            ended: None,
         })
     }
 
+    /// Nothing of it runs between activations: one whose call failed is dropped by the
+    /// pool with that activation.
     fn is_alive(&mut self) -> bool {
-        self.ended.is_none()
+        true
     }
 
     fn discard_stray_output(&mut self) -> Option<Bytes> {
@@ -140,11 +139,7 @@ impl Worker for HttpInstance {
     async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
         let incoming = web::request(&line).map_err(|e| RunError::BadInput(e.0))?;
         self.environ.arrive(&line);
-        let result = self.handle(incoming).await;
-        if let Err(RunError::Exited(Some(reason))) = &result {
-            self.ended = Some(reason.clone());
-        }
-        result
+        self.handle(incoming).await
     }
 
     fn end_activation(&mut self, end: End) {

@@ -129,7 +129,7 @@ fn web_request(mut value: Map<String, Value>) -> Result<Incoming, BadRequest> {
         .map_err(|e| BadRequest(format!("__ow_path and __ow_query make no path: {e}")))?;
     let headers = match value.remove("__ow_headers") {
         None | Some(Value::Null) => HeaderMap::new(),
-        Some(Value::Object(given)) => headers(given)?,
+        Some(Value::Object(given)) => headers(&given)?,
         Some(other) => {
             return Err(BadRequest(format!(
                 "__ow_headers must be an object of header names and values, not {}",
@@ -176,30 +176,56 @@ fn web_request(mut value: Map<String, Value>) -> Result<Incoming, BadRequest> {
     })
 }
 
-/// `__ow_headers` as a header map: a value may be a string or, for a repeated header, an
-/// array of strings. Hop-by-hop headers and `content-length` (the body's own length is
-/// sent) are dropped.
-fn headers(given: Map<String, Value>) -> Result<HeaderMap, BadRequest> {
+/// `__ow_headers` as a header map. Hop-by-hop headers and `content-length` (the body's
+/// own length is sent) are dropped.
+fn headers(given: &Map<String, Value>) -> Result<HeaderMap, BadRequest> {
+    let connection_level =
+        |h: &HeaderName| HOP_BY_HOP.contains(&h.as_str()) || h == http::header::CONTENT_LENGTH;
+    header_map(given, connection_level).map_err(|bad| {
+        BadRequest(match bad {
+            BadHeader::Name(name) => {
+                format!("__ow_headers has a name no header can have: {name:?}")
+            }
+            BadHeader::Value { name, .. } => format!(
+                "__ow_headers[{name:?}] holds a character no header value can (a newline?)"
+            ),
+        })
+    })
+}
+
+/// A header of a web action's JSON that no HTTP header can be.
+#[derive(Debug)]
+pub enum BadHeader {
+    Name(String),
+    Value { name: String, text: String },
+}
+
+/// A JSON object of header names and values as a header map, the way web actions write
+/// headers both ways: a value is a string or, for a repeated header, an array (other JSON
+/// as its text). Headers `skip` names are left out, unchecked.
+pub fn header_map(
+    given: &Map<String, Value>,
+    skip: impl Fn(&HeaderName) -> bool,
+) -> Result<HeaderMap, BadHeader> {
     let mut headers = HeaderMap::new();
     for (name, value) in given {
-        let header = HeaderName::try_from(name.as_str())
-            .map_err(|_| BadRequest(format!("__ow_headers has a name no header can have: {name:?}")))?;
-        if HOP_BY_HOP.contains(&header.as_str()) || header == http::header::CONTENT_LENGTH {
+        let header =
+            HeaderName::try_from(name.as_str()).map_err(|_| BadHeader::Name(name.clone()))?;
+        if skip(&header) {
             continue;
         }
         let values = match value {
-            Value::Array(values) => values,
-            single => vec![single],
+            Value::Array(values) => values.as_slice(),
+            single => std::slice::from_ref(single),
         };
         for value in values {
             let text = match value {
-                Value::String(text) => text,
+                Value::String(text) => text.clone(),
                 other => other.to_string(),
             };
-            let value = HeaderValue::try_from(text).map_err(|_| {
-                BadRequest(format!(
-                    "__ow_headers[{name:?}] holds a character no header value can (a newline?)"
-                ))
+            let value = HeaderValue::try_from(text.as_str()).map_err(|_| BadHeader::Value {
+                name: name.clone(),
+                text: text.clone(),
             })?;
             headers.append(header.clone(), value);
         }
@@ -218,7 +244,8 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+/// A base64 body as web actions send it both ways.
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
     // The controller encodes with padding; some clients wrap lines.
     let compact: String = text.split_ascii_whitespace().collect();
     base64::engine::general_purpose::STANDARD.decode(compact)
@@ -265,8 +292,9 @@ pub fn is_textual(content_type: &str) -> bool {
 }
 
 /// Whether the controller base64-encodes a request body of this type in `__ow_body`: a
-/// binary one, and application/json itself (for legacy, in raw mode).
-fn is_base64_on_the_wire(content_type: Option<&HeaderValue>) -> bool {
+/// binary one, and application/json itself (for legacy, in raw mode). Both directions
+/// read it: a value made into a request, and (`--protocol http`) a request made into one.
+pub fn is_base64_on_the_wire(content_type: Option<&HeaderValue>) -> bool {
     match content_type.and_then(|v| v.to_str().ok()) {
         // Without a type the controller takes the body as text.
         None => false,
