@@ -80,6 +80,14 @@ impl Plan {
         }
     }
 
+    /// Where its server takes an activation: `/run`, or any path of the peer's.
+    fn path(&self) -> &'static str {
+        match self.backend {
+            Backend::WasmtimeServe => "/",
+            _ => "/run",
+        }
+    }
+
     /// The flags of a server for this plan (its cache folder aside).
     fn server_args(&self, concurrency: u16) -> Vec<String> {
         let mut args = vec!["--concurrency".to_owned(), concurrency.to_string()];
@@ -193,11 +201,7 @@ impl Server {
 fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<()> {
     let server = warm_server(plan, options, scratch)?;
     let payload = &options.payload.shaped(plan.shape());
-    let path = if plan.backend == Backend::WasmtimeServe {
-        "/"
-    } else {
-        "/run"
-    };
+    let path = plan.path();
     let reply = crate::harness::request(server.addr(), "POST", path, &payload.body(0))?;
     let expected = payload.expected(0);
     let right = reply.status == 200 && expected.as_ref().is_none_or(|e| *e == reply.body);
@@ -344,16 +348,8 @@ async fn warm(
     connections: usize,
     progress: &ProgressBar,
 ) -> anyhow::Result<Vec<(Warm, Driven)>> {
-    let shaped = [
-        crate::Shape::Hello,
-        crate::Shape::WebAction,
-        crate::Shape::Bare,
-    ]
-    .map(|shape| payload.shaped(shape));
-    let payload_of = |target: &Target| {
-        let at = shaped.iter().position(|p| p.shape == target.shape);
-        &shaped[at.unwrap_or(0)]
-    };
+    let payloads = crate::Payloads::new(payload);
+    let payload_of = |target: &Target| payloads.of(target);
     let plan = Rounds {
         warmup: options.warmup,
         hits: options.hits,
@@ -567,12 +563,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
         .map(|(plan, server)| Target {
             label: plan.label(),
             addr: server.addr(),
-            path: if plan.backend == Backend::WasmtimeServe {
-                "/"
-            } else {
-                "/run"
-            }
-            .into(),
+            path: plan.path().into(),
             check: true,
             logs: false,
             pid: Some(server.pid()),

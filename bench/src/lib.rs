@@ -494,6 +494,41 @@ async fn drive(
     Ok(all)
 }
 
+/// One run's requests in each way a target takes them, made once for the whole run.
+struct Payloads {
+    hello: Payload,
+    logged: Payload,
+    web: Payload,
+    bare: Payload,
+    bare_to_hello: Payload,
+}
+
+impl Payloads {
+    fn new(payload: &Payload) -> Payloads {
+        Payloads {
+            hello: payload.clone(),
+            logged: Payload {
+                logs: true,
+                ..payload.clone()
+            },
+            web: payload.shaped(Shape::WebAction),
+            bare: payload.shaped(Shape::Bare),
+            bare_to_hello: payload.shaped(Shape::BareToHello),
+        }
+    }
+
+    /// What `target` is sent, and must answer.
+    fn of(&self, target: &Target) -> &Payload {
+        match target.shape {
+            Shape::WebAction => &self.web,
+            Shape::Bare => &self.bare,
+            Shape::BareToHello => &self.bare_to_hello,
+            Shape::Hello if target.logs => &self.logged,
+            Shape::Hello => &self.hello,
+        }
+    }
+}
+
 /// Where one row's requests go.
 struct Target {
     label: String,
@@ -627,22 +662,8 @@ async fn measure(targets: &[Target], options: &RowOptions) -> anyhow::Result<Vec
             .progress_chars("=> "),
     );
     progress.set_prefix("bench");
-    let logged = Payload {
-        logs: true,
-        ..options.payload.clone()
-    };
-    let (web, bare, bare_to_hello) = (
-        options.payload.shaped(Shape::WebAction),
-        options.payload.shaped(Shape::Bare),
-        options.payload.shaped(Shape::BareToHello),
-    );
-    let payload_of = |t: &Target| match t.shape {
-        Shape::WebAction => &web,
-        Shape::Bare => &bare,
-        Shape::BareToHello => &bare_to_hello,
-        Shape::Hello if t.logs => &logged,
-        Shape::Hello => &options.payload,
-    };
+    let payloads = Payloads::new(&options.payload);
+    let payload_of = |t: &Target| payloads.of(t);
     let plan = Rounds {
         warmup: options.warmup,
         hits: options.hits,
