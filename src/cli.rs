@@ -675,6 +675,48 @@ mod tests {
         assert!(hints(&["run", "a.wasm"]));
     }
 
+    fn serve(args: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from(["wasmloop", "serve"].iter().chain(args)).unwrap();
+        let Some(Command::Serve(serve)) = cli.command else {
+            panic!("not serve")
+        };
+        serve
+    }
+
+    #[test]
+    fn plain_http_has_its_own_pool_deadline_and_no_sentinels_unless_told() {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let plain = serve(&["--protocol", "http", "--action", "a.wasm"])
+            .to_config(false, false)
+            .unwrap();
+        assert_eq!(plain.pool.concurrency, 2 * cpus);
+        assert_eq!(plain.pool.timeout, Some(Duration::from_secs(60)));
+        assert!(!plain.logs.sentinels);
+        let told = serve(&[
+            "--protocol",
+            "http",
+            "--action",
+            "a.wasm",
+            "--concurrency",
+            "3",
+            "--timeout",
+            "5s",
+        ])
+        .to_config(false, false)
+        .unwrap();
+        assert_eq!(
+            (told.pool.concurrency, told.pool.timeout),
+            (3, Some(Duration::from_secs(5)))
+        );
+        // OpenWhisk's protocol keeps its defaults.
+        let openwhisk = serve(&[]).to_config(false, false).unwrap();
+        assert_eq!(
+            (openwhisk.pool.concurrency, openwhisk.pool.timeout),
+            (1, None)
+        );
+        assert!(openwhisk.logs.sentinels);
+    }
+
     #[test]
     fn run_has_a_timeout_by_default_and_no_server_flags() {
         let cli = Cli::try_parse_from(["wasmloop", "run", "a.wasm"]).unwrap();

@@ -259,3 +259,33 @@ fn a_body_that_arrives_too_slowly_is_408_and_the_server_serves_on() {
     let (status, _, _) = send(server.addr, "GET /?name=after HTTP/1.1", b"");
     assert_eq!(status, 200);
 }
+
+#[test]
+fn readiness_turns_503_once_sigterm_starts_the_drain() {
+    let server = plain(
+        &http_guest(),
+        &["--shutdown-timeout", "2s", "--timeout", "20s"],
+    );
+    let addr = server.addr;
+    // An activation still running holds the drain open.
+    let busy = std::thread::spawn(move || send(addr, "GET /spin HTTP/1.1", b"").0);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    let started = Instant::now();
+    let (status, body) = loop {
+        let (status, _, body) = send(addr, "GET /.well-known/wasmloop/ready HTTP/1.1", b"");
+        if status != 200 || started.elapsed() > Duration::from_secs(10) {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        String::from_utf8_lossy(&body).contains("not ready: the server is draining"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    // The stopped activation is answered, not lost.
+    assert_eq!(busy.join().unwrap(), 503);
+}
