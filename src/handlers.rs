@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::error::{Error, json_response};
 use crate::executor::RunError;
+use crate::executor::intake::{Intake, IntakeError};
 use crate::protocol;
 use crate::runtime::Runtime;
 
@@ -77,48 +78,89 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
     )
 }
 
-/// `--protocol http`: any request on any path is one activation of the built-in action,
-/// its value the request as a web action's, its result the response.
-pub async fn web(
-    State(runtime): State<Arc<Runtime>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+/// `--protocol http`: any request on any path is one activation of the built-in action:
+/// the request itself for an action that takes requests (an HTTP component), a web
+/// action's value for the others, whose result is the response.
+pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let format = runtime.config().logs.format;
+    let say = |m: &str| crate::logs::runtime_line(format, None, m);
+    let limit = runtime.config().limits.max_run_bytes;
     let answered = async {
-        let (action, admitted, body) = activation_body(&runtime, &headers, body).await?;
+        let early = runtime
+            .admit()
+            .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
+        let ((action, admitted), body) = before_body(early, &parts.headers, body, limit).await?;
         let id = crate::local::fresh_activation_id(runtime.next_activation());
+        let timeout = runtime.config().pool.timeout;
+        if action.serves_http() {
+            return pass_through(&runtime, &action, parts, body, id, admitted).await;
+        }
+        let body = read_body(&runtime, body, limit, "run").await?;
         let line = crate::webaction::activation(
-            &method,
-            &uri,
-            &headers,
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
             &body,
-            runtime.config().pool.timeout,
+            timeout,
             id,
         );
-        action
+        let result = action
             .activate_to_completion(Bytes::from(line), admitted)
-            .await
+            .await?;
+        Ok(
+            crate::webaction::response(&result, &say).unwrap_or_else(|e| {
+                let message = e.to_string();
+                say(&format!("wasmloop: {message}"));
+                json_response(StatusCode::BAD_GATEWAY, protocol::error_body(&message))
+            }),
+        )
     }
     .await;
     match answered {
-        Ok(result) => crate::webaction::response(&result).unwrap_or_else(|e| {
-            let message = e.to_string();
-            crate::logs::runtime_line(
-                runtime.config().logs.format,
-                None,
-                &format!("wasmloop: {message}"),
-            );
-            json_response(StatusCode::BAD_GATEWAY, protocol::error_body(&message))
-        }),
+        Ok(response) => response,
         // What the action did wrong is the gateway's 502 here, not the reference's 400
-        // (which tells the platform a /run was refused).
-        Err(Error::Run(RunError::Exited(detail))) => json_response(
-            StatusCode::BAD_GATEWAY,
-            protocol::error_body(&RunError::Exited(detail).to_string()),
-        ),
+        // (which tells the platform a /run was refused); no platform's log has it, so ours does.
+        Err(Error::Run(RunError::Exited(detail))) => {
+            let message = RunError::Exited(detail).to_string();
+            say(&format!("wasmloop: the action failed: {message}"));
+            json_response(StatusCode::BAD_GATEWAY, protocol::error_body(&message))
+        }
         Err(error) => error.into_response(),
+    }
+}
+
+/// The request handed to an action that takes requests themselves, its body read as the
+/// action reads it (within the same cap and time as any body); the response as soon as
+/// its head is there. A body the runtime's limits stopped gets the runtime's answer,
+/// whatever the action made of a body cut short.
+async fn pass_through(
+    runtime: &Runtime,
+    action: &crate::runtime::Action,
+    parts: axum::http::request::Parts,
+    body: Body,
+    id: String,
+    admitted: crate::runtime::Admitted,
+) -> Result<Response, Error> {
+    let limits = &runtime.config().limits;
+    let limit = limits.max_run_bytes;
+    if http_body::Body::size_hint(&body).lower() > limit as u64 {
+        return Err(Error::BodyTooLarge {
+            limit,
+            route: "run",
+        });
+    }
+    let (intake, stopped) = Intake::new(body, limit, limits.body_read_timeout);
+    let request = axum::http::Request::from_parts(parts, Body::new(intake));
+    let context = crate::webaction::context(runtime.config().pool.timeout, id);
+    let served = action.serve(request, context, admitted).await;
+    match stopped.get() {
+        Some(IntakeError::TooLarge(limit)) => Err(Error::BodyTooLarge {
+            limit,
+            route: "run",
+        }),
+        Some(IntakeError::TimedOut(within)) => Err(Error::BodyTimedOut(within)),
+        Some(IntakeError::Read(_)) | None => served,
     }
 }
 

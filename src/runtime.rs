@@ -392,14 +392,44 @@ impl Action {
             .await;
         // The executor has marked the activation's end (the sentinels) before letting the
         // next one start.
-        match (result, limit) {
-            (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),
-            (Err(RunError::NeverStarted(waited)), Some((_, limit))) => Err(Error::NeverStarted {
-                limit: limit.describe(),
-                waited,
-            }),
-            (result, _) => Ok(result?),
-        }
+        within_limit(result, limit)
+    }
+
+    /// Whether requests go to it as they came (`--protocol http`), not as web actions'
+    /// values.
+    pub fn serves_http(&self) -> bool {
+        self.executor.serves_http()
+    }
+
+    /// `--protocol http`, for an action that takes requests themselves (see
+    /// `Executor::serve`): `admitted` goes with the response's body, which a drain waits
+    /// for.
+    pub async fn serve(
+        &self,
+        request: executor::HttpRequest,
+        context: Vec<u8>,
+        admitted: Admitted,
+    ) -> Result<executor::HttpResponse, Error> {
+        let limit = Limit::earliest(None, self.timeout);
+        let deadline = limit.as_ref().map(|l| l.0);
+        let served = self.executor.serve(request, context, deadline).await;
+        let response = within_limit(served, limit)?;
+        Ok(response.map(|body| executor::intake::Holding::body(body, admitted)))
+    }
+}
+
+/// An activation's error, naming the limit it ran into.
+fn within_limit<T>(
+    result: Result<T, RunError>,
+    limit: Option<(Instant, Limit)>,
+) -> Result<T, Error> {
+    match (result, limit) {
+        (Err(RunError::TimedOut), Some((_, limit))) => Err(Error::TimedOut(limit.describe())),
+        (Err(RunError::NeverStarted(waited)), Some((_, limit))) => Err(Error::NeverStarted {
+            limit: limit.describe(),
+            waited,
+        }),
+        (result, _) => Ok(result?),
     }
 }
 

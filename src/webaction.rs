@@ -13,11 +13,12 @@ use axum::http::{self, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::error::json_response;
 use crate::executor::http::web::{
-    BadHeader, decode_base64, header_map, is_base64_on_the_wire, is_textual, media_type,
+    BadHeader, decode_base64, drop_hop_by_hop, header_map, is_base64_on_the_wire, is_textual,
+    media_type,
 };
 
 /// The request line of one activation: the request as its value, and the context the
@@ -79,17 +80,30 @@ pub fn activation(
         };
         value.insert("__ow_body".to_owned(), Value::String(text));
     }
-    let deadline = timeout.map(|t| {
+    let mut line = context_of(timeout, activation_id);
+    line.insert("value".to_owned(), Value::Object(value));
+    Value::Object(line).to_string().into_bytes()
+}
+
+/// The request line of an activation whose request goes to the action as it came: its
+/// context only (a fresh activation id, the deadline `timeout` from now).
+pub fn context(timeout: Option<std::time::Duration>, activation_id: String) -> Vec<u8> {
+    Value::Object(context_of(timeout, activation_id))
+        .to_string()
+        .into_bytes()
+}
+
+fn context_of(timeout: Option<std::time::Duration>, activation_id: String) -> Map<String, Value> {
+    let mut line = Map::new();
+    line.insert("activation_id".to_owned(), Value::String(activation_id));
+    if let Some(t) = timeout {
         let at = std::time::SystemTime::now() + t;
-        at.duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis())
-            .to_string()
-    });
-    let mut line = json!({"value": value, "activation_id": activation_id});
-    if let Some(deadline) = deadline {
-        line["deadline"] = Value::String(deadline);
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        line.insert("deadline".to_owned(), Value::String(ms.to_string()));
     }
-    line.to_string().into_bytes()
+    line
 }
 
 /// Why a result cannot be the response: the action's mistake, a 502 naming it.
@@ -98,8 +112,9 @@ pub fn activation(
 pub struct NotAResponse(String);
 
 /// The response a result line stands for: a web action's (`statusCode`, `headers`,
-/// `body`), or any other result as application/json.
-pub fn response(result: &[u8]) -> Result<Response, NotAResponse> {
+/// `body`), or any other result as application/json. Each header left out is told
+/// through `say`.
+pub fn response(result: &[u8], say: &dyn Fn(&str)) -> Result<Response, NotAResponse> {
     let parsed: Value =
         serde_json::from_slice(result).map_err(|e| NotAResponse(format!("not JSON ({e})")))?;
     let Value::Object(fields) = &parsed else {
@@ -183,14 +198,9 @@ pub fn response(result: &[u8]) -> Result<Response, NotAResponse> {
         }
     };
     let mut response = (status, body).into_response();
-    // Connection-level headers are the server's, not the action's.
-    for name in [
-        http::header::CONNECTION,
-        http::header::TRANSFER_ENCODING,
-        http::header::CONTENT_LENGTH,
-    ] {
-        headers.remove(name);
-    }
+    // Connection-level headers are the server's, not the action's; so is the length.
+    drop_hop_by_hop(&mut headers, say);
+    headers.remove(http::header::CONTENT_LENGTH);
     response.headers_mut().extend(headers);
     Ok(response)
 }
@@ -258,17 +268,51 @@ mod tests {
 
     #[test]
     fn a_web_result_is_the_response_and_any_other_is_json() {
-        let teapot =
-            response(br#"{"statusCode":418,"headers":{"x-a":["1","2"]},"body":"short"}"#).unwrap();
+        let teapot = response(
+            br#"{"statusCode":418,"headers":{"x-a":["1","2"]},"body":"short"}"#,
+            &|_| {},
+        )
+        .unwrap();
         assert_eq!(teapot.status(), 418);
         assert_eq!(teapot.headers()["content-type"], "text/html; charset=utf-8");
         assert_eq!(teapot.headers().get_all("x-a").iter().count(), 2);
-        let image = response(br#"{"headers":{"content-type":"image/png"},"body":"AP8="}"#).unwrap();
+        let image = response(
+            br#"{"headers":{"content-type":"image/png"},"body":"AP8="}"#,
+            &|_| {},
+        )
+        .unwrap();
         assert_eq!(image.status(), 200);
-        let plain = response(b"{\"message\":\"hi\"}\n").unwrap();
+        let plain = response(b"{\"message\":\"hi\"}\n", &|_| {}).unwrap();
         assert_eq!(plain.headers()["content-type"], "application/json");
-        let json_body = response(br#"{"body":{"a":1}}"#).unwrap();
+        let json_body = response(br#"{"body":{"a":1}}"#, &|_| {}).unwrap();
         assert_eq!(json_body.headers()["content-type"], "application/json");
+    }
+
+    #[test]
+    fn headers_of_one_connection_are_dropped_and_told() {
+        let said = std::cell::RefCell::new(Vec::new());
+        let response = response(
+            br#"{"headers":{"connection":"close","transfer-encoding":"chunked","upgrade":"h2c","content-length":"99","x-a":"1"},"body":"hi"}"#,
+            &|m| said.borrow_mut().push(m.to_owned()),
+        )
+        .unwrap();
+        for gone in ["connection", "transfer-encoding", "upgrade"] {
+            assert!(!response.headers().contains_key(gone), "{gone} kept");
+            assert!(
+                said.borrow()
+                    .iter()
+                    .any(|m| m.contains(&format!("`{gone}`"))),
+                "{gone} dropped without a word: {said:?}"
+            );
+        }
+        assert_eq!(response.headers()["x-a"], "1");
+        // The server sets the length of the body it sends.
+        assert!(
+            response
+                .headers()
+                .get("content-length")
+                .is_none_or(|v| v != "99")
+        );
     }
 
     #[test]
@@ -288,7 +332,7 @@ mod tests {
                 "is not base64",
             ),
         ] {
-            let error = response(result).unwrap_err().to_string();
+            let error = response(result, &|_| {}).unwrap_err().to_string();
             assert!(error.contains(told), "{error} should say {told}");
         }
     }

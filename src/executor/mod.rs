@@ -1,5 +1,6 @@
 //! The `Executor` seam between HTTP and the backends, and starting the backend an upload needs.
 
+pub mod intake;
 pub mod lines;
 pub mod pool;
 pub mod registry;
@@ -53,10 +54,73 @@ pub trait Executor: Send + Sync {
     /// Told when the action goes with no activation left (its folder goes with it): no
     /// worker is made for it any more, not even one being made ahead.
     fn abandon(&self);
+
+    /// Whether its actions take HTTP requests themselves (`serve`) under `--protocol
+    /// http`; the others take them as web actions' values, through `run`.
+    fn serves_http(&self) -> bool {
+        false
+    }
+
+    /// `--protocol http`, for an action that takes requests themselves: `request` goes to
+    /// it as it came, its body read as the action reads it; the answer is the response as
+    /// soon as its head is there, its body sent as the action writes it. The activation
+    /// lasts until that body has ended (or `deadline`); `context` is its request line
+    /// without a value (its id, its deadline).
+    fn serve(
+        &self,
+        _request: HttpRequest,
+        _context: Vec<u8>,
+        _deadline: Option<Instant>,
+    ) -> ServeFuture<'_> {
+        Box::pin(std::future::ready(Err(RunError::BadInput(
+            "this action takes requests as web actions' values, not as they came".to_owned(),
+        ))))
+    }
 }
 
 /// An activation under way (boxed, so that `Executor` can be a trait object).
 pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<Bytes, RunError>> + Send + 'a>>;
+
+/// A request handed to an action as it came (`Executor::serve`), and its response.
+pub type HttpRequest = axum::http::Request<axum::body::Body>;
+pub type HttpResponse = axum::http::Response<axum::body::Body>;
+
+/// A request served as it came, until its response's head is there.
+pub type ServeFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<HttpResponse, RunError>> + Send + 'a>>;
+
+/// Where a worker sends the response's head, as soon as it has one; whether it did is
+/// told to whoever waits for the activation's end.
+pub struct Respond {
+    head: tokio::sync::oneshot::Sender<HttpResponse>,
+    sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Respond {
+    /// The sender, the receiver of the head, and the flag `send` sets.
+    pub fn new() -> (
+        Respond,
+        tokio::sync::oneshot::Receiver<HttpResponse>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let (head, receiver) = tokio::sync::oneshot::channel();
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        (
+            Respond {
+                head,
+                sent: sent.clone(),
+            },
+            receiver,
+            sent,
+        )
+    }
+
+    pub fn send(self, response: HttpResponse) {
+        self.sent.store(true, std::sync::atomic::Ordering::Release);
+        // A client that went away takes no answer; the activation still ends as it would.
+        let _ = self.head.send(response);
+    }
+}
 
 /// A background task that ends with its owner.
 pub(crate) struct AbortOnDrop(pub tokio::task::AbortHandle);

@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{AbortOnDrop, Executor, RunError, RunFuture, StartError, lines};
+use super::{
+    AbortOnDrop, Executor, HttpRequest, Respond, RunError, RunFuture, ServeFuture, StartError,
+    lines,
+};
 use crate::lock;
 
 /// What a backend runs activations on.
@@ -54,6 +57,23 @@ pub trait Worker: Sized + Send + 'static {
     /// Sends one request line and waits for the result line (at most as long as the
     /// worker's spec allows).
     fn activate(&mut self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+
+    /// Whether it takes HTTP requests themselves (`serve`).
+    const SERVES_HTTP: bool = false;
+
+    /// Serves one request as it came (see `Executor::serve`): sends the response's head on
+    /// `respond` as soon as it has it, and returns once the response's body has ended.
+    /// `context` is the activation's request line without a value.
+    fn serve(
+        &mut self,
+        _request: HttpRequest,
+        _context: Vec<u8>,
+        _respond: Respond,
+    ) -> impl Future<Output = Result<(), RunError>> + Send {
+        std::future::ready(Err(RunError::BadInput(
+            "this action takes requests as web actions' values, not as they came".to_owned(),
+        )))
+    }
 
     /// Told before each activation which one it is, when log lines carry it
     /// (`--log-format json`).
@@ -173,6 +193,14 @@ impl End {
             End::Logs => b"",
         }
     }
+}
+
+/// What an activation asks of its worker.
+enum Job {
+    /// Its request line, answered with its result line.
+    Run,
+    /// A request served as it came (`Worker::serve`).
+    Serve(Box<HttpRequest>, Respond),
 }
 
 /// What an activation leaves to its end: the permit it holds until then, and whether its
@@ -507,22 +535,53 @@ where
     W::Spec: 'static,
 {
     fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_> {
-        let mut stopping = self.stopping.subscribe();
+        Box::pin(self.job(Job::Run, line, deadline))
+    }
+
+    fn serves_http(&self) -> bool {
+        W::SERVES_HTTP
+    }
+
+    fn serve(
+        &self,
+        request: HttpRequest,
+        context: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> ServeFuture<'_> {
         Box::pin(async move {
-            let mut ending = Ending::default();
-            let result = tokio::select! {
-                // First, so that an activation that starts after `stop` starts no worker.
-                biased;
-                // Dropping the activation drops its worker: the child or instance ends.
-                _ = stopping.wait_for(|stop| *stop) => Err(RunError::Stopped),
-                result = self.activate(line, deadline, &mut ending) => result,
-            };
-            if !ending.written {
-                self.reporting.end.write();
+            let pool = self.me.upgrade().ok_or(RunError::Stopped)?;
+            let (respond, head, sent) = Respond::new();
+            // The activation goes on once the head is out, until the worker has written
+            // the body: a task of its own holds the worker until then.
+            let task = tokio::spawn(async move {
+                let result = pool
+                    .job(Job::Serve(Box::new(request), respond), context, deadline)
+                    .await;
+                if let Err(e) = &result
+                    && sent.load(Ordering::Acquire)
+                {
+                    crate::logs::runtime_line(
+                        pool.reporting.format,
+                        None,
+                        &format!("wasmloop: the response was cut short: {e}"),
+                    );
+                }
+                result
+            });
+            match head.await {
+                Ok(response) => Ok(response),
+                Err(_) => match task.await {
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(_)) => Err(RunError::Exited(Some(
+                        "it ended the activation without a response".to_owned(),
+                    ))),
+                    Err(panicked) => {
+                        tracing::error!(error = %panicked, "an activation panicked");
+                        self.reporting.end.write();
+                        Err(RunError::Exited(Some("the activation failed".to_owned())))
+                    }
+                },
             }
-            // Only now may the next activation start on these workers.
-            drop(ending);
-            result
         })
     }
 
@@ -544,6 +603,30 @@ where
 }
 
 impl<W: Worker> Pool<W> {
+    /// One activation of either kind, ended (its logs marked) before the next may start.
+    async fn job(
+        &self,
+        job: Job,
+        line: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> Result<Bytes, RunError> {
+        let mut stopping = self.stopping.subscribe();
+        let mut ending = Ending::default();
+        let result = tokio::select! {
+            // First, so that an activation that starts after `stop` starts no worker.
+            biased;
+            // Dropping the activation drops its worker: the child or instance ends.
+            _ = stopping.wait_for(|stop| *stop) => Err(RunError::Stopped),
+            result = self.activate(job, line, deadline, &mut ending) => result,
+        };
+        if !ending.written {
+            self.reporting.end.write();
+        }
+        // Only now may the next activation start on these workers.
+        drop(ending);
+        result
+    }
+
     /// A line of the runtime's about `worker`'s activation: under its labels in JSON.
     fn say_about(&self, worker: &W, message: &str) {
         match worker.attribution() {
@@ -554,6 +637,7 @@ impl<W: Worker> Pool<W> {
 
     async fn activate(
         &self,
+        job: Job,
         line: Vec<u8>,
         deadline: Option<Instant>,
         ending: &mut Ending,
@@ -634,7 +718,13 @@ impl<W: Worker> Pool<W> {
             worker.attribute(crate::logs::Labels::of(&line));
         }
         let result = within(deadline, async {
-            lines::check_result(worker.activate(line).await?)
+            match job {
+                Job::Run => lines::check_result(worker.activate(line).await?),
+                Job::Serve(request, respond) => worker
+                    .serve(*request, line, respond)
+                    .await
+                    .map(|()| Bytes::new()),
+            }
         })
         .await;
         // OpenWhisk's runtime tests expect nothing on stderr but what the action wrote when

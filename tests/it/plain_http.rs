@@ -11,8 +11,19 @@ use serde_json::{Value, json};
 use crate::support::{Backend, Server, http_guest};
 
 /// One request written as it is (`Connection: close`), and the answer: its status line's
-/// code, its header lines (lower-case names) and its body.
+/// code, its header lines (lower-case names) and its body (a chunked one whole, decoded).
 fn send(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let (status, headers, body) = send_raw(addr, head, body);
+    if header(&headers, "transfer-encoding") != Some("chunked") {
+        return (status, headers, body);
+    }
+    let (body, ended) = dechunk(&body);
+    assert!(ended, "a chunked body without its last chunk");
+    (status, headers, body)
+}
+
+/// `send`, the body as it came.
+fn send_raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -289,3 +300,199 @@ fn readiness_turns_503_once_sigterm_starts_the_drain() {
     // The stopped activation is answered, not lost.
     assert_eq!(busy.join().unwrap(), 503);
 }
+
+/// Reads from `stream` until `want` has come (or panics after a while), returning all read.
+fn read_until(stream: &mut TcpStream, read: &mut Vec<u8>, want: &[u8]) {
+    let started = Instant::now();
+    let mut buffer = [0u8; 4096];
+    while !read.windows(want.len()).any(|w| w == want) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?} never came: {}",
+            String::from_utf8_lossy(want),
+            String::from_utf8_lossy(read)
+        );
+        match stream.read(&mut buffer) {
+            Ok(0) => panic!(
+                "closed before {:?}: {}",
+                String::from_utf8_lossy(want),
+                String::from_utf8_lossy(read)
+            ),
+            Ok(n) => read.extend_from_slice(&buffer[..n]),
+            Err(e) => panic!("{e}: {}", String::from_utf8_lossy(read)),
+        }
+    }
+}
+
+/// A chunked body's data (`Transfer-Encoding: chunked`), and whether its last chunk came.
+fn dechunk(mut body: &[u8]) -> (Vec<u8>, bool) {
+    let mut data = Vec::new();
+    loop {
+        let Some(end) = body.windows(2).position(|w| w == b"\r\n") else {
+            return (data, false);
+        };
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return (data, true);
+        }
+        let start = end + 2;
+        if body.len() < start + size {
+            data.extend_from_slice(&body[start..]);
+            return (data, false);
+        }
+        data.extend_from_slice(&body[start..start + size]);
+        body = &body[(start + size + 2).min(body.len())..];
+    }
+}
+
+#[test]
+fn an_http_component_answers_while_it_reads_the_request_both_bodies_streamed() {
+    let server = plain(&http_guest(), &[]);
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    // Its answer begins before the request's body has: neither is held back whole.
+    let mut read = Vec::new();
+    read_until(&mut stream, &mut read, b"ready\n");
+    assert!(
+        read.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&read)
+    );
+    for piece in ["first", "second"] {
+        stream
+            .write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
+            .unwrap();
+        read_until(&mut stream, &mut read, piece.as_bytes());
+    }
+    stream.write_all(b"0\r\n\r\n").unwrap();
+    read_until(&mut stream, &mut read, b"\r\n0\r\n\r\n");
+    let split = read.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let (body, ended) = dechunk(&read[split + 4..]);
+    assert!(ended);
+    assert_eq!(String::from_utf8_lossy(&body), "ready\nfirstsecond");
+    // The connection serves the next request.
+    stream
+        .write_all(b"GET /status?201 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+        .unwrap();
+    let mut next = Vec::new();
+    read_until(&mut stream, &mut next, b"status 201");
+    assert!(next.starts_with(b"HTTP/1.1 201"));
+}
+
+#[test]
+fn a_streamed_response_is_bound_by_time_not_by_the_result_cap() {
+    // A web action's result is held whole, so it has a cap; a streamed body is not held.
+    let server = plain(&http_guest(), &["--max-result-bytes", "1000"]);
+    let (status, headers, body) = send(server.addr, "GET /big?300000 HTTP/1.1", b"");
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "transfer-encoding"), Some("chunked"));
+    assert_eq!(body.len(), 300_000);
+}
+
+#[test]
+fn a_request_body_past_the_cap_or_too_slow_is_the_runtimes_answer_whatever_the_component_said() {
+    let server = plain(
+        &http_guest(),
+        &["--max-run-bytes", "1000", "--body-read-timeout", "400ms"],
+    );
+    // Announced too large: refused before the component sees it.
+    let (status, _, body) = send(server.addr, "POST /echo HTTP/1.1", &[b'x'; 5000]);
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("--max-run-bytes"));
+    // Chunked, found too large as the component reads it.
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 600, "y".repeat(600));
+    stream.write_all(chunk.as_bytes()).unwrap();
+    stream.write_all(chunk.as_bytes()).unwrap();
+    let mut read = Vec::new();
+    read_until(&mut stream, &mut read, b"--max-run-bytes");
+    assert!(
+        read.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&read)
+    );
+    drop(stream);
+    // Ten bytes of the hundred announced, then nothing: 408 at the read timeout.
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
+        .unwrap();
+    let mut read = Vec::new();
+    read_until(&mut stream, &mut read, b"--body-read-timeout");
+    assert!(
+        read.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&read)
+    );
+    let (status, _, _) = send(server.addr, "GET /status?200 HTTP/1.1", b"");
+    assert_eq!(status, 200, "the next request is served");
+}
+
+#[test]
+fn a_components_bad_answers_are_502s_with_a_log_line_and_a_stalled_body_is_cut_at_the_deadline() {
+    let server = plain(&http_guest(), &["--timeout", "700ms"]);
+    for (path, told) in [
+        (
+            "/status?700",
+            "answered status 700: answer a status from 200 to 599",
+        ),
+        ("/no-response", "without setting a response"),
+    ] {
+        let (status, _, body) = send(server.addr, &format!("GET {path} HTTP/1.1"), b"");
+        assert_eq!(status, 502, "{path}: {}", String::from_utf8_lossy(&body));
+        assert!(String::from_utf8_lossy(&body).contains(told), "{path}");
+        server.wait_stderr(told);
+    }
+    // Its head and first bytes went out; its body never ends: the deadline ends it, the
+    // client sees the connection close before the last chunk, and the logs say why.
+    let (status, _, body) = send_raw(server.addr, "GET /unfinished HTTP/1.1", b"");
+    assert_eq!(status, 200);
+    let (data, ended) = dechunk(&body);
+    assert_eq!(data, b"half");
+    assert!(!ended, "a cut body must not look whole");
+    server.wait_stderr("the response was cut short: the action did not finish in time");
+    let (status, _, _) = send(server.addr, "GET /status?200 HTTP/1.1", b"");
+    assert_eq!(status, 200, "the next request is served");
+}
+
+#[test]
+fn an_http_component_gets_the_trace_context_and_its_activations_id_no_caller_can_forge() {
+    let server = plain(&http_guest(), &[]);
+    let (status, _, body) = send(
+        server.addr,
+        "GET /echo HTTP/1.1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nx-ow-activation-id: forged",
+        b"",
+    );
+    assert_eq!(status, 200);
+    let seen: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        seen["headers"]["traceparent"],
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    );
+    let id = seen["headers"]["x-ow-activation-id"].as_str().unwrap();
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    assert!(
+        seen["headers"]["x-ow-deadline"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .is_ok()
+    );
+}
+

@@ -10,13 +10,16 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use wasmtime::Store;
+use wasmtime::component::Resource;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::p2::types::{HostIncomingRequest, HostResponseOutparam};
 use wasmtime_wasi_http::WasiHttpView;
 
 use super::web;
+use crate::executor::intake::IntakeError;
 use crate::executor::pool::{End, Start, Worker};
 use crate::executor::wasm::component::{self, ComponentHost, Outbound};
 use crate::executor::wasm::descriptors::Descriptors;
@@ -26,7 +29,7 @@ use crate::executor::wasm::streams::{GuestStderr, StdioOut};
 use crate::executor::wasm::{
     WasmError, WasmSpec, exit_reason, guest_store, preopen_action, ticker,
 };
-use crate::executor::{RunError, StartError};
+use crate::executor::{HttpRequest, Respond, RunError, StartError};
 use crate::logs::{Attribution, Stream};
 
 /// How long a response may take to end once `handle` has returned: its last bytes are
@@ -142,6 +145,75 @@ impl Worker for HttpInstance {
         self.handle(incoming).await
     }
 
+    const SERVES_HTTP: bool = true;
+
+    async fn serve(
+        &mut self,
+        request: HttpRequest,
+        context: Vec<u8>,
+        respond: Respond,
+    ) -> Result<(), RunError> {
+        self.environ.arrive(&context);
+        let (mut parts, body) = request.into_parts();
+        if let Ok(line) = serde_json::from_slice(&context) {
+            web::set_context(&mut parts.headers, &line);
+        }
+        let body = body.map_err(|e| -> wasmtime_wasi_http::Error { intake_error(e).into() });
+        let request = axum::http::Request::from_parts(parts, body);
+        let (send, answer) = tokio::sync::oneshot::channel::<Answer>();
+        let (ended, body_ended) = tokio::sync::oneshot::channel::<()>();
+        // Held while the activation runs: a body whose activation was cut short (its
+        // deadline, a trap, the server stopping) must not end as if it were whole.
+        let running = Arc::new(());
+        let activation = Arc::downgrade(&running);
+        let stderr = self.stderr.clone();
+        let forward = async move {
+            let response = match answer.await {
+                Ok(Ok(response)) => response,
+                failed => return Err(RunError::Exited(Some(unanswered(failed)))),
+            };
+            let say = |m: &str| stderr.note(m);
+            let (mut head, body) = response.into_parts();
+            if !(200..600).contains(&head.status.as_u16()) {
+                let message = format!(
+                    "the component answered status {}: answer a status from 200 to 599",
+                    head.status.as_u16()
+                );
+                say(&format!("wasmloop: {message}"));
+                respond.send(crate::error::json_response(
+                    axum::http::StatusCode::BAD_GATEWAY,
+                    crate::protocol::error_body(&message),
+                ));
+                // Its body is dropped unread: the component's writes fail, and it returns.
+                return Ok(None);
+            }
+            web::drop_hop_by_hop(&mut head.headers, &say);
+            let body = axum::body::Body::new(Outgoing {
+                body,
+                activation,
+                ended: Some(ended),
+            });
+            respond.send(axum::http::Response::from_parts(head, body));
+            Ok(Some(body_ended))
+        };
+        let (request, out) = self.new_request(request, send)?;
+        let _ticking = self.ticker.running();
+        let handler = self.proxy.wasi_http_incoming_handler();
+        let call = handler.call_handle(&mut self.store, request, out);
+        let (called, forwarded) = both(call, forward, UNSET).await;
+        if let Some(Err(e)) = called {
+            self.stdout.flush();
+            return Err(RunError::Exited(Some(exit_reason(Err(e), &self.stderr))));
+        }
+        // The activation lasts until the body has gone out (or the client went): the
+        // component may have returned with the last of it still on its way.
+        if let Some(body_ended) = forwarded? {
+            let _ = body_ended.await;
+        }
+        drop(running);
+        Ok(())
+    }
+
     fn end_activation(&mut self, end: End) {
         self.stdout.flush();
         end.write_stdout();
@@ -168,17 +240,13 @@ impl HttpInstance {
             .map_err(|e| RunError::BadInput(format!("the request cannot be made: {e}")))?;
         *request.headers_mut() = incoming.headers;
         let (send, answer) = tokio::sync::oneshot::channel::<Answer>();
-        let mut http = self.store.data_mut().http();
-        let made = http
-            .new_incoming_request(Scheme::Http, request)
-            .and_then(|request| Ok((request, http.new_response_outparam(send)?)));
-        let (request, out) = made.map_err(|e| broken(format!("cannot hand it the request: {e:#}")))?;
+        let (request, out) = self.new_request(request, send)?;
         let _ticking = self.ticker.running();
         let max = self.max_result_bytes;
         let handler = self.proxy.wasi_http_incoming_handler();
         let call = handler.call_handle(&mut self.store, request, out);
         let read = read_response(answer, max);
-        let (called, read) = both(call, read).await;
+        let (called, read) = both(call, read, UNFINISHED).await;
         if let Some(Err(e)) = called {
             self.stdout.flush();
             return Err(broken(exit_reason(Err(e), &self.stderr)));
@@ -189,10 +257,122 @@ impl HttpInstance {
     }
 }
 
+impl HttpInstance {
+    /// The request and the response-outparam `handle` is called with, as the store's
+    /// resources.
+    fn new_request<B>(
+        &mut self,
+        request: axum::http::Request<B>,
+        send: tokio::sync::oneshot::Sender<Answer>,
+    ) -> Result<(Resource<HostIncomingRequest>, Resource<HostResponseOutparam>), RunError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
+        let mut http = self.store.data_mut().http();
+        let made = http
+            .new_incoming_request(Scheme::Http, request)
+            .and_then(|request| Ok((request, http.new_response_outparam(send)?)));
+        made.map_err(|e| RunError::Exited(Some(format!("cannot hand it the request: {e:#}"))))
+    }
+}
+
+/// A component's response body on its way to the client: it tells the activation when
+/// it has ended (or the client went away), and fails instead of ending if the activation
+/// was cut short first. (wasmtime ends a body whose instance went as if it were whole,
+/// and the client could not tell a cut body from a complete one.)
+struct Outgoing {
+    body: HyperOutgoingBody,
+    activation: std::sync::Weak<()>,
+    ended: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Outgoing {
+    fn end(&mut self) {
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.send(());
+        }
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl http_body::Body for Outgoing {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+            Poll::Ready(Some(Err(code))) => {
+                self.end();
+                Poll::Ready(Some(Err(axum::Error::new(format!("{code:?}")))))
+            }
+            Poll::Ready(None) if self.activation.strong_count() == 0 => {
+                self.end();
+                Poll::Ready(Some(Err(axum::Error::new(
+                    "the activation ended before its response did",
+                ))))
+            }
+            Poll::Ready(None) => {
+                self.end();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        false
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// What the component reads when its request's body stopped before its end.
+fn intake_error(error: axum::Error) -> ErrorCode {
+    let source = error.into_inner();
+    match source.downcast_ref::<IntakeError>() {
+        Some(IntakeError::TooLarge(limit)) => ErrorCode::HttpRequestBodySize(Some(*limit as u64)),
+        Some(IntakeError::TimedOut(_)) => ErrorCode::ConnectionReadTimeout,
+        Some(IntakeError::Read(_)) | None => ErrorCode::ConnectionTerminated,
+    }
+}
+
+/// Why no response came: the component answered an error, or returned without one.
+fn unanswered(failed: Result<Answer, tokio::sync::oneshot::error::RecvError>) -> String {
+    match failed {
+        Ok(Err(code)) => {
+            format!("the component answered with an error instead of a response: {code:?}")
+        }
+        _ => UNSET.to_owned(),
+    }
+}
+
+/// What `both` says when the call returned and its response never came to an end.
+const UNFINISHED: &str = "the component returned from handle without finishing its response: \
+     call outgoing-body.finish (Rust: OutgoingBody::finish) once the body is written";
+const UNSET: &str = "the component returned from handle without setting a response: call \
+     response-outparam.set (Rust: ResponseOutparam::set) before returning";
+
 /// Runs the call and the reading of its response together (the guest writes its body as
 /// it is read, a chunk at a time), until the response is read and the call has returned,
 /// or until either fails. `None` for a call cut short by a failed response.
-async fn both<C, R, T>(call: C, read: R) -> (Option<wasmtime::Result<()>>, Result<T, RunError>)
+async fn both<C, R, T>(
+    call: C,
+    read: R,
+    unfinished: &str,
+) -> (Option<wasmtime::Result<()>>, Result<T, RunError>)
 where
     C: Future<Output = wasmtime::Result<()>>,
     R: Future<Output = Result<T, RunError>>,
@@ -223,13 +403,7 @@ where
         }
     })
     .await;
-    let read = read_result.unwrap_or_else(|| {
-        Err(RunError::Exited(Some(
-            "the component returned from handle without finishing its response: call \
-             outgoing-body.finish (Rust: OutgoingBody::finish) once the body is written"
-                .to_owned(),
-        )))
-    });
+    let read = read_result.unwrap_or_else(|| Err(RunError::Exited(Some(unfinished.to_owned()))));
     (called, read)
 }
 
@@ -240,18 +414,7 @@ async fn read_response(
 ) -> Result<(axum::http::response::Parts, Bytes), RunError> {
     let response = match answer.await {
         Ok(Ok(response)) => response,
-        Ok(Err(code)) => {
-            return Err(RunError::Exited(Some(format!(
-                "the component answered with an error instead of a response: {code:?}"
-            ))));
-        }
-        Err(_) => {
-            return Err(RunError::Exited(Some(
-                "the component returned from handle without setting a response: call \
-                 response-outparam.set (Rust: ResponseOutparam::set) before returning"
-                    .to_owned(),
-            )));
-        }
+        failed => return Err(RunError::Exited(Some(unanswered(failed)))),
     };
     let (parts, mut body) = response.into_parts();
     let mut read = BytesMut::new();

@@ -81,10 +81,22 @@ pub fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
             body: Bytes::from(Value::Object(value).to_string()),
         }
     };
+    set_context(&mut incoming.headers, &line);
+    if !incoming.headers.contains_key(http::header::HOST) {
+        incoming
+            .headers
+            .insert(http::header::HOST, HeaderValue::from_static("localhost"));
+    }
+    Ok(incoming)
+}
+
+/// Gives a request its activation's context as `x-ow-*` headers, taken from the
+/// activation's request line: any of them the caller sent is replaced.
+pub fn set_context(headers: &mut HeaderMap, line: &Map<String, Value>) {
     for key in CONTEXT {
         let name = HeaderName::try_from(format!("x-ow-{}", key.replace('_', "-")))
             .expect("the context's names are header names");
-        incoming.headers.remove(&name);
+        headers.remove(&name);
         let text = match line.get(*key) {
             Some(Value::String(text)) => text.clone(),
             Some(Value::Null) | None => continue,
@@ -92,15 +104,26 @@ pub fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
         };
         // A value no header can carry (a newline in an action's name) is left out.
         if let Ok(value) = HeaderValue::try_from(text) {
-            incoming.headers.insert(name, value);
+            headers.insert(name, value);
         }
     }
-    if !incoming.headers.contains_key(http::header::HOST) {
-        incoming
-            .headers
-            .insert(http::header::HOST, HeaderValue::from_static("localhost"));
+}
+
+/// Removes the headers of a response that belong to one connection, telling `say` which:
+/// the runtime's connection to the client is not the action's.
+pub fn drop_hop_by_hop(headers: &mut HeaderMap, say: &dyn Fn(&str)) {
+    for name in HOP_BY_HOP {
+        if headers.remove(*name).is_some() {
+            say(&dropped_hop_by_hop(name));
+        }
     }
-    Ok(incoming)
+}
+
+fn dropped_hop_by_hop(name: &str) -> String {
+    format!(
+        "wasmloop: dropped the response header `{name}`: it belongs to one connection, and \
+         the runtime's connection is not the action's"
+    )
 }
 
 /// A web request, as the controller delivers it.
@@ -317,10 +340,7 @@ pub fn result(
     for (name, value) in headers {
         if HOP_BY_HOP.contains(&name.as_str()) || name == http::header::CONTENT_LENGTH {
             if name != http::header::CONTENT_LENGTH {
-                say(&format!(
-                    "wasmloop: dropped the response header `{name}`: it belongs to one \
-                     connection, and the runtime's connection is not the component's"
-                ));
+                say(&dropped_hop_by_hop(name.as_str()));
             }
             continue;
         }

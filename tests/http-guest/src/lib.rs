@@ -36,6 +36,9 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
             Method::Options => "OPTIONS".to_owned(),
             other => format!("{other:?}"),
         };
+        if route == "/stream" {
+            return stream_back(request, out);
+        }
         let body = read_body(request);
         match route {
             "/" => {
@@ -159,6 +162,29 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
             ),
         }
     }
+}
+
+/// Answers at once with `ready`, then sends back each piece of the request's body as it
+/// reads it: what only a host that streams both ways can serve.
+fn stream_back(request: IncomingRequest, out: ResponseOutparam) {
+    let fields = Fields::new();
+    fields
+        .append(&"content-type".to_owned(), &b"text/plain".to_vec())
+        .unwrap();
+    let response = OutgoingResponse::new(fields);
+    let outgoing = response.body().unwrap();
+    ResponseOutparam::set(out, Ok(response));
+    let body = request.consume().unwrap();
+    {
+        let written = outgoing.write().unwrap();
+        written.blocking_write_and_flush(b"ready\n").unwrap();
+        let read = body.stream().unwrap();
+        while let Ok(chunk) = read.blocking_read(64 * 1024) {
+            written.blocking_write_and_flush(&chunk).unwrap();
+        }
+    }
+    IncomingBody::finish(body);
+    OutgoingBody::finish(outgoing, None).unwrap();
 }
 
 fn read_body(request: IncomingRequest) -> Vec<u8> {
