@@ -140,6 +140,11 @@ impl ServeArgs {
                 .pool
                 .timeout
                 .get_or_insert_with(|| config::duration(config::DEFAULT_HTTP_TIMEOUT));
+            // A client that never finishes its request's head must not hold a connection.
+            if self.runtime.limits.header_read_timeout.is_none() {
+                config.limits.header_read_timeout =
+                    Some(config::duration(config::DEFAULT_HTTP_HEADER_READ_TIMEOUT));
+            }
         }
         Ok(config)
     }
@@ -216,6 +221,12 @@ pub struct LimitArgs {
     #[arg(long, env = "WASMLOOP_BODY_READ_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_BODY_READ_TIMEOUT)]
     pub body_read_timeout: Duration,
+    /// How long a request's head (its request line and headers) may take to arrive, counted
+    /// from when the connection is ready for it, so an idle kept-alive connection closes
+    /// then too; 0 for no limit [default: 30s under --protocol http; none under OpenWhisk's,
+    /// whose invoker keeps its connections open between activations].
+    #[arg(long, env = "WASMLOOP_HEADER_READ_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Option<Duration>,
 }
 
 /// How an upload is unpacked and compiled, and which backends may run it: the same flags
@@ -569,8 +580,10 @@ impl RuntimeArgs {
             max_result_bytes,
             shutdown_timeout,
             body_read_timeout,
+            header_read_timeout,
         } = self.limits;
         config.limits.body_read_timeout = body_read_timeout;
+        config.limits.header_read_timeout = header_read_timeout.filter(|d| !d.is_zero());
         config.limits.max_init_bytes = max_init_bytes;
         config.limits.max_run_bytes = max_run_bytes;
         config.limits.max_result_bytes = max_result_bytes;
@@ -692,6 +705,10 @@ mod tests {
         assert_eq!(plain.pool.concurrency, 2 * cpus);
         assert_eq!(plain.pool.timeout, Some(Duration::from_secs(60)));
         assert!(!plain.logs.sentinels);
+        assert_eq!(
+            plain.limits.header_read_timeout,
+            Some(Duration::from_secs(30))
+        );
         let told = serve(&[
             "--protocol",
             "http",
@@ -701,9 +718,12 @@ mod tests {
             "3",
             "--timeout",
             "5s",
+            "--header-read-timeout",
+            "0",
         ])
         .to_config(false, false)
         .unwrap();
+        assert_eq!(told.limits.header_read_timeout, None, "0 is no limit");
         assert_eq!(
             (told.pool.concurrency, told.pool.timeout),
             (3, Some(Duration::from_secs(5)))
@@ -715,6 +735,8 @@ mod tests {
             (1, None)
         );
         assert!(openwhisk.logs.sentinels);
+        // The invoker keeps its connections open between activations.
+        assert_eq!(openwhisk.limits.header_read_timeout, None);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub const DEFAULT_RUN_TIMEOUT: &str = "30s";
 /// How long a request's body may take to arrive: a client that sends it slower holds a
 /// connection and a buffer, never longer than this.
 pub const DEFAULT_BODY_READ_TIMEOUT: &str = "60s";
+/// `--header-read-timeout` under `--protocol http` (hyper's own default).
+pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT: &str = "30s";
 /// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
 /// Activations an instance (or child) serves before a fresh one replaces it: 0 is no
@@ -103,6 +105,8 @@ pub enum Protocol {
 pub struct Limits {
     /// How long a request's body may take to arrive (408 past it).
     pub body_read_timeout: Duration,
+    /// How long a request's head may take to arrive (the connection is closed past it).
+    pub header_read_timeout: Option<Duration>,
     pub max_init_bytes: usize,
     pub max_run_bytes: usize,
     pub max_result_bytes: usize,
@@ -233,6 +237,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             body_read_timeout: duration(DEFAULT_BODY_READ_TIMEOUT),
+            header_read_timeout: None,
             max_init_bytes: DEFAULT_MAX_INIT_BYTES,
             max_run_bytes: DEFAULT_MAX_RUN_BYTES,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,

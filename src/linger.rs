@@ -47,6 +47,11 @@ impl axum::serve::Listener for LingeringListener {
 
     async fn accept(&mut self) -> (Lingering, std::net::SocketAddr) {
         let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        // A streamed response goes out in pieces as the action writes them: none may wait
+        // for the client's acknowledgement of the last (Nagle's algorithm) first.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
         let connection = Lingering {
             stream: Some(stream),
             lingering: self.lingering.clone(),

@@ -68,16 +68,17 @@ pub async fn run(
         })?;
     }
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = std::pin::pin!(
-        axum::serve(
-            crate::linger::LingeringListener::new(listener),
-            app(runtime.clone())
-        )
-        .with_graceful_shutdown(async {
+    let connections = Connections {
+        head_within: runtime.config().limits.header_read_timeout,
+        format: runtime.config().logs.format,
+    };
+    let mut serving = std::pin::pin!(connections.serve(
+        crate::linger::LingeringListener::new(listener),
+        app(runtime.clone()),
+        async {
             let _ = serving_stopped.await;
-        })
-        .into_future()
-    );
+        },
+    ));
     tokio::select! {
         served = &mut serving => return served,
         () = shutdown => {}
@@ -98,6 +99,89 @@ pub async fn run(
     tokio::time::timeout(std::time::Duration::from_secs(1), serving)
         .await
         .unwrap_or(Ok(()))
+}
+
+/// How each connection is served.
+struct Connections {
+    /// How long a request's head may take to arrive (`--header-read-timeout`), counted
+    /// from when the connection is ready for it: an idle kept-alive connection closes then.
+    head_within: Option<std::time::Duration>,
+    format: crate::logs::LogFormat,
+}
+
+impl Connections {
+    /// Serves `app` on each connection `listener` accepts until `stop`; then stops
+    /// accepting, and completes once every connection has finished its exchange.
+    async fn serve(
+        self,
+        mut listener: crate::linger::LingeringListener,
+        app: Router,
+        stop: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        use axum::serve::Listener as _;
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut stop = std::pin::pin!(stop);
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(self.head_within);
+        loop {
+            let (io, peer) = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = &mut stop => break,
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+            let connection = graceful.watch(connection);
+            let format = self.format;
+            let head_within = self.head_within;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    refused(format, peer, head_within, &e);
+                }
+            });
+        }
+        drop(listener);
+        graceful.shutdown().await;
+        Ok(())
+    }
+}
+
+/// Says why a connection ended without an exchange: what its client sent was no request
+/// (hyper answered it 400, 414 or 431), or its head never came whole in time. A client
+/// that just went away is only a debug line.
+fn refused(
+    format: crate::logs::LogFormat,
+    peer: std::net::SocketAddr,
+    head_within: Option<std::time::Duration>,
+    error: &hyper::Error,
+) {
+    let why = if error.is_parse_too_large() {
+        "its request's head is larger than the server takes (answered 431: fewer or \
+         shorter headers)"
+            .to_owned()
+    } else if error.is_parse() {
+        format!(
+            "what it sent is no HTTP/1.1 request (answered 400, 414 for a URI too long): {error}"
+        )
+    } else if error.is_timeout() {
+        format!(
+            "its request's head did not arrive within {} (see --header-read-timeout): the \
+             connection was closed",
+            head_within.map_or_else(
+                || "its limit".to_owned(),
+                |d| humantime::format_duration(d).to_string()
+            )
+        )
+    } else {
+        tracing::debug!(%peer, %error, "a connection ended early");
+        return;
+    };
+    crate::logs::runtime_line(
+        format,
+        None,
+        &format!("wasmloop: a connection from {peer}: {why}"),
+    );
 }
 
 /// Completes on SIGTERM (how platforms stop containers) or Ctrl-C.

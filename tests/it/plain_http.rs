@@ -496,3 +496,39 @@ fn an_http_component_gets_the_trace_context_and_its_activations_id_no_caller_can
     );
 }
 
+/// Writes `request` (as much of it as the server takes before it answers) and reads the
+/// answer until the server closes the connection.
+fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn a_head_past_hypers_limits_or_too_slow_is_told_to_the_client_and_in_the_logs() {
+    let server = plain(&http_guest(), &["--header-read-timeout", "500ms"]);
+    // Headers past what hyper buffers (about 400 KB).
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(500_000)
+    );
+    let answer = exchange(server.addr, big.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    server.wait_stderr("its request's head is larger than the server takes (answered 431");
+    let answer = exchange(server.addr, b"NOT HTTP AT ALL\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    server.wait_stderr("is no HTTP/1.1 request");
+    // Half a head, then nothing: the connection is closed at the limit.
+    let started = Instant::now();
+    let answer = exchange(server.addr, b"GET /status?200 HTTP/1.1\r\nHost: t\r\n");
+    assert!(answer.is_empty(), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(10), "held open");
+    server.wait_stderr("did not arrive within 500ms (see --header-read-timeout)");
+    let (status, _, _) = send(server.addr, "GET /status?200 HTTP/1.1", b"");
+    assert_eq!(status, 200, "the server serves on");
+}
