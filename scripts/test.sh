@@ -30,12 +30,16 @@ native-examples/build.sh
 wasm-examples/build.sh
 component-examples/build.sh
 # PyPI's kubernetes-validate checks deploy/'s Kubernetes manifests offline (its schemas
-# are bundled).
+# are bundled); prometheus_client is the reference parser the metrics tests read with.
+pip_install() {
+  python3 -m pip install --quiet "$@" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "$@"
+}
 if ! command -v kubernetes-validate >/dev/null; then
-  python3 -m pip install --quiet kubernetes-validate 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages kubernetes-validate
+  pip_install kubernetes-validate
   hash -r
 fi
+python3 -c 'import prometheus_client' 2>/dev/null || pip_install prometheus_client
 # wasmtime's CLI (PyPI), for the benchmark rows that run `wasmtime serve` beside wasmloop.
 WASMTIME=$(scripts/install-wasmtime.sh)
 export WASMTIME

@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// /.well-known/wasmloop/ready, under both.
     #[arg(long, env = "WASMLOOP_PROTOCOL", value_enum, default_value_t = config::Protocol::OpenWhisk)]
     pub protocol: config::Protocol,
+    /// Serve Prometheus metrics at GET /metrics on this address, a listener of its own
+    /// (off by default): activations by outcome and their times, inits, instances, the
+    /// queue, outbound refusals, compiles and the compile cache.
+    #[arg(long, env = "WASMLOOP_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Serve on this already-listening socket, inherited from a supervisor, instead of --listen.
     #[arg(long, env = "WASMLOOP_LISTEN_FD", value_name = "FD")]
     pub listen_fd: Option<i32>,

@@ -61,6 +61,7 @@ pub mod linger;
 pub mod local;
 pub mod logs;
 pub mod memory;
+pub mod metrics;
 pub mod outbound;
 pub mod protocol;
 pub mod runtime;

@@ -102,6 +102,14 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
                     .with_context(|| format!("cannot listen on {addr}"))?
             }
         };
+        if let Some(addr) = args.metrics_listen {
+            let metrics_listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                    format!("cannot listen for metrics on {addr} (--metrics-listen)")
+                })?;
+            let metrics = wasmloop::metrics::enable();
+            tokio::spawn(wasmloop::metrics::serve(metrics_listener, metrics));
+        }
         wasmloop::server::run(listener, config, wasmloop::server::shutdown_signal())
             .await
             .context("the server failed")

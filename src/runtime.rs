@@ -14,6 +14,7 @@ use crate::action::{self, Prepared, Upload};
 use crate::config::Config;
 use crate::error::Error;
 use crate::executor::{self, Executor, RunError, StartSpec};
+use crate::metrics::Outcome;
 use crate::protocol::{self, InitRequest};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -103,6 +104,8 @@ impl InitBound {
 /// An initialized action: its executor, and the folder it was unpacked into.
 pub struct Action {
     executor: Arc<dyn Executor>,
+    /// Its activations' counters, when the metrics are on.
+    metrics: Option<crate::metrics::ActionMetrics>,
     sentinels: bool,
     timeout: Option<Duration>,
     _prepared: Prepared,
@@ -295,20 +298,34 @@ impl Runtime {
             },
             _ => error,
         };
+        let began = std::time::Instant::now();
         let upload = Upload { bytes, main: &main };
         let trust = self.registry.trust();
+        let counted = |failed: bool| {
+            if let Some(metrics) = crate::metrics::get() {
+                metrics.init(!failed, began.elapsed());
+            }
+        };
         let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
-            .map_err(|e| self.init_failure(&about, past_deadline(Error::Prepare(e))))?;
+            .map_err(|e| {
+                counted(true);
+                self.init_failure(&about, past_deadline(Error::Prepare(e)))
+            })?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
         let spec = StartSpec::new(config, env, main, about.clone());
-        let executor = self
-            .registry
-            .start(&prepared, spec, config)
-            .await
-            .map_err(|e| self.init_failure(&about, past_deadline(Error::Start(e))))?;
+        let (backend, executor) =
+            self.registry
+                .start(&prepared, spec, config)
+                .await
+                .map_err(|e| {
+                    counted(true);
+                    self.init_failure(&about, past_deadline(Error::Start(e)))
+                })?;
+        counted(false);
         let action = Arc::new(Action {
             executor,
+            metrics: crate::metrics::get().map(|m| m.for_action(backend)),
             sentinels: config.logs.sentinels,
             timeout: config.pool.timeout,
             _prepared: prepared,
@@ -381,6 +398,22 @@ impl Action {
 
     /// docs/protocol.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
+        let began = std::time::Instant::now();
+        let answer = self.activate_uncounted(body).await;
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &answer {
+                Ok(result) if crate::metrics::is_application_error(result) => {
+                    Outcome::ApplicationError
+                }
+                Ok(_) => Outcome::Success,
+                Err(error) => outcome_of(error),
+            };
+            metrics.activation(outcome, began.elapsed());
+        }
+        answer
+    }
+
+    async fn activate_uncounted(&self, body: &[u8]) -> Result<Bytes, Error> {
         let deadline = protocol::check_run_body(body).map_err(Error::BadRequest)?;
         let limit = Limit::earliest(deadline, self.timeout);
         let result = self
@@ -410,11 +443,33 @@ impl Action {
         context: Vec<u8>,
         admitted: Admitted,
     ) -> Result<executor::HttpResponse, Error> {
+        let began = std::time::Instant::now();
         let limit = Limit::earliest(None, self.timeout);
         let deadline = limit.as_ref().map(|l| l.0);
         let served = self.executor.serve(request, context, deadline).await;
-        let response = within_limit(served, limit)?;
+        let response = within_limit(served, limit);
+        // Counted once the response's head is there: its status is the component's answer.
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &response {
+                Ok(_) => Outcome::Success,
+                Err(error) => outcome_of(error),
+            };
+            metrics.activation(outcome, began.elapsed());
+        }
+        let response = response?;
         Ok(response.map(|body| executor::intake::Holding::body(body, admitted)))
+    }
+}
+
+/// How an activation that failed ended, as the metrics count it.
+fn outcome_of(error: &Error) -> Outcome {
+    match error {
+        Error::TimedOut(_) | Error::NeverStarted { .. } => Outcome::Timeout,
+        Error::BadRequest(_)
+        | Error::Run(RunError::Busy(_) | RunError::Stopped | RunError::BadInput(_)) => {
+            Outcome::Refused
+        }
+        _ => Outcome::ActionError,
     }
 }
 

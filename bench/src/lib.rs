@@ -109,6 +109,8 @@ pub enum Row {
     /// The WebAssembly (stdio) hello under `--protocol http`: a web action's value in, its
     /// result out as the response.
     WasmPlain,
+    /// The `wasm` row with the metrics on (`--metrics-listen`): what counting costs.
+    WasmMetrics,
 }
 
 impl Row {
@@ -133,6 +135,7 @@ impl Row {
             Row::HttpPlain => "http-plain",
             Row::HttpPlainFresh => "http-plain-fresh",
             Row::WasmPlain => "wasm-plain",
+            Row::WasmMetrics => "wasm-metrics",
         }
     }
 }
@@ -756,6 +759,12 @@ pub async fn run(options: RowOptions) -> anyhow::Result<report::Comparison> {
         &["--max-activations-per-instance".to_owned(), "1".to_owned()],
     ]
     .concat();
+    // An address of its own for each server's metrics; nobody scrapes them here.
+    let metered = [
+        &args[..],
+        &["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()],
+    ]
+    .concat();
     let mut wasm = None;
     let mut targets = Vec::new();
     let mut peers = Vec::new();
@@ -787,16 +796,18 @@ pub async fn run(options: RowOptions) -> anyhow::Result<report::Comparison> {
             | Row::PythonComponent
             | Row::WasmFresh
             | Row::ComponentFresh
-            | Row::PipeFresh => {
+            | Row::PipeFresh
+            | Row::WasmMetrics => {
                 let file = match row {
                     Row::Pipe | Row::PipeLogs | Row::PipeFresh => &options.native,
                     Row::Python => &options.python,
                     Row::Component | Row::ComponentFresh => &options.component,
-                    Row::WasmFresh => &options.wasm,
+                    Row::WasmFresh | Row::WasmMetrics => &options.wasm,
                     _ => &options.python_component,
                 };
                 let lifetime = match row {
                     Row::WasmFresh | Row::ComponentFresh | Row::PipeFresh => &fresh,
+                    Row::WasmMetrics => &metered,
                     _ => &args[..],
                 };
                 let served = serve(file, lifetime)?;

@@ -12,6 +12,7 @@ use super::{
     lines,
 };
 use crate::lock;
+use crate::metrics::Made;
 
 /// What a backend runs activations on.
 pub trait Worker: Sized + Send + 'static {
@@ -240,6 +241,7 @@ pub struct Pool<W: Worker> {
 /// lose.
 struct Idle<W> {
     worker: W,
+    _alive: Alive,
     /// The spec it was made from.
     generation: u64,
     activations: u32,
@@ -248,9 +250,14 @@ struct Idle<W> {
 }
 
 impl<W> Idle<W> {
-    fn new(worker: W, generation: u64) -> Self {
+    /// A worker just made, for the reason the metrics count.
+    fn new(worker: W, generation: u64, why: Made) -> Self {
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.instance_made(why);
+        }
         Idle {
             worker,
+            _alive: Alive::new(),
             generation,
             activations: 0,
             stale: false,
@@ -259,6 +266,27 @@ impl<W> Idle<W> {
 
     fn served(&self) -> bool {
         self.activations > 0
+    }
+}
+
+/// Counts a worker among those alive (the metrics' gauge) for as long as it lives.
+struct Alive(Option<&'static crate::metrics::Metrics>);
+
+impl Alive {
+    fn new() -> Self {
+        let metrics = crate::metrics::get();
+        if let Some(metrics) = metrics {
+            metrics.instances().inc();
+        }
+        Alive(metrics)
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        if let Some(metrics) = self.0 {
+            metrics.instances().dec();
+        }
     }
 }
 
@@ -280,12 +308,24 @@ async fn within<T>(
     }
 }
 
-/// Counts an activation as waiting for as long as it lives.
+/// Counts an activation as waiting for as long as it lives (its count is added first).
 struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.queue_depth().inc();
+        }
+        Waiting(count)
+    }
+}
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.queue_depth().dec();
+        }
     }
 }
 
@@ -305,7 +345,7 @@ impl<W: Worker> Pool<W> {
             reporting,
             permits: Arc::new(tokio::sync::Semaphore::new(size.workers.max(1))),
             me: me.clone(),
-            idle: Mutex::new(vec![Idle::new(worker, 0)]),
+            idle: Mutex::new(vec![Idle::new(worker, 0, Made::First)]),
             waiting: AtomicUsize::new(0),
             helper: std::sync::OnceLock::new(),
             stopping: tokio::sync::watch::Sender::new(false),
@@ -366,22 +406,25 @@ impl<W: Worker> Pool<W> {
             );
             entry.stale = false;
             entry.activations = 0;
+            if let Some(metrics) = crate::metrics::get() {
+                metrics.instance_made(Made::Renewed);
+            }
             return Ok(entry);
         }
         drop(entry);
-        self.start_worker(ahead).await
+        self.start_worker(ahead, Made::Lifetime).await
     }
 
-    /// A worker made from the current spec; `ahead` of its activation for a retired
-    /// worker's successor (see `Start::Ahead`).
-    async fn start_worker(&self, ahead: bool) -> Result<Idle<W>, StartError> {
+    /// A worker made from the current spec, for the reason `why`; `ahead` of its
+    /// activation for a retired worker's successor (see `Start::Ahead`).
+    async fn start_worker(&self, ahead: bool, why: Made) -> Result<Idle<W>, StartError> {
         let (generation, spec) = self.current_spec();
         let worker = if ahead {
             W::start(&spec, Start::Ahead).await?
         } else {
             W::start(&spec, Start::Checked).await?
         };
-        Ok(Idle::new(worker, generation))
+        Ok(Idle::new(worker, generation, why))
     }
 
     /// Whether each worker is started for its activation, with its values (see
@@ -453,6 +496,9 @@ impl<W: Worker> Pool<W> {
             });
             return;
         }
+        // A worker that could have been renewed goes for its lifetime; one that may not be
+        // (`renew` false) for its memory.
+        let successor = if renew { Made::Lifetime } else { Made::Memory };
         tokio::spawn(async move {
             let _permit = permit;
             // Its place (a pool slot, a process) is free before the successor takes one.
@@ -465,7 +511,7 @@ impl<W: Worker> Pool<W> {
             }
             let made = tokio::select! {
                 _ = stopping.wait_for(|stop| *stop) => return,
-                made = pool.start_worker(true) => made,
+                made = pool.start_worker(true, successor) => made,
             };
             match made {
                 Ok(fresh) if !*pool.stopping.borrow() => {
@@ -498,7 +544,7 @@ impl<W: Worker> Pool<W> {
             *slot_spec = Arc::new(spec);
             self.generation.fetch_add(1, Ordering::AcqRel) + 1
         };
-        let mut fresh = Idle::new(worker, current);
+        let mut fresh = Idle::new(worker, current, Made::Upgrade);
         let replaceable = |entry: &Idle<W>| !entry.served() && entry.generation != current;
         let mut swapped = 0;
         loop {
@@ -518,7 +564,7 @@ impl<W: Worker> Pool<W> {
             if !lock(&self.idle).iter().any(replaceable) {
                 return Ok(swapped);
             }
-            match self.start_worker(false).await {
+            match self.start_worker(false, Made::Upgrade).await {
                 Ok(worker) => fresh = worker,
                 Err(e) => {
                     // The new spec has worked once: activations will start their own.
@@ -648,9 +694,12 @@ impl<W: Worker> Pool<W> {
             Err(_) => {
                 if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.size.max_waiting {
                     self.waiting.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(metrics) = crate::metrics::get() {
+                        metrics.queue_full();
+                    }
                     return Err(RunError::Busy(self.size.max_waiting));
                 }
-                let _waiting = Waiting(&self.waiting);
+                let _waiting = Waiting::new(&self.waiting);
                 let queued = Instant::now();
                 // Time spent queueing counts against the deadline too.
                 within(deadline, async {
@@ -679,7 +728,7 @@ impl<W: Worker> Pool<W> {
             let started = within(deadline, async {
                 let worker = W::start(&spec, Start::OnArrival(&line)).await;
                 worker
-                    .map(|worker| Idle::new(worker, generation))
+                    .map(|worker| Idle::new(worker, generation, Made::Lifetime))
                     .map_err(RunError::Restart)
             })
             .await?;
@@ -699,7 +748,9 @@ impl<W: Worker> Pool<W> {
                 Some(idle) => idle,
                 None => {
                     within(deadline, async {
-                        self.start_worker(false).await.map_err(RunError::Restart)
+                        self.start_worker(false, Made::Demand)
+                            .await
+                            .map_err(RunError::Restart)
                     })
                     .await?
                 }

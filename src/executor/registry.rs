@@ -152,13 +152,13 @@ impl Registry {
     }
 
     /// Starts the action `/init` unpacked on the backend that claims it, if `--backends`
-    /// allows that one.
+    /// allows that one; with that backend's name.
     pub async fn start(
         &self,
         prepared: &Prepared,
         spec: StartSpec,
         config: &Config,
-    ) -> Result<Arc<dyn Executor>, StartError> {
+    ) -> Result<(&'static str, Arc<dyn Executor>), StartError> {
         if let Some(expected) = &config.action.execution_env {
             check_execution_env(&prepared.bin_dir, expected)?;
         }
@@ -185,7 +185,8 @@ impl Registry {
             max_activations: std::num::NonZeroU32::new(config.pool.max_activations_per_instance),
             recycle_above: config.pool.recycle_above_memory,
         };
-        backend.start(prepared, spec, config, size).await
+        let executor = backend.start(prepared, spec, config, size).await?;
+        Ok((registration.name, executor))
     }
 }
 

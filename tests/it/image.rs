@@ -352,6 +352,8 @@ fn plain_http_runs_as_kubernetes_runs_it_port_probes_read_only_root_and_sigterm(
         "WASMLOOP_CACHE_DIR=/tmp/wasmloop-cache",
         "-e",
         "WASMLOOP_ACTION_DIR=/tmp",
+        "-e",
+        "WASMLOOP_METRICS_LISTEN=0.0.0.0:9090",
         &derived,
         "serve",
     ]);
@@ -373,6 +375,14 @@ fn plain_http_runs_as_kubernetes_runs_it_port_probes_read_only_root_and_sigterm(
     let value: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(value["name"], "Mike", "{body}");
     assert_eq!(value["__ow_path"], "/hello", "{body}");
+    // Its metrics, on the port the manifest names for them.
+    let metrics: std::net::SocketAddr = format!("{ip}:9090").parse().unwrap();
+    let (status, exposition) = get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        exposition.contains(r#"wasmloop_activations_total{backend="wasm",outcome="success"} 1"#),
+        "{exposition}"
+    );
     // SIGTERM, as a platform stops a pod: a clean exit well within the grace period.
     let stopping = std::time::Instant::now();
     docker(&["stop", "-t", "20", &id]);

@@ -21,6 +21,7 @@ mod lifetimes;
 mod limits;
 mod local;
 mod logs;
+mod metrics;
 mod mistakes;
 mod plain_http;
 mod pool;

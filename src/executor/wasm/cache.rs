@@ -27,7 +27,11 @@ impl CompileCache {
     /// The module with `digest` compiled for `engine`, if the cache holds it.
     pub fn load(&self, engine: &WasmEngine, digest: &WasmDigest) -> Option<Code> {
         let path = self.entry(engine, digest);
-        if !path.is_file() {
+        let found = path.is_file();
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.cache_lookup(found);
+        }
+        if !found {
             return None;
         }
         // SAFETY: the cache folder holds only what compile children of this program wrote;

@@ -70,7 +70,11 @@ impl CompileChild {
         cache: Option<&CompileCache>,
     ) -> Result<Code, CompileError> {
         let (began, tell) = (std::time::Instant::now(), self.tell);
+        let background = matches!(self.role, ChildRole::Background);
         let compiled = self.run(&engine.compiler, wasm, engine.settings).await?;
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.compiled(engine.settings.codegen.name(), background, began.elapsed());
+        }
         let cached = cache.map(|cache| cache.entry(engine, digest));
         let (settings, engine) = (engine.settings, engine.engine.clone());
         let (module, kept) = tokio::task::spawn_blocking(move || {

@@ -300,6 +300,9 @@ impl Outbound {
 
     /// Logs a refusal among the instance's logs, unless too many came at once.
     fn refused(&self, line: &str) {
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.outbound_refused();
+        }
         if crate::lock(&self.denials).admit(std::time::Instant::now()) {
             self.logs.note(line);
         }

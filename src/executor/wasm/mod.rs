@@ -487,6 +487,11 @@ impl<W: World> Upgrade<W> {
             },
             Err(e) => Err(e),
         };
+        if upgraded.is_ok()
+            && let Some(metrics) = crate::metrics::get()
+        {
+            metrics.tiered_up();
+        }
         match upgraded {
             Ok(swapped) => tracing::debug!(
                 swapped,
