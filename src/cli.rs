@@ -380,6 +380,10 @@ pub struct RunArgs {
     /// The action's input (its `value`); without it, JSON values are read one per line from stdin.
     #[arg(long)]
     pub input: Option<String>,
+    /// After each input, what it cost: wall time, CPU time, the instance's memory, whether
+    /// the instance was fresh, reused or renewed, and the start's time after a cold one.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Ask the action to acknowledge its start with {"ok":true} on its result channel, as
     /// runtime images with OW_WAIT_FOR_ACK do (a launcher that cannot start then says why).
     #[arg(long)]
@@ -440,6 +444,7 @@ impl RunArgs {
     pub fn to_config(&self) -> anyhow::Result<Config> {
         let mut config = Config::default();
         let timeout = self.timeout();
+        config.logs.reports = self.verbose;
         self.upload.apply(&mut config.action, &mut config.limits);
         self.activations.apply(&mut config.pool);
         self.wasm.apply(&mut config.wasm)?;
@@ -608,6 +613,8 @@ impl RuntimeArgs {
         config.logs.format = self.logs.log_format;
         // A log pipeline (json) is an operator's, never the platform's canonical default.
         config.logs.hints = self.logs.hints || self.logs.log_format == crate::logs::LogFormat::Json;
+        // A text log keeps to the action's own lines, as the platform's tests want it.
+        config.logs.reports = self.logs.log_format == crate::logs::LogFormat::Json;
         self.wasm.apply_untrusting(&mut config.wasm);
         config
     }

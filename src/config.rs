@@ -182,6 +182,9 @@ pub struct LogSettings {
     pub sentinels: bool,
     /// `OW_LOG_INIT_ERROR` (non-empty): init errors go to the logs, the client gets a generic text.
     pub log_init_error: bool,
+    /// End each activation's logs with its report (time, CPU, memory, instance): under
+    /// `--log-format json` as a record, under `wasmloop run -v` as a line.
+    pub reports: bool,
 }
 
 /// The open-file limit Linux starts a process with: what `Config::default` assumes until
@@ -288,6 +291,7 @@ impl Default for LogSettings {
             hints: false,
             sentinels: true,
             log_init_error: false,
+            reports: false,
         }
     }
 }

@@ -151,8 +151,8 @@ async fn pass_through(
         });
     }
     let (intake, stopped) = Intake::new(body, limit, limits.body_read_timeout);
+    let context = crate::webaction::context(runtime.config().pool.timeout, id, &parts.headers);
     let request = axum::http::Request::from_parts(parts, Body::new(intake));
-    let context = crate::webaction::context(runtime.config().pool.timeout, id);
     let served = action.serve(request, context, admitted).await;
     match stopped.get() {
         Some(IntakeError::TooLarge(limit)) => Err(Error::BodyTooLarge {

@@ -79,6 +79,8 @@ pub struct Labels {
     pub activation_id: String,
     pub namespace: String,
     pub action: String,
+    /// The W3C trace id of the activation's `traceparent`, if one came.
+    pub trace_id: String,
 }
 
 impl Labels {
@@ -92,12 +94,17 @@ impl Labels {
             namespace: std::borrow::Cow<'a, str>,
             #[serde(default, borrow)]
             action_name: std::borrow::Cow<'a, str>,
+            #[serde(default, borrow)]
+            traceparent: std::borrow::Cow<'a, str>,
         }
         match serde_json::from_slice::<Request>(line) {
             Ok(request) => Labels {
                 activation_id: request.activation_id.into_owned(),
                 namespace: request.namespace.into_owned(),
                 action: request.action_name.into_owned(),
+                trace_id: trace_id(&request.traceparent)
+                    .unwrap_or_default()
+                    .to_owned(),
             },
             Err(_) => Labels::default(),
         }
@@ -134,6 +141,11 @@ impl Attribution {
     /// collector files it with the activation's own lines.
     pub fn say(&self, message: &str) {
         runtime_line(self.format, self.get().as_deref(), message);
+    }
+
+    /// The labels its activation's lines are rendered with: only in JSON.
+    pub fn labels(&self) -> Option<Arc<Labels>> {
+        self.get()
     }
 
     /// The labels a line is rendered with: only in JSON.
@@ -324,33 +336,94 @@ fn render_piece(
         }
         return;
     };
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Record<'a> {
-        time: String,
-        stream: &'static str,
-        activation_id: &'a str,
-        namespace: &'a str,
-        action: &'a str,
-        message: std::borrow::Cow<'a, str>,
-        /// As Docker marks the pieces of a long line: more of it follows.
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        partial: bool,
-    }
     let entry = Record {
-        time: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
-        stream: stream.name(),
-        activation_id: &labels.activation_id,
-        namespace: &labels.namespace,
-        action: &labels.action,
         message: String::from_utf8_lossy(match piece {
             Piece::Last => line.strip_suffix(b"\r").unwrap_or(line),
             Piece::Partial => line,
         }),
         partial,
+        ..Record::new(stream, labels)
     };
     serde_json::to_writer(&mut *out, &entry).expect("strings always serialize");
     out.push(b'\n');
+}
+
+/// One JSON log record.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Record<'a> {
+    time: String,
+    stream: &'static str,
+    activation_id: &'a str,
+    namespace: &'a str,
+    action: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    trace_id: &'a str,
+    message: std::borrow::Cow<'a, str>,
+    /// As Docker marks the pieces of a long line: more of it follows.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    partial: bool,
+    /// An activation's figures (`executor::report`), on its last record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    report: Option<&'a serde_json::Value>,
+}
+
+impl<'a> Record<'a> {
+    fn new(stream: Stream, labels: &'a Labels) -> Record<'a> {
+        Record {
+            time: humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string(),
+            stream: stream.name(),
+            activation_id: &labels.activation_id,
+            namespace: &labels.namespace,
+            action: &labels.action,
+            trace_id: &labels.trace_id,
+            message: std::borrow::Cow::Borrowed(""),
+            partial: false,
+            report: None,
+        }
+    }
+}
+
+/// Renders an activation's report as a record of its own on stderr, its figures in
+/// `report`.
+pub fn render_report(
+    message: &str,
+    labels: &Labels,
+    report: &serde_json::Value,
+    out: &mut Vec<u8>,
+) {
+    let entry = Record {
+        message: std::borrow::Cow::Borrowed(message),
+        report: Some(report),
+        ..Record::new(Stream::Stderr, labels)
+    };
+    serde_json::to_writer(&mut *out, &entry).expect("strings always serialize");
+    out.push(b'\n');
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it is one:
+/// what joins an activation's log records to its trace. One that is malformed, or whose
+/// ids are all zeros (invalid, says the spec), gives none.
+pub fn trace_id(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.trim().split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let zeros = |s: &str| s.bytes().all(|b| b == b'0');
+    // Version 00 has exactly four parts; a later version may add more, never ff.
+    let well_formed = hex(version, 2)
+        && version != "ff"
+        && (version != "00" || parts.next().is_none())
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && !zeros(trace)
+        && !zeros(parent);
+    well_formed.then_some(trace)
 }
 
 /// A line of the runtime's own, on stderr: as it is, or (in JSON) under the activation
@@ -385,6 +458,37 @@ fn floor_char_boundary(bytes: &[u8], at: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trace_id_comes_only_from_a_w3c_traceparent() {
+        let id = "0af7651916cd43dd8448eb211c80319c";
+        assert_eq!(trace_id(&format!("00-{id}-b7ad6b7169203331-01")), Some(id));
+        for bad in [
+            "",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        ] {
+            assert_eq!(trace_id(bad), None, "{bad}");
+        }
+        let labels = Labels::of(
+            format!("{{\"activation_id\":\"a\",\"traceparent\":\"00-{id}-b7ad6b7169203331-01\"}}")
+                .as_bytes(),
+        );
+        assert_eq!(labels.trace_id, id);
+        let mut out = Vec::new();
+        render(b"hi", Stream::Stdout, Some(&labels), &mut out);
+        let record: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(record["traceId"], id);
+        // None came: none is invented.
+        let mut out = Vec::new();
+        render(b"hi", Stream::Stdout, Some(&Labels::of(b"{}")), &mut out);
+        let record: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(record.get("traceId").is_none(), "{record}");
+    }
 
     fn text(lines: &mut Lines, pieces: &[&[u8]]) -> String {
         let mut out = Vec::new();

@@ -285,6 +285,7 @@ impl Runtime {
                 .map(str::to_owned)
                 .or(name)
                 .unwrap_or_default(),
+            trace_id: String::new(),
         };
         // The platform gives /init the action's timeout and says when it ends: compiles
         // and start-up waits end a little before, so that the error is ours, not a kill.
@@ -323,6 +324,7 @@ impl Runtime {
                     self.init_failure(&about, past_deadline(Error::Start(e)))
                 })?;
         counted(false);
+        executor.started_in(began.elapsed());
         let action = Arc::new(Action {
             executor,
             metrics: crate::metrics::get().map(|m| m.for_action(backend)),
@@ -419,7 +421,7 @@ impl Action {
         let result = self
             .executor
             .run(
-                executor::lines::frame_request(body),
+                executor::lines::lift_traceparent(executor::lines::frame_request(body)),
                 limit.as_ref().map(|l| l.0),
             )
             .await;

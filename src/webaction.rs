@@ -80,22 +80,44 @@ pub fn activation(
         };
         value.insert("__ow_body".to_owned(), Value::String(text));
     }
-    let mut line = context_of(timeout, activation_id);
+    let mut line = context_of(timeout, activation_id, headers);
     line.insert("value".to_owned(), Value::Object(value));
     Value::Object(line).to_string().into_bytes()
 }
 
 /// The request line of an activation whose request goes to the action as it came: its
-/// context only (a fresh activation id, the deadline `timeout` from now).
-pub fn context(timeout: Option<std::time::Duration>, activation_id: String) -> Vec<u8> {
-    Value::Object(context_of(timeout, activation_id))
+/// context only (a fresh activation id, the deadline `timeout` from now, the request's
+/// `traceparent`).
+pub fn context(
+    timeout: Option<std::time::Duration>,
+    activation_id: String,
+    headers: &HeaderMap,
+) -> Vec<u8> {
+    Value::Object(context_of(timeout, activation_id, headers))
         .to_string()
         .into_bytes()
 }
 
-fn context_of(timeout: Option<std::time::Duration>, activation_id: String) -> Map<String, Value> {
+/// What an activation carries beside its value: its id, its deadline, and the W3C
+/// `traceparent` its request came with (which the logs read its trace id from, and a
+/// launcher makes `__OW_TRACEPARENT`); none is invented where none came.
+fn context_of(
+    timeout: Option<std::time::Duration>,
+    activation_id: String,
+    headers: &HeaderMap,
+) -> Map<String, Value> {
     let mut line = Map::new();
     line.insert("activation_id".to_owned(), Value::String(activation_id));
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| crate::logs::trace_id(t).is_some());
+    if let Some(traceparent) = traceparent {
+        line.insert(
+            "traceparent".to_owned(),
+            Value::String(traceparent.trim().to_owned()),
+        );
+    }
     if let Some(t) = timeout {
         let at = std::time::SystemTime::now() + t;
         let ms = at

@@ -205,6 +205,41 @@ pub fn frame_request(body: &[u8]) -> Vec<u8> {
     line
 }
 
+/// A web action's request line with the `traceparent` its request carried (in
+/// `value.__ow_headers`) added at the line's top level, where the logs read its trace id
+/// and a launcher makes it `__OW_TRACEPARENT`, as it does `__OW_ACTIVATION_ID`. The rest
+/// of the line is left byte for byte; a line without one (or with one at its top level
+/// already, or one that is no W3C traceparent) is returned as it was.
+pub fn lift_traceparent(line: Vec<u8>) -> Vec<u8> {
+    if memchr::memmem::find(&line, b"traceparent").is_none() || !line.starts_with(b"{") {
+        return line;
+    }
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(&line) else {
+        return line;
+    };
+    if fields.contains_key("traceparent") {
+        return line;
+    }
+    let given = fields
+        .get("value")
+        .and_then(|value| value.get("__ow_headers"))
+        .and_then(|headers| headers.get("traceparent"))
+        .and_then(serde_json::Value::as_str);
+    let Some(traceparent) = given.filter(|t| crate::logs::trace_id(t).is_some()) else {
+        return line;
+    };
+    // Hex and dashes only: nothing in it needs escaping.
+    let field = format!("\"traceparent\":\"{}\"", traceparent.trim());
+    let mut lifted = Vec::with_capacity(line.len() + field.len() + 1);
+    lifted.push(b'{');
+    lifted.extend_from_slice(field.as_bytes());
+    if !fields.is_empty() {
+        lifted.push(b',');
+    }
+    lifted.extend_from_slice(&line[1..]);
+    lifted
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LineError {
     /// The stream ended before a full line.
@@ -390,6 +425,40 @@ impl<R: AsFd> LineReader<R> {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_web_requests_traceparent_is_lifted_to_the_line_and_nothing_else_changes() {
+        let line = format!(
+            "{{\"value\":{{\"__ow_headers\":{{\"traceparent\":\"{TRACEPARENT}\"}},\"n\":1}},\"activation_id\":\"a1\"}}\n"
+        );
+        let lifted = String::from_utf8(lift_traceparent(line.clone().into_bytes())).unwrap();
+        assert_eq!(
+            lifted,
+            format!("{{\"traceparent\":\"{TRACEPARENT}\",{}", &line[1..])
+        );
+        assert_eq!(
+            crate::protocol::activation_env(lifted.as_bytes())
+                .into_iter()
+                .find(|(k, _)| k == "__OW_TRACEPARENT")
+                .map(|(_, v)| v),
+            Some(TRACEPARENT.to_owned())
+        );
+        // None came, a bad one came, or the line has its own: the line is as it was.
+        for unchanged in [
+            "{\"value\":{\"name\":\"traceparent\"}}\n".to_owned(),
+            "{\"value\":{\"__ow_headers\":{\"traceparent\":\"00-zz-1-01\"}}}\n".to_owned(),
+            format!(
+                "{{\"traceparent\":\"{TRACEPARENT}\",\"value\":{{\"__ow_headers\":{{\"traceparent\":\"{TRACEPARENT}\"}}}}}}\n"
+            ),
+        ] {
+            assert_eq!(
+                lift_traceparent(unchanged.clone().into_bytes()),
+                unchanged.into_bytes()
+            );
+        }
+    }
 
     #[test]
     fn a_line_past_the_cap_is_an_error_whether_or_not_its_newline_came() {

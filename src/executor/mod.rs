@@ -4,6 +4,7 @@ pub mod intake;
 pub mod lines;
 pub mod pool;
 pub mod registry;
+pub mod report;
 
 /// Declares each backend's folder and lists its registrations in `BACKENDS`, in order.
 macro_rules! backends {
@@ -54,6 +55,9 @@ pub trait Executor: Send + Sync {
     /// Told when the action goes with no activation left (its folder goes with it): no
     /// worker is made for it any more, not even one being made ahead.
     fn abandon(&self);
+
+    /// Told how long the action's start took: the first activation's report says it.
+    fn started_in(&self, _took: Duration) {}
 
     /// Whether its actions take HTTP requests themselves (`serve`) under `--protocol
     /// http`; the others take them as web actions' values, through `run`.

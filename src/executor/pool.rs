@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::report::{InstanceUse, Report, cpu_timed};
 use super::{
     AbortOnDrop, Executor, HttpRequest, Respond, RunError, RunFuture, ServeFuture, StartError,
     lines,
@@ -49,10 +50,10 @@ pub trait Worker: Sized + Send + 'static {
     /// cannot pass for the next activation's answer, and returns it (if any) for the logs.
     fn discard_stray_output(&mut self) -> Option<Bytes>;
 
-    /// Marks the end of an activation (see `End`), with whatever log lines the worker
+    /// Marks the end of an activation (see `Close`), with whatever log lines the worker
     /// held back to go out in the same write.
-    fn end_activation(&mut self, end: End) {
-        end.write();
+    fn end_activation(&mut self, close: Close) {
+        close.write();
     }
 
     /// Sends one request line and waits for the result line (at most as long as the
@@ -93,6 +94,19 @@ pub trait Worker: Sized + Send + 'static {
     /// What it holds in memory now (its linear memories; a child's resident set), if
     /// known: a worker past `--recycle-above-memory` is replaced once its activation ends.
     fn memory_bytes(&mut self) -> Option<u64> {
+        None
+    }
+
+    /// The most it has held (a child's peak resident set), for the activation's report;
+    /// a linear memory never shrinks, so what it holds now is its peak.
+    fn peak_memory_bytes(&mut self) -> Option<u64> {
+        self.memory_bytes()
+    }
+
+    /// The CPU time a worker that runs outside the runtime's threads (a child process)
+    /// has used in all, for the activation's report; `None`: it runs inside the polls of
+    /// `activate`, which are timed instead.
+    fn cpu_time(&mut self) -> Option<std::time::Duration> {
         None
     }
 }
@@ -142,6 +156,8 @@ pub struct Reporting {
     pub hints: bool,
     /// How those lines are written.
     pub format: crate::logs::LogFormat,
+    /// Whether each activation's logs end with its report (`LogSettings::reports`).
+    pub reports: bool,
 }
 
 impl Reporting {
@@ -154,11 +170,12 @@ impl Reporting {
             },
             hints: config.logs.hints,
             format: config.logs.format,
+            reports: config.logs.reports,
         }
     }
 }
 
-/// Unit tests' pools: no hints.
+/// Unit tests' pools: no hints, no reports.
 #[cfg(test)]
 impl From<End> for Reporting {
     fn from(end: End) -> Reporting {
@@ -166,6 +183,49 @@ impl From<End> for Reporting {
             end,
             hints: false,
             format: crate::logs::LogFormat::Text,
+            reports: false,
+        }
+    }
+}
+
+/// How one activation's logs end, as its worker writes them: its report (rendered; empty
+/// when none is asked for), then the end `End` says.
+pub struct Close {
+    end: End,
+    report: Vec<u8>,
+}
+
+impl Close {
+    /// Writes it, where no log lines were held back.
+    pub fn write(&self) {
+        self.write_stdout();
+        let tail = self.stderr_tail();
+        if !tail.is_empty() {
+            crate::protocol::write_stderr(&tail);
+        }
+    }
+
+    /// The stdout half, which comes first.
+    pub fn write_stdout(&self) {
+        self.end.write_stdout();
+    }
+
+    /// What follows the held-back logs on stderr.
+    pub fn stderr_tail(&self) -> std::borrow::Cow<'_, [u8]> {
+        if self.report.is_empty() {
+            return std::borrow::Cow::Borrowed(self.end.stderr_tail());
+        }
+        let mut tail = self.report.clone();
+        tail.extend_from_slice(self.end.stderr_tail());
+        std::borrow::Cow::Owned(tail)
+    }
+}
+
+impl From<End> for Close {
+    fn from(end: End) -> Close {
+        Close {
+            end,
+            report: Vec::new(),
         }
     }
 }
@@ -234,6 +294,8 @@ pub struct Pool<W: Worker> {
     helper: std::sync::OnceLock<AbortOnDrop>,
     /// Set by `stop`: every activation under way ends, dropping its worker.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// How long the action's start took, until the first activation's report says it.
+    cold: Mutex<Option<std::time::Duration>>,
 }
 
 /// An idle worker, and how many activations it has answered: once it has served one, it
@@ -247,6 +309,8 @@ struct Idle<W> {
     activations: u32,
     /// It has served its activations and is renewed before it serves again.
     stale: bool,
+    /// It was renewed in place and has not served since.
+    renewed: bool,
 }
 
 impl<W> Idle<W> {
@@ -261,6 +325,7 @@ impl<W> Idle<W> {
             generation,
             activations: 0,
             stale: false,
+            renewed: false,
         }
     }
 
@@ -349,6 +414,7 @@ impl<W: Worker> Pool<W> {
             waiting: AtomicUsize::new(0),
             helper: std::sync::OnceLock::new(),
             stopping: tokio::sync::watch::Sender::new(false),
+            cold: Mutex::new(None),
         }))
     }
 
@@ -406,6 +472,7 @@ impl<W: Worker> Pool<W> {
             );
             entry.stale = false;
             entry.activations = 0;
+            entry.renewed = true;
             if let Some(metrics) = crate::metrics::get() {
                 metrics.instance_made(Made::Renewed);
             }
@@ -588,6 +655,12 @@ where
         W::SERVES_HTTP
     }
 
+    fn started_in(&self, took: std::time::Duration) {
+        if self.reporting.reports {
+            *lock(&self.cold) = Some(took);
+        }
+    }
+
     fn serve(
         &self,
         request: HttpRequest,
@@ -688,6 +761,7 @@ impl<W: Worker> Pool<W> {
         deadline: Option<Instant>,
         ending: &mut Ending,
     ) -> Result<Bytes, RunError> {
+        let began = std::time::Instant::now();
         // Only activations that find every worker busy count against the queue's bound.
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -756,6 +830,12 @@ impl<W: Worker> Pool<W> {
                 }
             }
         };
+        let instance = match (entry.activations, entry.renewed) {
+            (0, true) => InstanceUse::Renewed,
+            (0, false) => InstanceUse::Fresh,
+            _ => InstanceUse::Reused,
+        };
+        entry.renewed = false;
         let worker = &mut entry.worker;
         if let Some(stray) = worker.discard_stray_output() {
             // Still under the activation that wrote it: the next is not attributed yet.
@@ -764,11 +844,18 @@ impl<W: Worker> Pool<W> {
         }
         worker.others_queued(self.waiting.load(Ordering::Relaxed) > 0);
         // Parsing the request line costs a few µs: only when the lines carry the result.
-        let Reporting { hints, format, .. } = self.reporting;
+        let Reporting {
+            hints,
+            format,
+            reports,
+            ..
+        } = self.reporting;
         if format.is_json() {
             worker.attribute(crate::logs::Labels::of(&line));
         }
-        let result = within(deadline, async {
+        let cpu_before = if reports { worker.cpu_time() } else { None };
+        let mut polled = std::time::Duration::ZERO;
+        let work = async {
             match job {
                 Job::Run => lines::check_result(worker.activate(line).await?),
                 Job::Serve(request, respond) => worker
@@ -776,8 +863,8 @@ impl<W: Worker> Pool<W> {
                     .await
                     .map(|()| Bytes::new()),
             }
-        })
-        .await;
+        };
+        let result = within(deadline, cpu_timed(work, &mut polled, reports)).await;
         // OpenWhisk's runtime tests expect nothing on stderr but what the action wrote when
         // it answers a JSON value that is not an object: that explanation is for those who
         // asked for it. A line that is no JSON at all (a print on the result channel) no
@@ -791,7 +878,30 @@ impl<W: Worker> Pool<W> {
             }
             _ => {}
         }
-        worker.end_activation(self.reporting.end);
+        let close = if reports {
+            // A child's own clock where it has one; an instance ran inside the polls.
+            let cpu = match cpu_before {
+                Some(before) => worker.cpu_time().map(|after| after.saturating_sub(before)),
+                None => Some(polled),
+            };
+            let report = Report {
+                wall: began.elapsed(),
+                cpu,
+                memory: worker.peak_memory_bytes(),
+                instance,
+                init: lock(&self.cold).take(),
+            };
+            let labels = worker.attribution().and_then(|a| a.labels());
+            let mut rendered = Vec::new();
+            report.render(format, labels.as_deref(), &mut rendered);
+            Close {
+                end: self.reporting.end,
+                report: rendered,
+            }
+        } else {
+            Close::from(self.reporting.end)
+        };
+        worker.end_activation(close);
         ending.written = true;
         // A JSON answer that is not an object leaves the worker in step; any other failure
         // may leave it mid-request or out of step: it is dropped (killing the child or the

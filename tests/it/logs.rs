@@ -113,6 +113,7 @@ each_backend! {
     fn in_json_every_line_is_whole_and_names_the_activation_that_wrote_it(backend: Backend) {
         let server = overlapping(backend, "json");
         let mut per_activation: HashMap<String, usize> = HashMap::new();
+        let mut reports: HashMap<String, usize> = HashMap::new();
         for (stream, text) in [("stdout", server.stdout()), ("stderr", server.stderr())] {
             let mut sentinels = 0;
             for line in text.lines() {
@@ -125,6 +126,12 @@ each_backend! {
                 assert_eq!(entry["stream"], stream, "{line}");
                 let message = entry["message"].as_str().unwrap();
                 let id = entry["activationId"].as_str().unwrap();
+                // Each activation's report, on stderr: counted apart from its lines.
+                if entry.get("report").is_some() {
+                    assert_eq!(stream, "stderr", "{line}");
+                    *reports.entry(id.to_owned()).or_default() += 1;
+                    continue;
+                }
                 // The line names the activation it came from: never merged, never another's.
                 let (said, rest) = message
                     .strip_prefix("id ")
@@ -143,6 +150,7 @@ each_backend! {
         assert_eq!(per_activation.len(), ACTIVATIONS, "every activation's lines");
         for (id, count) in per_activation {
             assert_eq!(count, LINES * streams, "{id}: none lost, none merged");
+            assert_eq!(reports.get(&id), Some(&1), "{id}: one report");
         }
     }
 
@@ -232,7 +240,7 @@ fn an_unfinished_line_ends_with_its_activation_and_a_long_one_goes_out_in_pieces
         let lines: Vec<&str> = stderr.lines().collect();
         assert_eq!(
             lines.len(),
-            4,
+            5,
             "{backend:?}: {}",
             &stderr[..stderr.len().min(300)]
         );
@@ -258,7 +266,12 @@ fn an_unfinished_line_ends_with_its_activation_and_a_long_one_goes_out_in_pieces
         );
         assert_eq!(whole, long, "{backend:?}: the pieces make the line");
         assert_eq!(entry(lines[2])["message"], "half a line", "{backend:?}");
-        assert_eq!(lines[3], SENTINEL.trim_end(), "{backend:?}");
+        // Then the activation's report, then its end.
+        assert!(
+            entry(lines[3])["report"]["wallMs"].is_number(),
+            "{backend:?}"
+        );
+        assert_eq!(lines[4], SENTINEL.trim_end(), "{backend:?}");
     }
 }
 

@@ -25,6 +25,7 @@ mod metrics;
 mod mistakes;
 mod plain_http;
 mod pool;
+mod reports;
 mod signed;
 mod uploads;
 mod wasm;

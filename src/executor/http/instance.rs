@@ -20,7 +20,7 @@ use wasmtime_wasi_http::WasiHttpView;
 
 use super::web;
 use crate::executor::intake::IntakeError;
-use crate::executor::pool::{End, Start, Worker};
+use crate::executor::pool::{Close, Start, Worker};
 use crate::executor::wasm::component::{self, ComponentHost, Outbound};
 use crate::executor::wasm::descriptors::Descriptors;
 use crate::executor::wasm::environ::Environ;
@@ -214,13 +214,13 @@ impl Worker for HttpInstance {
         Ok(())
     }
 
-    fn end_activation(&mut self, end: End) {
+    fn end_activation(&mut self, close: Close) {
         self.stdout.flush();
-        end.write_stdout();
+        close.write_stdout();
         if let Some(line) = crate::lock(&self.denials).left_out() {
             self.stderr.note(&line);
         }
-        self.stderr.flush_with(end.stderr_tail());
+        self.stderr.flush_with(&close.stderr_tail());
         self.descriptors.new_activation();
     }
 }

@@ -170,10 +170,23 @@ impl Worker for Process {
     }
 
     /// Its logs, an unfinished last line included, are out before the sentinels.
-    fn end_activation(&mut self, end: super::pool::End) {
+    fn end_activation(&mut self, close: super::pool::Close) {
         self.stdout.finish();
         self.stderr.finish();
-        end.write();
+        close.write();
+    }
+
+    /// Its peak resident set (`VmHWM`), for the activation's report.
+    fn peak_memory_bytes(&mut self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// The child's CPU time, all its threads (its process clock), for the report.
+    fn cpu_time(&mut self) -> Option<std::time::Duration> {
+        process_cpu_time(self.child.pid())
     }
 }
 
@@ -401,6 +414,27 @@ impl Process {
     }
 }
 
+/// The CPU time process `pid` has used, all its threads, from its process CPU clock.
+fn process_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid place for the id; a pid that is gone is an error return.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; `clock` came from clock_getcpuclockid.
+    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+        return None;
+    }
+    Some(std::time::Duration::new(
+        u64::try_from(now.tv_sec).ok()?,
+        u32::try_from(now.tv_nsec).ok()?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,3 +448,4 @@ mod tests {
         assert_eq!(pipe_size(500), 64 << 10);
     }
 }
+

@@ -18,7 +18,7 @@ use super::renew::Renewal;
 use super::streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 use super::{Pre, WasmError, WasmSpec, descriptors, ticker};
 use crate::executor::lines::{LineTooLong, NoAnswer};
-use crate::executor::pool::{End, Start, Worker};
+use crate::executor::pool::{Close, Start, Worker};
 use crate::executor::{RunError, StartError, StartSpec, parse_ack};
 
 impl Worker for Instance {
@@ -78,14 +78,14 @@ impl Worker for Instance {
         Some(&self.attribution)
     }
 
-    fn end_activation(&mut self, end: End) {
-        end.write_stdout();
+    fn end_activation(&mut self, close: Close) {
+        close.write_stdout();
         if let Some(denials) = &self.denials
             && let Some(line) = crate::lock(denials).left_out()
         {
             self.stderr.note(&line);
         }
-        self.stderr.flush_with(end.stderr_tail());
+        self.stderr.flush_with(&close.stderr_tail());
         self.descriptors.new_activation();
     }
 }
