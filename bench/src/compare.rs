@@ -221,6 +221,66 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
     Ok(())
 }
 
+/// Activations whose own reports `reported` reads.
+const REPORTED: usize = 40;
+
+/// What the activations' own reports say `plan` costs: the median CPU time of one (µs)
+/// and its instance's memory, read from a server of its own with `--log-format json`
+/// (whose activations each end their logs with a report), never from the measured ones,
+/// whose logs stay text. None for the peer, which writes no such report.
+fn reported(
+    plan: &Plan,
+    options: &CompareOptions,
+    scratch: &Scratch,
+) -> anyhow::Result<(Option<f64>, Option<u64>)> {
+    use std::io::{Read, Seek};
+    if plan.backend == Backend::WasmtimeServe {
+        return Ok((None, None));
+    }
+    let cache = scratch.cache(&plan.label().replace(' ', "-"));
+    let args = [
+        &plan.server_args(1)[..],
+        &["--cache-dir".to_owned(), cache.display().to_string()],
+        &["--log-format".to_owned(), "json".to_owned()],
+    ]
+    .concat();
+    let mut server = start(&args)?;
+    server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    let payload = options.payload.shaped(plan.shape());
+    for n in 0..REPORTED {
+        crate::harness::request(server.addr, "POST", plan.path(), &payload.body(n))?;
+    }
+    // Each report is out before its answer.
+    let mut logs = String::new();
+    server.logs.rewind()?;
+    server.logs.read_to_string(&mut logs)?;
+    drop(server);
+    Ok(from_reports(&logs))
+}
+
+/// The median `cpuMs` (as µs) and the largest `memoryBytes` of the report records in
+/// `logs`, the first activation's left out (it may carry the start's lazy work).
+fn from_reports(logs: &str) -> (Option<f64>, Option<u64>) {
+    let reports: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|record| record.get("report").cloned())
+        .skip(1)
+        .collect();
+    let mut cpu: Vec<f64> = reports
+        .iter()
+        .filter_map(|r| r["cpuMs"].as_f64())
+        .map(|ms| ms * 1e3)
+        .collect();
+    cpu.sort_by(f64::total_cmp);
+    let median = (!cpu.is_empty()).then(|| cpu[cpu.len() / 2]);
+    let memory = reports
+        .iter()
+        .filter_map(|r| r["memoryBytes"].as_u64())
+        .max();
+    (median, memory)
+}
+
 /// A server of `plan` over the variant's own compile cache, initialized: what the warm
 /// rounds measure.
 fn warm_server(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<Server> {
@@ -607,6 +667,7 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
             &options.payload,
             options.cold_runs,
         )?;
+        let (reported_cpu_us, reported_memory) = reported(plan, &options, &scratch)?;
         let driven = &mut checked[at];
         variants.push(Variant {
             warm: std::mem::take(&mut warms[at]),
@@ -614,6 +675,8 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
             resident_after_init: after_init[at],
             resident_per_extra_instance: per_extra,
             crash_to_answer_ms: crash,
+            reported_cpu_us,
+            reported_memory,
             errors: driven.errors,
             first_wrong: driven.first_wrong.take(),
             ..plan.variant()
@@ -681,4 +744,26 @@ pub async fn url(
         write(dir, &comparison)?;
     }
     Ok(comparison)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reports_give_the_median_cpu_and_the_largest_memory_after_the_first() {
+        let logs = [
+            r#"{"message":"a line of the action's"}"#,
+            r#"{"report":{"wallMs":9.0,"cpuMs":8.0,"memoryBytes":999999,"instance":"fresh"}}"#,
+            r#"{"report":{"wallMs":1.0,"cpuMs":0.030,"memoryBytes":1000,"instance":"reused"}}"#,
+            r#"{"report":{"wallMs":1.0,"cpuMs":0.050,"memoryBytes":3000,"instance":"reused"}}"#,
+            r#"{"report":{"wallMs":1.0,"cpuMs":0.040,"memoryBytes":2000,"instance":"reused"}}"#,
+            "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX",
+        ]
+        .join("\n");
+        let (cpu, memory) = from_reports(&logs);
+        assert!((cpu.unwrap() - 40.0).abs() < 1e-9, "{cpu:?}");
+        assert_eq!(memory, Some(3000));
+        assert_eq!(from_reports("no reports\n"), (None, None));
+    }
 }

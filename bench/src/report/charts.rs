@@ -730,6 +730,7 @@ pub(super) fn memory_chart(c: &Comparison) -> String {
     // In the unit shown, so that the axis steps are round in it.
     let after_init = bars(|v| Some(v.resident_after_init? as f64 / f64::from(1 << 20)));
     let per_extra = bars(|v| Some(v.resident_per_extra_instance? as f64 / 1024.0));
+    let reported = bars(|v| Some(v.reported_memory? as f64 / f64::from(1 << 20)));
     if after_init.bars.is_empty() && per_extra.bars.is_empty() {
         return not_measured("memory", MEMORY_TITLE, "no server's memory was read");
     }
@@ -737,7 +738,10 @@ pub(super) fn memory_chart(c: &Comparison) -> String {
     let kib = |v: f64| format!("{} KiB", figure(v));
     let panels = [
         Panel {
-            heading: Some("resident set after /init (the server and its children)".to_owned()),
+            heading: Some(
+                "resident set after /init (the server and its children; read from /proc)"
+                    .to_owned(),
+            ),
             axis: "resident memory".to_owned(),
             format: mib,
             log_allowed: false,
@@ -746,13 +750,24 @@ pub(super) fn memory_chart(c: &Comparison) -> String {
         Panel {
             heading: Some(
                 "what each extra instance adds (PSS: each page counted once, however many \
-                 instances map it)"
+                 instances map it; estimated from /proc)"
                     .to_owned(),
             ),
             axis: "memory per instance".to_owned(),
             format: kib,
             log_allowed: false,
             groups: vec![per_extra],
+        },
+        Panel {
+            heading: Some(
+                "the instance's own memory, from the activations' reports (linear memory; a \
+                 native child's peak resident set)"
+                    .to_owned(),
+            ),
+            axis: "instance memory".to_owned(),
+            format: mib,
+            log_allowed: false,
+            groups: vec![reported],
         },
     ];
     let keys = [(

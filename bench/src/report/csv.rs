@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const CSV_COLUMNS: [&str; 26] = [
+pub(super) const CSV_COLUMNS: [&str; 28] = [
     "label",
     "backend",
     "compiler",
@@ -29,6 +29,8 @@ pub(super) const CSV_COLUMNS: [&str; 26] = [
     "rss_per_extra_instance_bytes",
     "crash_to_answer_ms",
     "errors",
+    "cpu_us_reported",
+    "instance_memory_bytes_reported",
 ];
 
 /// The CSV's rows, also the HTML page's full table: one per variant and connection count,
@@ -88,6 +90,8 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
                     .map_or(String::new(), |s| number(s.median, 3)),
             );
             row.push(v.errors.to_string());
+            row.push(v.reported_cpu_us.map_or(String::new(), |us| number(us, 1)));
+            row.push(count(v.reported_memory));
             rows.push(row);
         }
     }

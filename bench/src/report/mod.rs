@@ -260,6 +260,12 @@ pub struct Variant {
     pub resident_per_extra_instance: Option<u64>,
     /// From a crash to the next answer.
     pub crash_to_answer_ms: Option<Spread>,
+    /// The CPU time of one activation, µs: the median of the activations' own reports
+    /// (the runtime's `--log-format json`), not estimated.
+    pub reported_cpu_us: Option<f64>,
+    /// The instance's memory, bytes, as the activations' reports give it (a module's
+    /// linear memory, a native child's peak resident set).
+    pub reported_memory: Option<u64>,
     pub errors: usize,
     /// The first wrong answer, quoted, and what was expected.
     pub first_wrong: Option<String>,
@@ -288,6 +294,8 @@ impl Variant {
             resident_after_init: None,
             resident_per_extra_instance: None,
             crash_to_answer_ms: None,
+            reported_cpu_us: None,
+            reported_memory: None,
             errors: 0,
             first_wrong: None,
         }

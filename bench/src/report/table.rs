@@ -26,7 +26,7 @@ pub fn table(c: &Comparison) -> String {
         }
     }
     header.extend(sources.iter().map(|s| s.header().to_owned()));
-    header.extend(["MiB", "+KiB", "crash", "err"].map(str::to_owned));
+    header.extend(["MiB", "+KiB", "cpu", "mem", "crash", "err"].map(str::to_owned));
 
     let mut rows = vec![header];
     for v in &c.variants {
@@ -55,6 +55,8 @@ pub fn table(c: &Comparison) -> String {
             v.resident_per_extra_instance
                 .map_or("-".to_owned(), |b| figure(b as f64 / 1024.0)),
         );
+        row.push(v.reported_cpu_us.map_or("-".to_owned(), figure));
+        row.push(v.reported_memory.map_or("-".to_owned(), mib));
         row.push(
             v.crash_to_answer_ms
                 .map_or("-".to_owned(), |s| figure(s.median)),
@@ -103,8 +105,10 @@ pub fn table(c: &Comparison) -> String {
     }
     legend.push_str(
         "MiB: resident after /init; +KiB: what each extra instance adds, each page counted \
-         once however many instances map it (PSS); crash: ms from a crash to the next \
-         answer; err: wrong answers)\n",
+         once however many instances map it (PSS), both estimated from /proc; cpu: one \
+         activation's CPU time in µs and mem: its instance's MiB, both read from the \
+         activations' own reports (median; json logs, on a server of their own); crash: ms \
+         from a crash to the next answer; err: wrong answers)\n",
     );
     out.push_str(&legend);
     let host: Vec<String> = host_conditions(&c.conditions)
