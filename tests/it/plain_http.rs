@@ -254,10 +254,7 @@ fn a_body_that_arrives_too_slowly_is_408_and_the_server_serves_on() {
         &Backend::Wasm.guest("echo"),
         &["--body-read-timeout", "300ms"],
     );
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut stream = connect(server.addr);
     // Ten bytes of the hundred it announces, then nothing.
     stream
         .write_all(b"POST / HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789")
@@ -299,6 +296,15 @@ fn readiness_turns_503_once_sigterm_starts_the_drain() {
     );
     // The stopped activation is answered, not lost.
     assert_eq!(busy.join().unwrap(), 503);
+}
+
+/// A connection to write a request on by hand, whose reads give up after 20 s.
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
 }
 
 /// Reads from `stream` until `want` has come (or panics after a while), returning all read.
@@ -349,10 +355,7 @@ fn dechunk(mut body: &[u8]) -> (Vec<u8>, bool) {
 #[test]
 fn an_http_component_answers_while_it_reads_the_request_both_bodies_streamed() {
     let server = plain(&http_guest(), &[]);
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let mut stream = connect(server.addr);
     stream
         .write_all(b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
         .unwrap();
@@ -406,10 +409,7 @@ fn a_request_body_past_the_cap_or_too_slow_is_the_runtimes_answer_whatever_the_c
     assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
     assert!(String::from_utf8_lossy(&body).contains("--max-run-bytes"));
     // Chunked, found too large as the component reads it.
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let mut stream = connect(server.addr);
     stream
         .write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
         .unwrap();
@@ -425,10 +425,7 @@ fn a_request_body_past_the_cap_or_too_slow_is_the_runtimes_answer_whatever_the_c
     );
     drop(stream);
     // Ten bytes of the hundred announced, then nothing: 408 at the read timeout.
-    let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let mut stream = connect(server.addr);
     stream
         .write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
         .unwrap();
@@ -499,10 +496,7 @@ fn an_http_component_gets_the_trace_context_and_its_activations_id_no_caller_can
 /// Writes `request` (as much of it as the server takes before it answers) and reads the
 /// answer until the server closes the connection.
 fn exchange(addr: SocketAddr, request: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let mut stream = connect(addr);
     let _ = stream.write_all(request);
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
