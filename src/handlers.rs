@@ -144,12 +144,7 @@ async fn pass_through(
 ) -> Result<Response, Error> {
     let limits = &runtime.config().limits;
     let limit = limits.max_run_bytes;
-    if http_body::Body::size_hint(&body).lower() > limit as u64 {
-        return Err(Error::BodyTooLarge {
-            limit,
-            route: "run",
-        });
-    }
+    refuse_announced_past(&body, limit, "run")?;
     let (intake, stopped) = Intake::new(body, limit, limits.body_read_timeout);
     let context = crate::webaction::context(runtime.config().pool.timeout, id, &parts.headers);
     let request = axum::http::Request::from_parts(parts, Body::new(intake));
@@ -245,12 +240,17 @@ async fn read_body(
         .unwrap_or(Err(Error::BodyTimedOut(within)))
 }
 
-async fn read_body_capped(body: Body, limit: usize, route: &'static str) -> Result<Bytes, Error> {
-    // A Content-Length over the cap is refused before a byte of the body is read.
-    let size = http_body::Body::size_hint(&body);
-    if size.lower() > limit as u64 {
+/// A body whose Content-Length is over the cap: refused before a byte of it is read.
+fn refuse_announced_past(body: &Body, limit: usize, route: &'static str) -> Result<(), Error> {
+    if http_body::Body::size_hint(body).lower() > limit as u64 {
         return Err(Error::BodyTooLarge { limit, route });
     }
+    Ok(())
+}
+
+async fn read_body_capped(body: Body, limit: usize, route: &'static str) -> Result<Bytes, Error> {
+    refuse_announced_past(&body, limit, route)?;
+    let size = http_body::Body::size_hint(&body);
     // With a Content-Length, each piece is copied once into a buffer of the final size, and
     // dropped as it arrives: collecting them all first (to_bytes) holds the body twice at
     // its peak, and a 27 MB upload's fresh pages cost more than the copy (measured: with

@@ -401,6 +401,12 @@ pub fn render_report(
     out.push(b'\n');
 }
 
+/// `text` as the W3C `traceparent` an activation carries on, trimmed, if it is one (see
+/// `trace_id`).
+pub fn traceparent(text: &str) -> Option<&str> {
+    trace_id(text).map(|_| text.trim())
+}
+
 /// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if it is one:
 /// what joins an activation's log records to its trace. One that is malformed, or whose
 /// ids are all zeros (invalid, says the spec), gives none.

@@ -302,15 +302,15 @@ impl Runtime {
         let began = std::time::Instant::now();
         let upload = Upload { bytes, main: &main };
         let trust = self.registry.trust();
-        let counted = |failed: bool| {
+        let counted = |succeeded: bool| {
             if let Some(metrics) = crate::metrics::get() {
-                metrics.init(!failed, began.elapsed());
+                metrics.init(succeeded, began.elapsed());
             }
         };
         let prepared = action::prepare_as_configured(upload, &env, config, trust)
             .await
             .map_err(|e| {
-                counted(true);
+                counted(false);
                 self.init_failure(&about, past_deadline(Error::Prepare(e)))
             })?;
         tracing::debug!(main, entry = ?prepared.entry, "action unpacked");
@@ -320,10 +320,10 @@ impl Runtime {
                 .start(&prepared, spec, config)
                 .await
                 .map_err(|e| {
-                    counted(true);
+                    counted(false);
                     self.init_failure(&about, past_deadline(Error::Start(e)))
                 })?;
-        counted(false);
+        counted(true);
         executor.started_in(began.elapsed());
         let action = Arc::new(Action {
             executor,
@@ -400,19 +400,34 @@ impl Action {
 
     /// docs/protocol.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
-        let began = std::time::Instant::now();
+        let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let answer = self.activate_uncounted(body).await;
-        if let Some(metrics) = &self.metrics {
-            let outcome = match &answer {
-                Ok(result) if crate::metrics::is_application_error(result) => {
-                    Outcome::ApplicationError
-                }
-                Ok(_) => Outcome::Success,
-                Err(error) => outcome_of(error),
-            };
-            metrics.activation(outcome, began.elapsed());
-        }
+        self.count(began, &answer, |result| {
+            if crate::metrics::is_application_error(result) {
+                Outcome::ApplicationError
+            } else {
+                Outcome::Success
+            }
+        });
         answer
+    }
+
+    /// Counts an activation that began at `began` (taken only when the metrics are on) and
+    /// ended with `answer`, a success judged by `succeeded`.
+    fn count<T>(
+        &self,
+        began: Option<std::time::Instant>,
+        answer: &Result<T, Error>,
+        succeeded: impl FnOnce(&T) -> Outcome,
+    ) {
+        let (Some(metrics), Some(began)) = (&self.metrics, began) else {
+            return;
+        };
+        let outcome = match answer {
+            Ok(answered) => succeeded(answered),
+            Err(error) => outcome_of(error),
+        };
+        metrics.activation(outcome, began.elapsed());
     }
 
     async fn activate_uncounted(&self, body: &[u8]) -> Result<Bytes, Error> {
@@ -445,19 +460,13 @@ impl Action {
         context: Vec<u8>,
         admitted: Admitted,
     ) -> Result<executor::HttpResponse, Error> {
-        let began = std::time::Instant::now();
+        let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let limit = Limit::earliest(None, self.timeout);
         let deadline = limit.as_ref().map(|l| l.0);
         let served = self.executor.serve(request, context, deadline).await;
         let response = within_limit(served, limit);
         // Counted once the response's head is there: its status is the component's answer.
-        if let Some(metrics) = &self.metrics {
-            let outcome = match &response {
-                Ok(_) => Outcome::Success,
-                Err(error) => outcome_of(error),
-            };
-            metrics.activation(outcome, began.elapsed());
-        }
+        self.count(began, &response, |_| Outcome::Success);
         let response = response?;
         Ok(response.map(|body| executor::intake::Holding::body(body, admitted)))
     }

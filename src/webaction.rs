@@ -17,8 +17,8 @@ use serde_json::{Map, Value};
 
 use crate::error::json_response;
 use crate::executor::http::web::{
-    BadHeader, decode_base64, drop_hop_by_hop, header_map, is_base64_on_the_wire, is_textual,
-    media_type,
+    BadHeader, RESPONSE_STATUSES, decode_base64, drop_hop_by_hop, header_map,
+    is_base64_on_the_wire, is_textual, media_type,
 };
 
 /// The request line of one activation: the request as its value, and the context the
@@ -111,11 +111,11 @@ fn context_of(
     let traceparent = headers
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .filter(|t| crate::logs::trace_id(t).is_some());
+        .and_then(crate::logs::traceparent);
     if let Some(traceparent) = traceparent {
         line.insert(
             "traceparent".to_owned(),
-            Value::String(traceparent.trim().to_owned()),
+            Value::String(traceparent.to_owned()),
         );
     }
     if let Some(t) = timeout {
@@ -160,7 +160,7 @@ pub fn response(result: &[u8], say: &dyn Fn(&str)) -> Result<Response, NotARespo
             .as_u64()
             .and_then(|c| u16::try_from(c).ok())
             .and_then(|c| StatusCode::from_u16(c).ok())
-            .filter(|c| (200..600).contains(&c.as_u16()))
+            .filter(|c| RESPONSE_STATUSES.contains(&c.as_u16()))
             .ok_or_else(|| {
                 NotAResponse(format!(
                     "statusCode {code} is no HTTP status: answer a whole number from 200 to 599"

@@ -237,15 +237,7 @@ fn reported(
     if plan.backend == Backend::WasmtimeServe {
         return Ok((None, None));
     }
-    let cache = scratch.cache(&plan.label().replace(' ', "-"));
-    let args = [
-        &plan.server_args(1)[..],
-        &["--cache-dir".to_owned(), cache.display().to_string()],
-        &["--log-format".to_owned(), "json".to_owned()],
-    ]
-    .concat();
-    let mut server = start(&args)?;
-    server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    let mut server = ours(plan, 1, &["--log-format", "json"], scratch)?;
     let payload = options.payload.shaped(plan.shape());
     for n in 0..REPORTED {
         crate::harness::request(server.addr, "POST", plan.path(), &payload.body(n))?;
@@ -288,15 +280,24 @@ fn warm_server(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyh
         let peer = crate::peer::WasmtimeServe::start(&options.wasmtime, &plan.file, !plan.fresh)?;
         return Ok(Server::Peer(peer));
     }
+    Ok(Server::Ours(ours(plan, options.concurrency, &[], scratch)?))
+}
+
+/// A server of ours for `plan` at `concurrency`, with `extra` flags, over the variant's
+/// own compile cache, initialized.
+fn ours(
+    plan: &Plan,
+    concurrency: u16,
+    extra: &[&str],
+    scratch: &Scratch,
+) -> anyhow::Result<Served> {
     let cache = scratch.cache(&plan.label().replace(' ', "-"));
-    let args = [
-        &plan.server_args(options.concurrency)[..],
-        &["--cache-dir".to_owned(), cache.display().to_string()],
-    ]
-    .concat();
+    let mut args = plan.server_args(concurrency);
+    args.extend(["--cache-dir".to_owned(), cache.display().to_string()]);
+    args.extend(extra.iter().map(|&flag| flag.to_owned()));
     let mut server = start(&args)?;
     server.init(&std::fs::read(&plan.file)?, &plan.file)?;
-    Ok(Server::Ours(server))
+    Ok(server)
 }
 
 /// Where the compile cache, keys and artifacts of one comparison live.

@@ -225,11 +225,11 @@ pub fn lift_traceparent(line: Vec<u8>) -> Vec<u8> {
         .and_then(|value| value.get("__ow_headers"))
         .and_then(|headers| headers.get("traceparent"))
         .and_then(serde_json::Value::as_str);
-    let Some(traceparent) = given.filter(|t| crate::logs::trace_id(t).is_some()) else {
+    let Some(traceparent) = given.and_then(crate::logs::traceparent) else {
         return line;
     };
     // Hex and dashes only: nothing in it needs escaping.
-    let field = format!("\"traceparent\":\"{}\"", traceparent.trim());
+    let field = format!("\"traceparent\":\"{traceparent}\"");
     let mut lifted = Vec::with_capacity(line.len() + field.len() + 1);
     lifted.push(b'{');
     lifted.extend_from_slice(field.as_bytes());

@@ -61,25 +61,20 @@ pub trait Executor: Send + Sync {
 
     /// Whether its actions take HTTP requests themselves (`serve`) under `--protocol
     /// http`; the others take them as web actions' values, through `run`.
-    fn serves_http(&self) -> bool {
-        false
-    }
+    fn serves_http(&self) -> bool;
 
     /// `--protocol http`, for an action that takes requests themselves: `request` goes to
     /// it as it came, its body read as the action reads it; the answer is the response as
     /// soon as its head is there, its body sent as the action writes it. The activation
     /// lasts until that body has ended (or `deadline`); `context` is its request line
     /// without a value (its id, its deadline).
+    /// Only called where `serves_http` says so.
     fn serve(
         &self,
-        _request: HttpRequest,
-        _context: Vec<u8>,
-        _deadline: Option<Instant>,
-    ) -> ServeFuture<'_> {
-        Box::pin(std::future::ready(Err(RunError::BadInput(
-            "this action takes requests as web actions' values, not as they came".to_owned(),
-        ))))
-    }
+        request: HttpRequest,
+        context: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> ServeFuture<'_>;
 }
 
 /// An activation under way (boxed, so that `Executor` can be a trait object).

@@ -188,20 +188,29 @@ impl From<End> for Reporting {
     }
 }
 
-/// How one activation's logs end, as its worker writes them: its report (rendered; empty
-/// when none is asked for), then the end `End` says.
+/// How one activation's logs end, as its worker writes them: its report (when one is
+/// asked for), then the end `End` says.
 pub struct Close {
     end: End,
-    report: Vec<u8>,
+    /// What follows the held-back logs on stderr: the rendered report and the end's.
+    tail: std::borrow::Cow<'static, [u8]>,
 }
 
 impl Close {
+    /// `end`, after `report` (rendered) on stderr.
+    fn after(end: End, mut report: Vec<u8>) -> Close {
+        report.extend_from_slice(end.stderr_tail());
+        Close {
+            end,
+            tail: std::borrow::Cow::Owned(report),
+        }
+    }
+
     /// Writes it, where no log lines were held back.
     pub fn write(&self) {
         self.write_stdout();
-        let tail = self.stderr_tail();
-        if !tail.is_empty() {
-            crate::protocol::write_stderr(&tail);
+        if !self.tail.is_empty() {
+            crate::protocol::write_stderr(&self.tail);
         }
     }
 
@@ -211,13 +220,8 @@ impl Close {
     }
 
     /// What follows the held-back logs on stderr.
-    pub fn stderr_tail(&self) -> std::borrow::Cow<'_, [u8]> {
-        if self.report.is_empty() {
-            return std::borrow::Cow::Borrowed(self.end.stderr_tail());
-        }
-        let mut tail = self.report.clone();
-        tail.extend_from_slice(self.end.stderr_tail());
-        std::borrow::Cow::Owned(tail)
+    pub fn stderr_tail(&self) -> &[u8] {
+        &self.tail
     }
 }
 
@@ -225,7 +229,7 @@ impl From<End> for Close {
     fn from(end: End) -> Close {
         Close {
             end,
-            report: Vec::new(),
+            tail: std::borrow::Cow::Borrowed(end.stderr_tail()),
         }
     }
 }
@@ -761,7 +765,8 @@ impl<W: Worker> Pool<W> {
         deadline: Option<Instant>,
         ending: &mut Ending,
     ) -> Result<Bytes, RunError> {
-        let began = std::time::Instant::now();
+        // Read only for the activation's report.
+        let began = self.reporting.reports.then(std::time::Instant::now);
         // Only activations that find every worker busy count against the queue's bound.
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -878,7 +883,7 @@ impl<W: Worker> Pool<W> {
             }
             _ => {}
         }
-        let close = if reports {
+        let close = if let Some(began) = began {
             // A child's own clock where it has one; an instance ran inside the polls.
             let cpu = match cpu_before {
                 Some(before) => worker.cpu_time().map(|after| after.saturating_sub(before)),
@@ -894,10 +899,7 @@ impl<W: Worker> Pool<W> {
             let labels = worker.attribution().and_then(|a| a.labels());
             let mut rendered = Vec::new();
             report.render(format, labels.as_deref(), &mut rendered);
-            Close {
-                end: self.reporting.end,
-                report: rendered,
-            }
+            Close::after(self.reporting.end, rendered)
         } else {
             Close::from(self.reporting.end)
         };

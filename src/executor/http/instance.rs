@@ -10,12 +10,10 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use wasmtime::Store;
-use wasmtime::component::Resource;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
-use wasmtime_wasi_http::p2::types::{HostIncomingRequest, HostResponseOutparam};
 use wasmtime_wasi_http::WasiHttpView;
 
 use super::web;
@@ -174,7 +172,7 @@ impl Worker for HttpInstance {
             };
             let say = |m: &str| stderr.note(m);
             let (mut head, body) = response.into_parts();
-            if !(200..600).contains(&head.status.as_u16()) {
+            if !web::RESPONSE_STATUSES.contains(&head.status.as_u16()) {
                 let message = format!(
                     "the component answered status {}: answer a status from 200 to 599",
                     head.status.as_u16()
@@ -196,15 +194,7 @@ impl Worker for HttpInstance {
             respond.send(axum::http::Response::from_parts(head, body));
             Ok(Some(body_ended))
         };
-        let (request, out) = self.new_request(request, send)?;
-        let _ticking = self.ticker.running();
-        let handler = self.proxy.wasi_http_incoming_handler();
-        let call = handler.call_handle(&mut self.store, request, out);
-        let (called, forwarded) = both(call, forward, UNSET).await;
-        if let Some(Err(e)) = called {
-            self.stdout.flush();
-            return Err(RunError::Exited(Some(exit_reason(Err(e), &self.stderr))));
-        }
+        let forwarded = self.call(request, send, forward, UNSET).await;
         // The activation lasts until the body has gone out (or the client went): the
         // component may have returned with the last of it still on its way.
         if let Some(body_ended) = forwarded? {
@@ -220,7 +210,7 @@ impl Worker for HttpInstance {
         if let Some(line) = crate::lock(&self.denials).left_out() {
             self.stderr.note(&line);
         }
-        self.stderr.flush_with(&close.stderr_tail());
+        self.stderr.flush_with(close.stderr_tail());
         self.descriptors.new_activation();
     }
 }
@@ -229,7 +219,6 @@ impl HttpInstance {
     /// Calls `handle` with the request, and reads its response as the guest writes it (up
     /// to `--max-result-bytes` of body) into the web-action result.
     async fn handle(&mut self, incoming: web::Incoming) -> Result<Bytes, RunError> {
-        let broken = |what: String| RunError::Exited(Some(what));
         let mut request = axum::http::Request::builder()
             .method(incoming.method)
             .uri(incoming.path)
@@ -240,40 +229,42 @@ impl HttpInstance {
             .map_err(|e| RunError::BadInput(format!("the request cannot be made: {e}")))?;
         *request.headers_mut() = incoming.headers;
         let (send, answer) = tokio::sync::oneshot::channel::<Answer>();
-        let (request, out) = self.new_request(request, send)?;
-        let _ticking = self.ticker.running();
-        let max = self.max_result_bytes;
-        let handler = self.proxy.wasi_http_incoming_handler();
-        let call = handler.call_handle(&mut self.store, request, out);
-        let read = read_response(answer, max);
-        let (called, read) = both(call, read, UNFINISHED).await;
-        if let Some(Err(e)) = called {
-            self.stdout.flush();
-            return Err(broken(exit_reason(Err(e), &self.stderr)));
-        }
-        let (parts, body) = read?;
+        let read = read_response(answer, self.max_result_bytes);
+        let (parts, body) = self.call(request, send, read, UNFINISHED).await?;
         let say = |m: &str| self.stderr.note(m);
         Ok(Bytes::from(web::result(parts.status, &parts.headers, &body, &say)))
     }
 }
 
 impl HttpInstance {
-    /// The request and the response-outparam `handle` is called with, as the store's
-    /// resources.
-    fn new_request<B>(
+    /// Calls `handle` with `request` (its response sent on `send`) while `read` takes that
+    /// response: `read`'s answer, or the trap that ended the call. `unfinished` is what
+    /// a call that returned without `read` ever finishing is told (see `both`).
+    async fn call<B, T>(
         &mut self,
         request: axum::http::Request<B>,
         send: tokio::sync::oneshot::Sender<Answer>,
-    ) -> Result<(Resource<HostIncomingRequest>, Resource<HostResponseOutparam>), RunError>
+        read: impl Future<Output = Result<T, RunError>>,
+        unfinished: &str,
+    ) -> Result<T, RunError>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<wasmtime_wasi_http::Error>,
     {
         let mut http = self.store.data_mut().http();
-        let made = http
+        let (request, out) = http
             .new_incoming_request(Scheme::Http, request)
-            .and_then(|request| Ok((request, http.new_response_outparam(send)?)));
-        made.map_err(|e| RunError::Exited(Some(format!("cannot hand it the request: {e:#}"))))
+            .and_then(|request| Ok((request, http.new_response_outparam(send)?)))
+            .map_err(|e| RunError::Exited(Some(format!("cannot hand it the request: {e:#}"))))?;
+        let _ticking = self.ticker.running();
+        let handler = self.proxy.wasi_http_incoming_handler();
+        let call = handler.call_handle(&mut self.store, request, out);
+        let (called, read) = both(call, read, unfinished).await;
+        if let Some(Err(e)) = called {
+            self.stdout.flush();
+            return Err(RunError::Exited(Some(exit_reason(Err(e), &self.stderr))));
+        }
+        read
     }
 }
 

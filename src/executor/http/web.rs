@@ -37,6 +37,10 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
+/// The statuses an action's response may have: a final one (a 1xx only comes before a
+/// final one) of HTTP's classes. Any other is the action's mistake, a 502.
+pub const RESPONSE_STATUSES: std::ops::Range<u16> = 200..600;
+
 /// An activation turned into the request an HTTP component handles.
 #[derive(Debug)]
 pub struct Incoming {

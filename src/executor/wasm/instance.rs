@@ -85,7 +85,7 @@ impl Worker for Instance {
         {
             self.stderr.note(&line);
         }
-        self.stderr.flush_with(&close.stderr_tail());
+        self.stderr.flush_with(close.stderr_tail());
         self.descriptors.new_activation();
     }
 }
