@@ -180,7 +180,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         .args([
             "--rows",
             "wasm,wasm-logs,wasm-fresh,component,component-fresh,pipe,pipe-logs,pipe-fresh,exec,python,\
-             python-component,floor",
+             python-component,floor,wasm-metrics",
             "--out",
         ])
         .arg(out.path())
@@ -206,6 +206,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
         "python",
         "python-component",
         "floor",
+        "wasm-metrics",
     ];
     for row in rows {
         assert!(
@@ -217,7 +218,7 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
     }
     // And its CSV: every figure of each row.
     let csv = std::fs::read_to_string(out.path().join("bench.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 13, "{csv}");
+    assert_eq!(csv.lines().count(), 14, "{csv}");
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
     for line in csv.lines().skip(1) {
@@ -544,7 +545,26 @@ fn bench_on_a_form_of_ones_own_compares_it_without_being_asked() {
         "only the form given is compared:\n{stdout}"
     );
     assert!(out.path().join("report.html").is_file());
-    assert!(out.path().join("compare.csv").is_file());
+    // CPU and memory read from the activations' own reports, for every variant.
+    let csv = std::fs::read_to_string(out.path().join("compare.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for line in csv.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let cpu: f64 = cells[column("cpu_us_reported")]
+            .parse()
+            .unwrap_or_else(|_| panic!("no reported CPU in {line}"));
+        assert!(cpu > 0.0, "{line}");
+        let memory: u64 = cells[column("instance_memory_bytes_reported")]
+            .parse()
+            .unwrap_or_else(|_| panic!("no reported memory in {line}"));
+        assert!(memory >= 64 * 1024, "a module's linear memory: {line}");
+    }
+    assert!(
+        stdout.lines().next().unwrap().contains("cpu")
+            && stdout.contains("activations' own reports"),
+        "the table says where its CPU and memory came from:\n{stdout}"
+    );
 }
 
 #[test]
