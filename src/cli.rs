@@ -75,9 +75,9 @@ pub struct OwCompileArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address and port to listen on [default: 0.0.0.0:$PORT when PORT is set, as
-    /// Knative and Cloud Run set it; else 0.0.0.0:8080].
-    #[arg(long, env = "WASMLOOP_LISTEN")]
+    /// Address and port to listen on, or a port alone for every address [default:
+    /// 0.0.0.0:$PORT when PORT is set, as Knative and Cloud Run set it; else 0.0.0.0:8080].
+    #[arg(long, env = "WASMLOOP_LISTEN", value_parser = parse_listen)]
     pub listen: Option<SocketAddr>,
     /// How requests reach the action: openwhisk (POST /init, POST /run) or http (every
     /// request on every path goes to the --action as HTTP, for Kubernetes, Knative and
@@ -89,7 +89,7 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at GET /metrics on this address, a listener of its own
     /// (off by default): activations by outcome and their times, inits, instances, the
     /// queue, outbound refusals, compiles and the compile cache.
-    #[arg(long, env = "WASMLOOP_METRICS_LISTEN", value_name = "ADDR")]
+    #[arg(long, env = "WASMLOOP_METRICS_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
     pub metrics_listen: Option<SocketAddr>,
     /// Serve on this already-listening socket, inherited from a supervisor, instead of --listen.
     #[arg(long, env = "WASMLOOP_LISTEN_FD", value_name = "FD")]
@@ -534,6 +534,16 @@ fn listen_addr(listen: Option<SocketAddr>, port: Option<String>) -> anyhow::Resu
     }
 }
 
+/// An address to listen on: `HOST:PORT`, or a port alone for every address.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    text.parse().map_err(|_| {
+        format!("{text:?} is no address to listen on: give HOST:PORT (0.0.0.0:9090 for every address) or a port alone (9090)")
+    })
+}
+
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -698,6 +708,23 @@ mod tests {
         assert!(hints(&["serve", "-v"]));
         assert!(hints(&["serve", "--log-format", "json"]));
         assert!(hints(&["run", "a.wasm"]));
+    }
+
+    #[test]
+    fn an_address_to_listen_on_may_be_a_port_alone_and_a_wrong_one_says_what_to_give() {
+        let addr = serve(&["--listen", "9000", "--metrics-listen", "127.0.0.1:9090"]);
+        assert_eq!(addr.listen, Some(SocketAddr::from(([0, 0, 0, 0], 9000))));
+        assert_eq!(
+            addr.metrics_listen,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9090)))
+        );
+        let wrong = Cli::try_parse_from(["wasmloop", "serve", "--metrics-listen", "localhost"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            wrong.contains("give HOST:PORT (0.0.0.0:9090 for every address) or a port alone"),
+            "{wrong}"
+        );
     }
 
     fn serve(args: &[&str]) -> ServeArgs {
