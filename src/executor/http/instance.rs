@@ -371,16 +371,15 @@ where
     let (mut call, mut read) = (pin!(call), pin!(read));
     let mut called = None;
     let mut read_result = None;
-    // Armed once the call has returned.
-    let mut grace = pin!(tokio::time::sleep(Duration::from_secs(86_400)));
+    // Made only for a call that returned before its response ended: a timer set on every
+    // activation wakes the runtime's timer thread each time, a syscall and a context
+    // switch per activation.
+    let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     std::future::poll_fn(|cx| {
         if called.is_none()
             && let Poll::Ready(result) = call.as_mut().poll(cx)
         {
             called = Some(result);
-            grace
-                .as_mut()
-                .reset(tokio::time::Instant::now() + AFTER_RETURN);
         }
         if read_result.is_none()
             && let Poll::Ready(result) = read.as_mut().poll(cx)
@@ -389,7 +388,14 @@ where
         }
         match (&called, &read_result) {
             (Some(Err(_)), _) | (Some(Ok(())), Some(_)) | (_, Some(Err(_))) => Poll::Ready(()),
-            (Some(Ok(())), None) if grace.as_mut().poll(cx).is_ready() => Poll::Ready(()),
+            (Some(Ok(())), None) => {
+                let grace = grace.get_or_insert_with(|| Box::pin(tokio::time::sleep(AFTER_RETURN)));
+                if grace.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }
             _ => Poll::Pending,
         }
     })

@@ -16,13 +16,13 @@ use serde_json::{Map, Value};
 /// (any of them the caller sent is replaced): the names the environment uses, as
 /// `x-ow-<name>`. The API key is left out: a component that forwards its request's headers
 /// would send it on.
-const CONTEXT: &[&str] = &[
-    "activation_id",
-    "transaction_id",
-    "deadline",
-    "action_name",
-    "action_version",
-    "namespace",
+const CONTEXT: [(&str, HeaderName); 6] = [
+    ("activation_id", HeaderName::from_static("x-ow-activation-id")),
+    ("transaction_id", HeaderName::from_static("x-ow-transaction-id")),
+    ("deadline", HeaderName::from_static("x-ow-deadline")),
+    ("action_name", HeaderName::from_static("x-ow-action-name")),
+    ("action_version", HeaderName::from_static("x-ow-action-version")),
+    ("namespace", HeaderName::from_static("x-ow-namespace")),
 ];
 
 /// Headers that belong to one connection, not to a message (RFC 9110 7.6.1): never passed
@@ -97,11 +97,9 @@ pub fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
 /// Gives a request its activation's context as `x-ow-*` headers, taken from the
 /// activation's request line: any of them the caller sent is replaced.
 pub fn set_context(headers: &mut HeaderMap, line: &Map<String, Value>) {
-    for key in CONTEXT {
-        let name = HeaderName::try_from(format!("x-ow-{}", key.replace('_', "-")))
-            .expect("the context's names are header names");
+    for (key, name) in CONTEXT {
         headers.remove(&name);
-        let text = match line.get(*key) {
+        let text = match line.get(key) {
             Some(Value::String(text)) => text.clone(),
             Some(Value::Null) | None => continue,
             Some(other) => other.to_string(),
