@@ -33,6 +33,7 @@ pub struct Build {
 
 pub mod command;
 pub mod compare;
+pub mod cpu;
 pub mod harness;
 pub mod peer;
 pub mod report;
@@ -597,6 +598,15 @@ fn wrong_answers(target: &Target, driven: &Driven) -> anyhow::Error {
     )
 }
 
+/// The CPU a target's measured slices took, summed over the rounds.
+#[derive(Default)]
+struct Used {
+    server: Duration,
+    /// A reading failed (the server is someone else's, or went): no server figure.
+    server_unknown: bool,
+    client: Duration,
+}
+
 /// The one engine of the rows and the comparison: every target warmed up, then measured
 /// in turns, a slice of its hits at a time, so that drift over the run (other load, CPU
 /// frequency) falls on every target alike instead of on whichever ran during it, which
@@ -617,13 +627,21 @@ async fn in_rounds<'p>(
         }
     }
     let rounds = plan.rounds.clamp(1, plan.hits.max(1));
-    let mut all: Vec<(Driven, Vec<[f64; 3]>)> =
+    let mut all: Vec<(Driven, Vec<[f64; 3]>, Used)> =
         targets.iter().map(|_| Default::default()).collect();
     for round in 0..rounds {
         let share = plan.hits / rounds + usize::from(round < plan.hits % rounds);
-        for (target, (sum, figures)) in targets.iter().zip(&mut all) {
+        for (target, (sum, figures, used)) in targets.iter().zip(&mut all) {
             let payload = payload_of(target);
+            // Read around the load alone: between slices the server serves nobody.
+            let server_before = target.pid.and_then(cpu::server);
+            let client_before = cpu::client();
             let mut driven = drive(target, payload, share, plan.connections, progress).await?;
+            used.client += cpu::client().saturating_sub(client_before);
+            match (server_before, target.pid.and_then(cpu::server)) {
+                (Some(before), Some(after)) => used.server += after.saturating_sub(before),
+                _ => used.server_unknown = true,
+            }
             if plan.stop_on_wrong && round == 0 && plan.warmup == 0 && driven.errors > 0 {
                 progress.finish_and_clear();
                 return Err(wrong_answers(target, &driven));
@@ -639,8 +657,10 @@ async fn in_rounds<'p>(
     }
     Ok(all
         .into_iter()
-        .map(|(mut sum, figures)| {
+        .map(|(mut sum, figures, used)| {
             sum.micros.sort_by(f64::total_cmp);
+            // Wrong answers were served too: every request counts.
+            let requests = sum.micros.len();
             let column =
                 |k: usize| stats::spread(&figures.iter().map(|f| f[k]).collect::<Vec<_>>());
             let warm = report::Warm {
@@ -649,6 +669,10 @@ async fn in_rounds<'p>(
                 p50: column(0),
                 p99: column(1),
                 per_second: column(2),
+                server_cpu_us: (!used.server_unknown)
+                    .then(|| cpu::per_request(used.server, requests))
+                    .flatten(),
+                client_cpu_us: cpu::per_request(used.client, requests),
             };
             (warm, sum)
         })

@@ -44,6 +44,8 @@ fn warm(connections: usize, base: f64) -> Warm {
         p50: spread(micros[2500]),
         p99: spread(micros[4950]),
         per_second: spread(1e6 * connections as f64 / base / 1.5),
+        server_cpu_us: Some(base * 0.6),
+        client_cpu_us: Some(base * 0.3),
         micros,
     }
 }

@@ -237,6 +237,18 @@ fn bench_compares_every_row_and_writes_its_table_csv_and_plot() {
                 .unwrap_or_else(|_| panic!("no RSS in {line}"));
             assert!(held > f64::from(1 << 20), "{line}");
         }
+        // What each request cost: the server (its children's too, for pipe-fresh's
+        // reaped ones) and the client; the exec row's server is bench itself.
+        let server = cells[column("server_cpu_us")];
+        if cells[0] == "exec" {
+            assert_eq!(server, "", "{line}");
+        } else {
+            assert!(server.parse::<f64>().unwrap() > 0.0, "{line}");
+        }
+        assert!(
+            cells[column("client_cpu_us")].parse::<f64>().unwrap() > 0.0,
+            "{line}"
+        );
     }
     let svg = std::fs::read_to_string(out.path().join("latency.svg")).unwrap();
     assert!(
@@ -726,6 +738,9 @@ fn bench_measures_an_http_component_beside_wasmtime_serve_running_the_same_file(
         // Each server's resident set once its action was loaded.
         let held: f64 = cells[column("rss_after_init_bytes")].parse().unwrap();
         assert!(held > f64::from(4 << 20), "{line}");
+        // And its CPU per request, the peer's as well as ours.
+        let server: f64 = cells[column("server_cpu_us")].parse().unwrap();
+        assert!(server > 0.0, "{line}");
     }
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_wasmloop"))
         .current_dir(root)

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const CSV_COLUMNS: [&str; 28] = [
+pub(super) const CSV_COLUMNS: [&str; 30] = [
     "label",
     "backend",
     "compiler",
@@ -31,6 +31,8 @@ pub(super) const CSV_COLUMNS: [&str; 28] = [
     "errors",
     "cpu_us_reported",
     "instance_memory_bytes_reported",
+    "server_cpu_us",
+    "client_cpu_us",
 ];
 
 /// The CSV's rows, also the HTML page's full table: one per variant and connection count,
@@ -92,6 +94,9 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
             row.push(v.errors.to_string());
             row.push(v.reported_cpu_us.map_or(String::new(), |us| number(us, 1)));
             row.push(count(v.reported_memory));
+            let per_request = |us: Option<f64>| us.map_or(String::new(), |us| number(us, 1));
+            row.push(per_request(warm.and_then(|w| w.server_cpu_us)));
+            row.push(per_request(warm.and_then(|w| w.client_cpu_us)));
             rows.push(row);
         }
     }

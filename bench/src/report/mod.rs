@@ -76,6 +76,11 @@ pub struct Warm {
     pub p99: Spread,
     /// Per-round requests per second.
     pub per_second: Spread,
+    /// The server's CPU (with its children's) per measured request, µs: none for a server
+    /// the bench did not start.
+    pub server_cpu_us: Option<f64>,
+    /// The bench's own CPU per measured request, µs: what the client took of the machine.
+    pub client_cpu_us: Option<f64>,
 }
 
 /// Names the model's words as the table, CSV and page write them, and reads them back.
@@ -559,6 +564,8 @@ mod tests {
             p50: spread(base * 1.1, base * 1.05, base * 1.15),
             p99: spread(base * 2.0, base * 1.8, base * 2.3),
             per_second: spread(per_second, per_second * 0.95, per_second * 1.04),
+            server_cpu_us: Some(base * 0.6),
+            client_cpu_us: Some(base * 0.3),
         }
     }
 
@@ -805,6 +812,10 @@ mod tests {
         assert_eq!(fields[21], "2.500", "cold_start_ms");
         assert_eq!(fields[22], (3u64 << 20).to_string());
         assert_eq!(fields[25], "3", "errors");
+        // The sample's native row at 8 connections has a base of 100 µs.
+        let column = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        assert_eq!(fields[column("server_cpu_us")], "60.0");
+        assert_eq!(fields[column("client_cpu_us")], "30.0");
     }
 
     #[test]
@@ -1079,6 +1090,10 @@ mod tests {
             assert!(line.starts_with(&v.label), "{text}");
         }
         assert!(lines[1].contains("33 [32–35]"), "{}", lines[1]);
+        // The server's CPU per request at the most connections (the sample's is 0.6 of
+        // its base of 75 µs there).
+        assert!(lines[0].contains("  srv@8  "), "{}", lines[0]);
+        assert!(lines[1].contains("  100     45  "), "{}", lines[1]);
         assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
         assert!(text.contains("note: the machine was <busy>"));
         assert!(text.ends_with(
@@ -1086,7 +1101,7 @@ mod tests {
              `{\"message\":\"Hi\"}`\n"
         ));
         let widest = lines.iter().take(5).map(|l| l.chars().count()).max();
-        assert!(widest < Some(150), "{text}");
+        assert!(widest < Some(165), "{text}");
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub fn table(c: &Comparison) -> String {
             header.extend([format!("p50@{n}"), format!("kreq/s@{n}")]);
         }
     }
+    // At the most connections alone: a request costs about the same at each count, and
+    // the table is wide already.
+    let most = counts.last().copied();
+    header.extend(most.map(|n| format!("srv@{n}")));
     header.extend(sources.iter().map(|s| s.header().to_owned()));
     header.extend(["MiB", "+KiB", "cpu", "mem", "crash", "err"].map(str::to_owned));
 
@@ -42,6 +46,10 @@ pub fn table(c: &Comparison) -> String {
                 row.push(cell(&|w| figure(w.p50.median)));
                 row.push(cell(&|w| figure(w.per_second.median / 1e3)));
             }
+        }
+        if let Some(n) = most {
+            let server = v.warm_at(n).and_then(|w| w.server_cpu_us);
+            row.push(server.map_or("-".to_owned(), figure));
         }
         for s in &sources {
             row.push(
@@ -88,7 +96,9 @@ pub fn table(c: &Comparison) -> String {
         let _ = write!(
             legend,
             "@N: at N connections; latencies in µs; p50@{first} and kreq/s@{first} (thousands \
-             of requests per second): median over rounds [least–most]; "
+             of requests per second): median over rounds [least–most]; srv: the server's CPU \
+             per request in µs, its children's included (both sides of a 2-CPU machine share \
+             it with the client: see the CSV's client_cpu_us); "
         );
     }
     if !sources.is_empty() {

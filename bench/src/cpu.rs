@@ -1,0 +1,141 @@
+//! CPU time spent by a server (with its children) and by the bench's own client, so a row can say what each request cost the machine.
+
+use std::time::Duration;
+
+/// A process's CPU clock: every thread it has had, to the nanosecond. None once it is gone.
+fn process_clock(pid: i32) -> Option<Duration> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid place for the id to be written.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; `clock` came from clock_getcpuclockid.
+    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+        return None;
+    }
+    Some(Duration::new(now.tv_sec as u64, now.tv_nsec as u32))
+}
+
+/// The fields of `/proc/<pid>/stat` after the command's closing parenthesis (a command
+/// may hold spaces and parentheses of its own).
+fn stat_fields(pid: i32) -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // The state is a letter: kept as 0 so the fields keep their places.
+    Some(
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// What `pid`'s children it has waited for used (`cutime` + `cstime`, in clock ticks):
+/// a process per activation ends before the next reading.
+fn reaped_children(pid: i32) -> Duration {
+    let ticks = rustix::param::clock_ticks_per_second().max(1);
+    // After the parenthesis: state is field 3 of the whole line, cutime 16 and cstime 17.
+    let used = stat_fields(pid).map_or(0, |f| {
+        f.get(13).copied().unwrap_or(0) + f.get(14).copied().unwrap_or(0)
+    });
+    Duration::from_nanos(used.saturating_mul(1_000_000_000) / ticks)
+}
+
+/// Every living process under `pid`, at any depth.
+fn descendants(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(i32, i32)> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|p| Some((p, *stat_fields(p)?.get(1)? as i32)))
+        .collect();
+    let mut found = vec![pid];
+    let mut at = 0;
+    while at < found.len() {
+        let parent = found[at];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        at += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// The CPU a server has used so far: its own threads, its children alive now, and those
+/// it has reaped. None when the server is gone.
+pub fn server(pid: u32) -> Option<Duration> {
+    let pid = i32::try_from(pid).ok()?;
+    let own = process_clock(pid)?;
+    let children: Duration = descendants(pid).into_iter().filter_map(process_clock).sum();
+    Some(own + children + reaped_children(pid))
+}
+
+/// The CPU the bench's own process has used so far: the client's.
+pub fn client() -> Duration {
+    process_clock(0).unwrap_or_default()
+}
+
+/// CPU per request, in µs: none for no requests.
+pub fn per_request(used: Duration, requests: usize) -> Option<f64> {
+    (requests > 0).then(|| used.as_secs_f64() * 1e6 / requests as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_child_counts_in_its_parents_figure_and_a_gone_process_has_none() {
+        // A shell whose child spins: the time is the grandchild's, not the shell's own.
+        let mut shell = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done'; sleep 30",
+            ])
+            .spawn()
+            .expect("sh runs");
+        let pid = shell.id();
+        let started = server(pid).expect("a living process has a clock");
+        let mut last = started;
+        for _ in 0..200 {
+            std::thread::sleep(Duration::from_millis(20));
+            last = server(pid).expect("still alive");
+            if last - started > Duration::from_millis(50) {
+                break;
+            }
+        }
+        assert!(
+            last - started > Duration::from_millis(50),
+            "the spinning grandchild's CPU was not counted: {:?}",
+            last - started
+        );
+        shell.kill().unwrap();
+        shell.wait().unwrap();
+        assert_eq!(server(pid), None);
+    }
+
+    #[test]
+    fn per_request_divides_what_was_used_and_has_nothing_for_no_requests() {
+        assert_eq!(per_request(Duration::from_millis(20), 400), Some(50.0));
+        assert_eq!(per_request(Duration::from_millis(20), 0), None);
+    }
+
+    #[test]
+    fn the_clients_own_clock_moves_with_its_work() {
+        let before = client();
+        let mut x = 0u64;
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        assert!(client() - before >= Duration::from_millis(20), "{x}");
+    }
+}
