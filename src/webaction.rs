@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::error::json_response;
 use crate::executor::http::web::{
     BadHeader, RESPONSE_STATUSES, decode_base64, drop_hop_by_hop, header_map,
-    is_base64_on_the_wire, is_textual, media_type,
+    is_base64_on_the_wire, is_json_family, media_type, result_body_is_base64,
 };
 
 /// The request line of one activation: the request as its value, and the context the
@@ -41,7 +41,7 @@ pub fn activation(
         .and_then(|v| v.to_str().ok())
         .map(media_type);
     match media.as_deref() {
-        Some("application/json") if !body.is_empty() => {
+        Some(json) if is_json_family(json) && !body.is_empty() => {
             if let Ok(Value::Object(fields)) = serde_json::from_slice(body) {
                 value.extend(fields);
             }
@@ -187,15 +187,16 @@ pub fn response(result: &[u8], say: &dyn Fn(&str)) -> Result<Response, NotARespo
     let typed = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(media_type);
+        .map(str::to_owned);
     let body = match fields.get("body") {
         None | Some(Value::Null) => Bytes::new(),
         Some(Value::String(text)) => match typed.as_deref() {
-            Some(media) if !is_textual(media) => {
+            Some(given) if result_body_is_base64(Some(given), text) => {
                 let decoded = decode_base64(text).map_err(|e| {
                     NotAResponse(format!(
                         "its body is not base64 ({e}), which a binary content-type \
-                             ({media}) needs"
+                             ({}) needs",
+                        media_type(given)
                     ))
                 })?;
                 Bytes::from(decoded)
@@ -308,6 +309,24 @@ mod tests {
         assert_eq!(plain.headers()["content-type"], "application/json");
         let json_body = response(br#"{"body":{"a":1}}"#, &|_| {}).unwrap();
         assert_eq!(json_body.headers()["content-type"], "application/json");
+    }
+
+    #[tokio::test]
+    async fn a_json_types_body_that_looks_like_base64_is_decoded_as_the_controller_does() {
+        async fn body(result: &[u8]) -> Bytes {
+            let response = response(result, &|_| {}).unwrap();
+            axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap()
+        }
+        let decoded =
+            body(br#"{"headers":{"content-type":"application/json"},"body":"dHJ1ZQ=="}"#).await;
+        assert_eq!(&decoded[..], b"true");
+        let text =
+            body(br#"{"headers":{"content-type":"application/json"},"body":"{\"a\":1}"}"#).await;
+        assert_eq!(&text[..], br#"{"a":1}"#);
+        let svg = body(br#"{"headers":{"content-type":"image/svg+xml"},"body":"PHN2Zy8+"}"#).await;
+        assert_eq!(&svg[..], b"<svg/>");
     }
 
     #[test]

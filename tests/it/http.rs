@@ -96,6 +96,39 @@ fn the_components_status_is_its_answer_and_binary_bodies_travel_as_base64() {
 }
 
 #[test]
+fn bodies_are_text_or_base64_exactly_where_openwhisks_controller_takes_them_so() {
+    let server = http_server(&[]);
+    let raw = |content_type: &str, body: &str| {
+        result(
+            &server,
+            web(
+                "post",
+                "/raw",
+                "",
+                json!({"content-type": content_type}),
+                Some(body),
+            ),
+        )
+    };
+    // SVG is binary to Akka, which the controller renders with: base64 both ways.
+    let svg = raw("image/svg+xml", "PHN2Zy8+");
+    assert_eq!(svg["body"], "PHN2Zy8+", "{svg}");
+    // A JSON body of `true` would look like base64 to the controller and be decoded:
+    // sent as base64 of itself, it reaches the client as `true`.
+    let truth = raw("application/json", "dHJ1ZQ==");
+    assert_eq!(truth["body"], "dHJ1ZQ==", "{truth}");
+    assert_eq!(truth["headers"]["content-type"], "application/json");
+    // A JSON body that is no object comes, not raw, as the JSON value itself.
+    let mut parsed = json!({
+        "__ow_method": "post", "__ow_path": "/echo",
+        "__ow_headers": {"content-type": "application/json"}, "__ow_body": [1, 2],
+    });
+    assert_eq!(echoed(&result(&server, parsed.clone()))["body"], "[1,2]");
+    parsed["__ow_body"] = json!("hello");
+    assert_eq!(echoed(&result(&server, parsed))["body"], "\"hello\"");
+}
+
+#[test]
 fn an_instance_is_reused_by_default_and_fresh_for_each_activation_when_asked() {
     let reused = http_server(&[]);
     let handled: Vec<Value> = (0..3)

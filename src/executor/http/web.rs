@@ -162,28 +162,52 @@ fn web_request(mut value: Map<String, Value>) -> Result<Incoming, BadRequest> {
             )));
         }
     };
-    let body = match text(&mut value, "__ow_body")? {
-        Some(body) if is_base64_on_the_wire(headers.get(http::header::CONTENT_TYPE)) => {
-            Bytes::from(decode_base64(&body).map_err(|e| {
-                BadRequest(format!(
-                    "__ow_body is not valid base64 ({e}), and its content-type ({}) is one \
-                     OpenWhisk sends base64-encoded: encode the body, or send it with a \
-                     textual content-type",
-                    content_type(&headers).unwrap_or("none")
-                ))
-            })?)
+    let typed = content_type(&headers).map(str::to_owned);
+    let body = match value.remove("__ow_body") {
+        // Not raw, a JSON body that is no object comes as the JSON value itself.
+        Some(json) if !raw && typed.as_deref().is_some_and(is_json_family) => {
+            Bytes::from(json.to_string())
         }
-        Some(body) => Bytes::from(body),
-        // In raw mode the body is `__ow_body` or nothing; otherwise the value's own fields
-        // (parameters, a JSON body's fields) are the body.
-        None if raw => Bytes::new(),
-        None => {
-            value.retain(|key, _| !key.starts_with("__ow_"));
-            if value.is_empty() {
+        None | Some(Value::Null) => {
+            if raw {
+                // In raw mode the body is `__ow_body` or nothing.
                 Bytes::new()
             } else {
-                Bytes::from(Value::Object(value).to_string())
+                // Otherwise the value's own fields (parameters, a JSON or form body's
+                // fields) are the body.
+                value.retain(|key, _| !key.starts_with("__ow_"));
+                if value.is_empty() {
+                    Bytes::new()
+                } else {
+                    Bytes::from(Value::Object(value).to_string())
+                }
             }
+        }
+        Some(Value::String(body)) => {
+            let base64 = if raw {
+                is_base64_on_the_wire(headers.get(http::header::CONTENT_TYPE))
+            } else {
+                typed.as_deref().is_some_and(is_binary)
+            };
+            if base64 {
+                Bytes::from(decode_base64(&body).map_err(|e| {
+                    BadRequest(format!(
+                        "__ow_body is not valid base64 ({e}), and its content-type ({}) is one \
+                         OpenWhisk sends base64-encoded: encode the body, or send it with a \
+                         textual content-type",
+                        typed.as_deref().unwrap_or("none")
+                    ))
+                })?)
+            } else {
+                Bytes::from(body)
+            }
+        }
+        Some(other) => {
+            return Err(BadRequest(format!(
+                "__ow_body must be a string (or, for a JSON content-type without \
+                 __ow_query, any JSON value), not {}",
+                kind(&other)
+            )));
         }
     };
     let mut headers = headers;
@@ -292,45 +316,146 @@ pub fn media_type(value: &str) -> String {
         .to_ascii_lowercase()
 }
 
-/// Whether a body of this type is text to the controller (Akka's non-binary media types):
-/// sent and rendered as a string; any other is binary, and travels as base64.
-pub fn is_textual(content_type: &str) -> bool {
+// Akka HTTP's registry of media types (akka.http.scaladsl.model.MediaTypes), which the
+// controller reads a content-type against: the registered types that are not binary
+// (text, and those with an open or fixed charset), then the registered binary ones. A type
+// it does not know is binary unless a charset is given. Sorted, for binary search.
+const AKKA_NOT_BINARY: &[&str] = &[
+    "application/atom+xml", "application/base64", "application/javascript",
+    "application/json", "application/json-patch+json", "application/merge-patch+json",
+    "application/problem+json", "application/problem+xml", "application/rss+xml",
+    "application/soap+xml", "application/vnd.api+json", "application/vnd.google-earth.kml+xml",
+    "application/x-latex", "application/x-vrml", "application/x-www-form-urlencoded",
+    "application/xhtml+xml", "application/xml", "application/xml-dtd",
+    "text/asp", "text/cache-manifest", "text/calendar", "text/css", "text/csv",
+    "text/event-stream", "text/html", "text/markdown", "text/mcf", "text/plain",
+    "text/richtext", "text/tab-separated-values", "text/uri-list", "text/vnd.wap.wml",
+    "text/vnd.wap.wmlscript", "text/x-asm", "text/x-c", "text/x-component", "text/x-h",
+    "text/x-java-source", "text/x-pascal", "text/x-script", "text/x-scriptcsh",
+    "text/x-scriptelisp", "text/x-scriptksh", "text/x-scriptlisp", "text/x-scriptperl",
+    "text/x-scriptperl-module", "text/x-scriptphyton", "text/x-scriptrexx",
+    "text/x-scriptscheme", "text/x-scriptsh", "text/x-scripttcl", "text/x-scripttcsh",
+    "text/x-scriptzsh", "text/x-server-parsed-html", "text/x-setext", "text/x-sgml",
+    "text/x-speech", "text/x-uuencode", "text/x-vcalendar", "text/x-vcard", "text/xml",
+];
+const AKKA_BINARY: &[&str] = &[
+    "application/cbor", "application/excel", "application/font-woff", "application/gnutar",
+    "application/grpc+proto", "application/java-archive", "application/lha", "application/lzx",
+    "application/mspowerpoint", "application/msword", "application/octet-stream",
+    "application/pdf", "application/postscript", "application/vnd.google-earth.kmz",
+    "application/vnd.ms-excel", "application/vnd.ms-excel.addin.macroenabled.12",
+    "application/vnd.ms-excel.sheet.binary.macroenabled.12",
+    "application/vnd.ms-excel.sheet.macroenabled.12",
+    "application/vnd.ms-excel.template.macroenabled.12", "application/vnd.ms-fontobject",
+    "application/vnd.ms-powerpoint", "application/vnd.ms-powerpoint.addin.macroenabled.12",
+    "application/vnd.ms-powerpoint.presentation.macroenabled.12",
+    "application/vnd.ms-powerpoint.slideshow.macroenabled.12",
+    "application/vnd.ms-word.document.macroenabled.12",
+    "application/vnd.ms-word.template.macroenabled.12",
+    "application/vnd.oasis.opendocument.chart", "application/vnd.oasis.opendocument.database",
+    "application/vnd.oasis.opendocument.formula", "application/vnd.oasis.opendocument.graphics",
+    "application/vnd.oasis.opendocument.image", "application/vnd.oasis.opendocument.presentation",
+    "application/vnd.oasis.opendocument.spreadsheet", "application/vnd.oasis.opendocument.text",
+    "application/vnd.oasis.opendocument.text-master", "application/vnd.oasis.opendocument.text-web",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "application/vnd.openxmlformats-officedocument.presentationml.slide",
+    "application/vnd.openxmlformats-officedocument.presentationml.slideshow",
+    "application/vnd.openxmlformats-officedocument.presentationml.template",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.template",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.template",
+    "application/x-7z-compressed", "application/x-ace-compressed", "application/x-apple-diskimage",
+    "application/x-arc-compressed", "application/x-bzip", "application/x-bzip2",
+    "application/x-chrome-extension", "application/x-compress", "application/x-compressed",
+    "application/x-debian-package", "application/x-dvi", "application/x-font-opentype",
+    "application/x-font-truetype", "application/x-gtar", "application/x-gzip",
+    "application/x-rar-compressed", "application/x-redhat-package-manager",
+    "application/x-shockwave-flash", "application/x-tar", "application/x-tex",
+    "application/x-texinfo", "application/x-x509-ca-cert", "application/x-xpinstall",
+    "application/zip",
+    "audio/aiff", "audio/basic", "audio/midi", "audio/mod", "audio/mpeg", "audio/ogg",
+    "audio/voc", "audio/vorbis", "audio/voxware", "audio/wav", "audio/webm", "audio/x-pn-realaudio",
+    "audio/x-psid", "audio/xm",
+    "font/woff", "font/woff2",
+    "image/gif", "image/jpeg", "image/pict", "image/png", "image/svg+xml", "image/tiff",
+    "image/webp", "image/x-icon", "image/x-ms-bmp", "image/x-pcx", "image/x-pict",
+    "image/x-quicktime", "image/x-rgb", "image/x-xbitmap", "image/x-xpixmap",
+    "message/delivery-status", "message/http", "message/rfc822",
+    "video/avs-video", "video/divx", "video/gl", "video/mp4", "video/mpeg", "video/ogg",
+    "video/quicktime", "video/webm", "video/x-dv", "video/x-flv", "video/x-motion-jpeg",
+    "video/x-ms-asf", "video/x-msvideo", "video/x-sgi-movie",
+];
+
+/// Whether the controller takes a body of this content-type as binary, as Akka HTTP does:
+/// a registered type by its registration (`image/svg+xml` is binary, `text/csv` is not),
+/// multipart always, any other unless a charset is given (`application/hal+json` is
+/// binary, `application/hal+json; charset=utf-8` is not). Binary bodies travel as base64.
+pub fn is_binary(content_type: &str) -> bool {
     let media = media_type(content_type);
-    let Some((main, sub)) = media.split_once('/') else {
-        return false;
+    let Some((main, _)) = media.split_once('/') else {
+        // No media type at all: the controller refuses it; the runtime keeps its bytes.
+        return true;
     };
-    main == "text"
-        || sub.ends_with("+json")
-        || sub.ends_with("+xml")
-        || matches!(
-            (main, sub),
-            (
-                "application",
-                "json"
-                    | "xml"
-                    | "javascript"
-                    | "ecmascript"
-                    | "x-www-form-urlencoded"
-                    | "xhtml+xml"
-            )
-        )
+    if AKKA_NOT_BINARY.binary_search(&media.as_str()).is_ok() {
+        return false;
+    }
+    if main == "multipart" || AKKA_BINARY.binary_search(&media.as_str()).is_ok() {
+        return true;
+    }
+    let charset = content_type.split(';').skip(1).any(|parameter| {
+        parameter
+            .split_once('=')
+            .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("charset"))
+    });
+    !charset
 }
 
-/// Whether the controller base64-encodes a request body of this type in `__ow_body`: a
-/// binary one, and application/json itself (for legacy, in raw mode). Both directions
-/// read it: a value made into a request, and (`--protocol http`) a request made into one.
+/// application/json and any `+json` type: the controller parses such a request body as
+/// JSON (unless raw), and takes such a result body's string as base64 when it looks like
+/// base64.
+pub fn is_json_family(content_type: &str) -> bool {
+    let media = media_type(content_type);
+    media == "application/json" || media.ends_with("+json")
+}
+
+/// Whether the controller reads `text` as base64 (its `Exec.isBinaryCode`): trimmed, a
+/// non-empty multiple of four characters of the base64 alphabet, padded at most at its end.
+pub fn looks_like_base64(text: &str) -> bool {
+    // Java's trim: every character up to the space.
+    let text = text.trim_matches(|c: char| c <= ' ').as_bytes();
+    let alphabet = |b: &u8| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/';
+    let body = match text {
+        [body @ .., a, b'=', b'='] if alphabet(a) => body,
+        [body @ .., b'='] => body,
+        all => all,
+    };
+    !text.is_empty() && text.len() % 4 == 0 && body.iter().all(alphabet)
+}
+
+/// Whether a result's string `body` under this content-type is base64 to the controller:
+/// a binary type's always; a JSON type's when it looks like base64 (a legacy the controller
+/// keeps); without a type (text/html to it) never.
+pub fn result_body_is_base64(content_type: Option<&str>, body: &str) -> bool {
+    content_type.is_some_and(|t| is_binary(t) || (is_json_family(t) && looks_like_base64(body)))
+}
+
+/// Whether the controller base64-encodes a raw request body of this type in `__ow_body`:
+/// a binary one, and application/json itself (for legacy). Both directions read it: a
+/// value made into a request, and (`--protocol http`) a request made into one.
 pub fn is_base64_on_the_wire(content_type: Option<&HeaderValue>) -> bool {
     match content_type.and_then(|v| v.to_str().ok()) {
         // Without a type the controller takes the body as text.
         None => false,
-        Some(value) => media_type(value) == "application/json" || !is_textual(value),
+        Some(value) => media_type(value) == "application/json" || is_binary(value),
     }
 }
 
 /// The web-action result of a component's response, as one line: `statusCode`, the
-/// `headers` (a repeated one as an array), and the `body` as text for a textual type (a
-/// body that is not UTF-8 as base64, typed as binary), base64 for any other. Each header
-/// left out is told through `say`.
+/// `headers` (a repeated one as an array), and the `body` as text where the controller
+/// takes it as text, base64 where it decodes it (a binary type; a JSON type's body that
+/// would look like base64 to it, such as `true`; a body that is not UTF-8, typed as binary
+/// if its type was text). Each header left out is told through `say`.
 pub fn result(
     status: http::StatusCode,
     headers: &HeaderMap,
@@ -338,7 +463,7 @@ pub fn result(
     say: &dyn Fn(&str),
 ) -> Vec<u8> {
     let mut out = Map::new();
-    let mut typed_binary = false;
+    let mut typed = None;
     for (name, value) in headers {
         if HOP_BY_HOP.contains(&name.as_str()) || name == http::header::CONTENT_LENGTH {
             if name != http::header::CONTENT_LENGTH {
@@ -354,7 +479,7 @@ pub fn result(
             continue;
         };
         if name == http::header::CONTENT_TYPE {
-            typed_binary = !is_textual(text);
+            typed = Some(text);
         }
         let text = Value::String(text.to_owned());
         match out.get_mut(name.as_str()) {
@@ -368,12 +493,13 @@ pub fn result(
             }
         }
     }
-    let body = match std::str::from_utf8(body) {
-        Ok(text) if !typed_binary => Value::String(text.to_owned()),
-        not_text => {
-            if not_text.is_err() && !typed_binary {
+    let text = std::str::from_utf8(body).ok();
+    let body = match text {
+        Some(text) if !result_body_is_base64(typed, text) => Value::String(text.to_owned()),
+        _ => {
+            if text.is_none() && !typed.is_some_and(|t| is_binary(t) || is_json_family(t)) {
                 // Text to the controller (its default is text/html), yet not text: sent as
-                // binary, which the controller decodes.
+                // binary, which the controller decodes. A JSON type's base64 it decodes too.
                 out.insert(
                     "content-type".to_owned(),
                     Value::String("application/octet-stream".to_owned()),
@@ -517,12 +643,107 @@ mod tests {
     }
 
     #[test]
-    fn textual_types_are_those_the_controller_renders_as_text() {
-        for textual in ["text/html", "application/json", "application/problem+json; charset=utf-8", "application/xml", "TEXT/PLAIN"] {
-            assert!(is_textual(textual), "{textual}");
+    fn binary_types_are_those_akka_registers_as_binary_or_does_not_know_without_a_charset() {
+        for text in [
+            "text/html",
+            "TEXT/PLAIN",
+            "application/json",
+            "application/problem+json; charset=utf-8",
+            "application/xml",
+            "text/csv",
+            // Not registered, but given a charset.
+            "application/hal+json; charset=utf-8",
+            "text/x-unknown; Charset=UTF-8",
+        ] {
+            assert!(!is_binary(text), "{text}");
         }
-        for binary in ["image/png", "application/octet-stream", "application/pdf", "font/woff2", "nonsense"] {
-            assert!(!is_textual(binary), "{binary}");
+        for binary in [
+            "image/png",
+            "image/svg+xml",
+            "application/octet-stream",
+            "application/pdf",
+            "font/woff2",
+            "multipart/form-data; boundary=x",
+            // Registered as binary: a charset changes nothing.
+            "image/png; charset=utf-8",
+            // Not registered and no charset.
+            "application/hal+json",
+            "text/x-unknown",
+            "nonsense",
+        ] {
+            assert!(is_binary(binary), "{binary}");
         }
+        for list in [AKKA_NOT_BINARY, AKKA_BINARY] {
+            assert!(list.is_sorted(), "the registry lists are searched as sorted");
+        }
+    }
+
+    #[test]
+    fn base64_is_what_the_controller_takes_for_it() {
+        for yes in ["true", "null", "1234", " dHJ1ZQ== ", "abc=", "ab+/"] {
+            assert!(looks_like_base64(yes), "{yes}");
+        }
+        for no in ["", "tru", "{\"a\":1}", "a===", "ab=c", "====", "hello world!"] {
+            assert!(!looks_like_base64(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn a_json_body_the_controller_would_take_for_base64_goes_as_base64() {
+        let json = |body: &[u8], content_type: &'static str| -> Value {
+            let mut headers = HeaderMap::new();
+            headers.insert("content-type", HeaderValue::from_static(content_type));
+            serde_json::from_slice(&result(http::StatusCode::OK, &headers, body, &|_| {})).unwrap()
+        };
+        // `true` reads as base64 to the controller, which would decode it to 3 bytes.
+        let truth = json(b"true", "application/json");
+        assert_eq!(truth["body"], "dHJ1ZQ==");
+        assert_eq!(truth["headers"]["content-type"], "application/json");
+        assert_eq!(json(br#"{"a":1}"#, "application/json")["body"], r#"{"a":1}"#);
+        // No JSON type, no such reading: text stays text.
+        assert_eq!(json(b"true", "text/plain")["body"], "true");
+        // A JSON type's bytes that are no UTF-8 keep their type: the controller decodes them.
+        let bytes = json(&[0xff, 0xfe], "application/json");
+        assert_eq!(bytes["headers"]["content-type"], "application/json");
+        assert_eq!(bytes["body"], "//4=");
+        // Akka's binary types, even those that look like text.
+        assert_eq!(json(b"<svg/>", "image/svg+xml")["body"], "PHN2Zy8+");
+        assert_eq!(json(br#"{"a":1}"#, "application/hal+json")["body"], "eyJhIjoxfQ==");
+    }
+
+    #[test]
+    fn a_parsed_json_body_that_is_no_object_comes_as_its_json_value() {
+        for (given, sent) in [
+            (serde_json::json!([1, 2]), &b"[1,2]"[..]),
+            (serde_json::json!("hello"), b"\"hello\""),
+            (serde_json::json!(7), b"7"),
+        ] {
+            let incoming = request(&line(serde_json::json!({
+                "__ow_method": "post", "__ow_headers": {"content-type": "application/json"},
+                "__ow_body": given,
+            })))
+            .unwrap();
+            assert_eq!(&incoming.body[..], sent);
+        }
+        // Raw, the same type's body is base64, as the controller sends it.
+        let raw = request(&line(serde_json::json!({
+            "__ow_method": "post", "__ow_query": "", "__ow_headers": {"content-type": "application/json"},
+            "__ow_body": "WzEsMl0=",
+        })))
+        .unwrap();
+        assert_eq!(&raw.body[..], b"[1,2]");
+        // And SVG is binary to it either way.
+        let svg = request(&line(serde_json::json!({
+            "__ow_method": "post", "__ow_headers": {"content-type": "image/svg+xml"},
+            "__ow_body": "PHN2Zy8+",
+        })))
+        .unwrap();
+        assert_eq!(&svg.body[..], b"<svg/>");
+        let not_a_string = request(&line(serde_json::json!({
+            "__ow_method": "post", "__ow_query": "", "__ow_headers": {"content-type": "text/plain"},
+            "__ow_body": [1],
+        })))
+        .unwrap_err();
+        assert!(not_a_string.0.contains("__ow_body must be a string"), "{not_a_string}");
     }
 }
