@@ -264,8 +264,13 @@ impl End {
 enum Job {
     /// Its request line, answered with its result line.
     Run,
-    /// A request served as it came (`Worker::serve`).
-    Serve(Box<HttpRequest>, Respond),
+    /// A request served as it came (`Worker::serve`), and whether its response's head has
+    /// gone out (a failure after it cuts the response short).
+    Serve(
+        Box<HttpRequest>,
+        Respond,
+        Arc<std::sync::atomic::AtomicBool>,
+    ),
 }
 
 /// What an activation leaves to its end: the permit it holds until then, and whether its
@@ -677,19 +682,12 @@ where
             // The activation goes on once the head is out, until the worker has written
             // the body: a task of its own holds the worker until then.
             let task = tokio::spawn(async move {
-                let result = pool
-                    .job(Job::Serve(Box::new(request), respond), context, deadline)
-                    .await;
-                if let Err(e) = &result
-                    && sent.load(Ordering::Acquire)
-                {
-                    crate::logs::runtime_line(
-                        pool.reporting.format,
-                        None,
-                        &format!("wasmloop: the response was cut short: {e}"),
-                    );
-                }
-                result
+                pool.job(
+                    Job::Serve(Box::new(request), respond, sent),
+                    context,
+                    deadline,
+                )
+                .await
             });
             match head.await {
                 Ok(response) => Ok(response),
@@ -860,13 +858,17 @@ impl<W: Worker> Pool<W> {
         }
         let cpu_before = if reports { worker.cpu_time() } else { None };
         let mut polled = std::time::Duration::ZERO;
+        let mut head_sent = None;
         let work = async {
             match job {
                 Job::Run => lines::check_result(worker.activate(line).await?),
-                Job::Serve(request, respond) => worker
-                    .serve(*request, line, respond)
-                    .await
-                    .map(|()| Bytes::new()),
+                Job::Serve(request, respond, sent) => {
+                    head_sent = Some(sent);
+                    worker
+                        .serve(*request, line, respond)
+                        .await
+                        .map(|()| Bytes::new())
+                }
             }
         };
         let result = within(deadline, cpu_timed(work, &mut polled, reports)).await;
@@ -875,6 +877,11 @@ impl<W: Worker> Pool<W> {
         // asked for it. A line that is no JSON at all (a print on the result channel) no
         // canonical case sends, and without a word the 502 would leave its author guessing.
         match &result {
+            // Under the activation's labels: the client saw a body cut, and this says why.
+            Err(e) if head_sent.is_some_and(|sent| sent.load(Ordering::Acquire)) => self.say_about(
+                worker,
+                &format!("wasmloop: the response was cut short: {e}"),
+            ),
             Err(RunError::NotJson(line)) => {
                 lines::report_not_json(&|m| self.say_about(worker, m), line, hints)
             }

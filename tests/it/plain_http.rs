@@ -441,7 +441,7 @@ fn a_request_body_past_the_cap_or_too_slow_is_the_runtimes_answer_whatever_the_c
 }
 
 #[test]
-fn a_components_bad_answers_are_502s_with_a_log_line_and_a_stalled_body_is_cut_at_the_deadline() {
+fn a_components_bad_answers_are_502s_with_a_log_line_and_a_stalled_stream_is_cut_at_the_deadline() {
     let server = plain(&http_guest(), &["--timeout", "700ms"]);
     for (path, told) in [
         (
@@ -455,14 +455,61 @@ fn a_components_bad_answers_are_502s_with_a_log_line_and_a_stalled_body_is_cut_a
         assert!(String::from_utf8_lossy(&body).contains(told), "{path}");
         server.wait_stderr(told);
     }
-    // Its head and first bytes went out; its body never ends: the deadline ends it, the
-    // client sees the connection close before the last chunk, and the logs say why.
+    // Its head and first bytes went out, and it goes on reading a body that never ends:
+    // the deadline cuts it, the client sees the connection close before the last chunk,
+    // and the logs say why.
+    let mut stream = connect(server.addr);
+    stream
+        .write_all(
+            b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
+        )
+        .unwrap();
+    let mut read = Vec::new();
+    let _ = stream.read_to_end(&mut read);
+    let text = String::from_utf8_lossy(&read);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("first") && !text.ends_with("0\r\n\r\n"),
+        "{text}"
+    );
+    server.wait_stderr("the response was cut short: the action did not finish in time");
+    let (status, _, _) = send(server.addr, "GET /status?200 HTTP/1.1", b"");
+    assert_eq!(status, 200, "the next request is served");
+}
+
+#[test]
+fn a_body_left_unfinished_when_handle_returns_is_cut_at_once_under_the_activations_labels() {
+    let server = plain(&http_guest(), &["--timeout", "60s", "--log-format", "json"]);
+    let started = Instant::now();
     let (status, _, body) = send_raw(server.addr, "GET /unfinished HTTP/1.1", b"");
     assert_eq!(status, 200);
     let (data, ended) = dechunk(&body);
     assert_eq!(data, b"half");
     assert!(!ended, "a cut body must not look whole");
-    server.wait_stderr("the response was cut short: the action did not finish in time");
+    // Not at the deadline a minute away: nothing could ever finish it once handle returned.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let told = "the response was cut short: command exited: the component returned from \
+                handle without finishing its response: call outgoing-body.finish";
+    server.wait_stderr(told);
+    let stderr = server.stderr();
+    let line: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("cut short"))
+        })
+        .expect("the line is JSON");
+    assert_eq!(
+        line["activationId"].as_str().map(str::len),
+        Some(32),
+        "{line}"
+    );
     let (status, _, _) = send(server.addr, "GET /status?200 HTTP/1.1", b"");
     assert_eq!(status, 200, "the next request is served");
 }

@@ -159,11 +159,13 @@ impl Worker for HttpInstance {
         let body = body.map_err(|e| -> wasmtime_wasi_http::Error { intake_error(e).into() });
         let request = axum::http::Request::from_parts(parts, body);
         let (send, answer) = tokio::sync::oneshot::channel::<Answer>();
-        let (ended, body_ended) = tokio::sync::oneshot::channel::<()>();
+        let (ended, body_ended) = tokio::sync::oneshot::channel::<Ended>();
         // Held while the activation runs: a body whose activation was cut short (its
         // deadline, a trap, the server stopping) must not end as if it were whole.
         let running = Arc::new(());
         let activation = Arc::downgrade(&running);
+        let returned = Arc::new(Returned::default());
+        let told = returned.clone();
         let stderr = self.stderr.clone();
         let forward = async move {
             let response = match answer.await {
@@ -189,6 +191,8 @@ impl Worker for HttpInstance {
             let body = axum::body::Body::new(Outgoing {
                 body,
                 activation,
+                returned: told,
+                flushed: false,
                 ended: Some(ended),
             });
             respond.send(axum::http::Response::from_parts(head, body));
@@ -197,11 +201,18 @@ impl Worker for HttpInstance {
         let forwarded = self.call(request, send, forward, UNSET).await;
         // The activation lasts until the body has gone out (or the client went): the
         // component may have returned with the last of it still on its way.
-        if let Some(body_ended) = forwarded? {
-            let _ = body_ended.await;
-        }
+        let ended = match forwarded? {
+            Some(body_ended) => {
+                returned.set();
+                body_ended.await.unwrap_or(Ended::Whole)
+            }
+            None => Ended::Whole,
+        };
         drop(running);
-        Ok(())
+        match ended {
+            Ended::Whole => Ok(()),
+            Ended::Unfinished => Err(RunError::Exited(Some(UNFINISHED.to_owned()))),
+        }
     }
 
     fn end_activation(&mut self, close: Close) {
@@ -275,20 +286,55 @@ impl HttpInstance {
 struct Outgoing {
     body: HyperOutgoingBody,
     activation: std::sync::Weak<()>,
-    ended: Option<tokio::sync::oneshot::Sender<()>>,
+    returned: Arc<Returned>,
+    /// Found unfinished, and given one more turn to send what it had.
+    flushed: bool,
+    ended: Option<tokio::sync::oneshot::Sender<Ended>>,
+}
+
+/// How a response body came to its end, as its activation learns it.
+enum Ended {
+    /// It ended, or the client went away.
+    Whole,
+    /// `handle` returned with the body neither finished nor dropped.
+    Unfinished,
+}
+
+/// Set once `handle` has returned. A body's frames come from the guest's own writes, with
+/// no task between: once it has returned, a body that has none ready never ends.
+#[derive(Default)]
+struct Returned {
+    done: std::sync::atomic::AtomicBool,
+    waiting: Mutex<Option<std::task::Waker>>,
+}
+
+impl Returned {
+    fn set(&self) {
+        self.done.store(true, Ordering::Release);
+        if let Some(waker) = crate::lock(&self.waiting).take() {
+            waker.wake();
+        }
+    }
+
+    /// Whether a body with nothing ready now will never have more; if not yet known, the
+    /// caller is woken when it is.
+    fn for_good(&self, cx: &std::task::Context<'_>) -> bool {
+        *crate::lock(&self.waiting) = Some(cx.waker().clone());
+        self.done.load(Ordering::Acquire)
+    }
 }
 
 impl Outgoing {
-    fn end(&mut self) {
+    fn end(&mut self, how: Ended) {
         if let Some(ended) = self.ended.take() {
-            let _ = ended.send(());
+            let _ = ended.send(how);
         }
     }
 }
 
 impl Drop for Outgoing {
     fn drop(&mut self) {
-        self.end();
+        self.end(Ended::Whole);
     }
 }
 
@@ -302,20 +348,31 @@ impl http_body::Body for Outgoing {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
         match polled {
+            // Once more Pending first, so that what went before leaves the server's
+            // buffer (hyper flushes while the body waits) before the error closes it.
+            Poll::Pending if self.returned.for_good(cx) && !self.flushed => {
+                self.flushed = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Poll::Pending if self.flushed => {
+                self.end(Ended::Unfinished);
+                Poll::Ready(Some(Err(axum::Error::new(UNFINISHED))))
+            }
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
             Poll::Ready(Some(Err(code))) => {
-                self.end();
+                self.end(Ended::Whole);
                 Poll::Ready(Some(Err(axum::Error::new(format!("{code:?}")))))
             }
             Poll::Ready(None) if self.activation.strong_count() == 0 => {
-                self.end();
+                self.end(Ended::Whole);
                 Poll::Ready(Some(Err(axum::Error::new(
                     "the activation ended before its response did",
                 ))))
             }
             Poll::Ready(None) => {
-                self.end();
+                self.end(Ended::Whole);
                 Poll::Ready(None)
             }
         }
