@@ -65,10 +65,24 @@ impl Backend for HttpBackend {
     fn start<'a>(
         &'a self,
         prepared: &'a Prepared,
-        spec: StartSpec,
+        mut spec: StartSpec,
         config: &'a Config,
-        size: PoolSize,
+        mut size: PoolSize,
     ) -> StartFuture<'a> {
+        // Left to the runtime (no --max-activations-per-instance), a component that answers
+        // one request per instance gets a fresh one for each: kept, it would fail every
+        // activation after its first.
+        if size.max_activations.is_none()
+            && let Entry::File(path) = &prepared.entry
+            && let Some(maker) = one_request_per_instance(path)
+        {
+            tracing::debug!(
+                maker,
+                "a fresh instance per activation: this maker's HTTP components answer once"
+            );
+            size.max_activations = std::num::NonZeroU32::new(1);
+            spec.fresh = true;
+        }
         wasm::start_prepared::<Proxy>(prepared, spec, config, &self.engines, size)
     }
 
@@ -141,6 +155,40 @@ fn is_http_component(path: &Path) -> bool {
         return false;
     };
     handles_http(&top_level_exports(&bytes))
+}
+
+/// The tools whose HTTP components answer a single request per instance: ComponentizeJS
+/// (StarlingMonkey's fetch event takes one `respondWith`; a second request on the same
+/// instance returns without a response).
+const ONE_REQUEST_MAKERS: &[&str] = &["ComponentizeJS"];
+
+/// The maker named in a component's own `producers` section (its `processed-by`) whose
+/// HTTP components answer once per instance, if it is one of those.
+fn one_request_per_instance(path: &Path) -> Option<&'static str> {
+    use wasmparser::{KnownCustom, Parser, Payload};
+    let bytes = std::fs::read(path).ok()?;
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(&bytes) {
+        let Ok(payload) = payload else { break };
+        match payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::CustomSection(section) if depth == 0 => {
+                let KnownCustom::Producers(fields) = section.as_known() else {
+                    continue;
+                };
+                for field in fields.into_iter().flatten() {
+                    for value in field.values.into_iter().flatten() {
+                        if let Some(maker) = ONE_REQUEST_MAKERS.iter().find(|m| **m == value.name) {
+                            return Some(maker);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The names a component exports at its top level (not those of components nested in it).
