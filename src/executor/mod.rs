@@ -170,11 +170,13 @@ pub enum StartError {
     /// The upload needs a backend that `--backends` leaves out.
     #[error(
         "this upload is a {} (the {} backend), which this runtime does not run: --backends \
-         (WASMLOOP_BACKENDS) allows {}. {}",
+         (WASMLOOP_BACKENDS) allows {}. Build it as {}, or add {} to the setting (an image \
+         that allows it)",
         found.runs,
         found.name,
         names(allowed),
-        found.refused
+        ways_to_build(allowed),
+        found.name
     )]
     BackendNotAllowed {
         found: &'static registry::Registration,
@@ -239,6 +241,20 @@ fn names(backends: &[&str]) -> String {
         return "none".to_owned();
     }
     backends.join(",")
+}
+
+/// How an upload could be made for one of the `allowed` backends, each as its registration
+/// says, in the registry's order.
+fn ways_to_build(allowed: &[&str]) -> String {
+    let ways: Vec<&str> = BACKENDS
+        .iter()
+        .filter(|b| allowed.contains(&b.name))
+        .map(|b| b.made)
+        .collect();
+    if ways.is_empty() {
+        return "nothing this runtime runs: its setting allows no backend".to_owned();
+    }
+    ways.join(" or as ")
 }
 
 /// docs/protocol.md 1.5: the ack is JSON with `"ok":true`, spaced as the action likes.

@@ -21,8 +21,9 @@ pub struct Registration {
     pub name: &'static str,
     /// What it runs, as a message names it after "a" ("native executable or script").
     pub runs: &'static str,
-    /// What to change when `--backends` leaves it out and an upload needs it.
-    pub refused: &'static str,
+    /// How an action for it is made, as a message names it after "Build it as" (when
+    /// `--backends` refuses an upload, each allowed backend's way is named).
+    pub made: &'static str,
     /// Makes it for one runtime. State that backends of one folder share (the wasm
     /// engines) is made once, in `shared`.
     pub make: fn(&Config, &mut Shared) -> Arc<dyn Backend>,
@@ -224,7 +225,7 @@ mod tests {
         assert!(
             BACKENDS
                 .iter()
-                .all(|b| !b.runs.is_empty() && !b.refused.is_empty())
+                .all(|b| !b.runs.is_empty() && !b.made.is_empty())
         );
     }
 

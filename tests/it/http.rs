@@ -326,11 +326,25 @@ fn backends_names_it_http_so_an_image_can_refuse_it() {
         .start();
     let reply = server.init(&init_binary(&read(&http_guest())));
     reply.assert_error(502, "HTTP component (wasi:http/proxy) (the http backend)");
+    reply.assert_error(
+        502,
+        "Build it as a module (Rust: --target wasm32-wasip1) or as a component (Rust: \
+         --target wasm32-wasip2), or add http to the setting",
+    );
     let only = Server::builder()
         .args(&["--backends", "http"])
         .start()
         .installed(&http_guest());
     assert_eq!(result(&only, json!({"name": "x"}))["statusCode"], 200);
+    // A stdio component there is told the one way that image takes, not a module.
+    let stdio = Server::builder().args(&["--backends", "http"]).start();
+    stdio
+        .init(&crate::support::Backend::Component.init_guest("echo"))
+        .assert_error(
+            502,
+            "allows http. Build it as an HTTP component (wasmloop new rust-http), or add \
+             component to the setting",
+        );
 }
 
 #[test]

@@ -25,8 +25,9 @@ fn an_image_for_sandboxed_actions_refuses_native_uploads_and_never_runs_them() {
         502,
         "{\"error\":\"cannot start action: this upload is a native executable or script (the \
          native backend), which this runtime does not run: --backends (WASMLOOP_BACKENDS) \
-         allows wasm,component. Build the action as WebAssembly (a wasm32-wasip1 module, or a \
-         wasm32-wasip2 component), or deploy it on an image that allows native\"}\n",
+         allows wasm,component. Build it as a module (Rust: --target wasm32-wasip1) or as a \
+         component (Rust: --target wasm32-wasip2), or add native to the setting (an image that \
+         allows it)\"}\n",
     );
     assert!(!marker.exists(), "the refused script ran");
     let refused = server.init(&Backend::Native.init_guest("echo"));

@@ -25,7 +25,7 @@ use instance::HttpInstance;
 pub const HTTP: Registration = Registration {
     name: "http",
     runs: "WebAssembly HTTP component (wasi:http/proxy)",
-    refused: "Build it as a WASI command for the stdio contract (wasmloop new rust), or add http to the setting",
+    made: "an HTTP component (wasmloop new rust-http)",
     make: |config, shared| {
         let engines = shared.get_or_make(|| Engines::new(config));
         let allow_precompiled = config.wasm.allow_precompiled;

@@ -59,8 +59,7 @@ const SPIN_POLLS: usize = 64;
 pub const NATIVE: Registration = Registration {
     name: "native",
     runs: "native executable or script",
-    refused: "Build the action as WebAssembly (a wasm32-wasip1 module, or a wasm32-wasip2 \
-              component), or deploy it on an image that allows native",
+    made: "a native executable or script",
     make: |_, _| Arc::new(Native),
 };
 

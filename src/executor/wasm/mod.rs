@@ -50,7 +50,7 @@ use crate::outbound::AllowList;
 pub const MODULES: Registration = Registration {
     name: "wasm",
     runs: "WebAssembly module (WASI preview 1)",
-    refused: "Build it as a component (Rust: --target wasm32-wasip2), or add wasm to the setting",
+    made: "a module (Rust: --target wasm32-wasip1)",
     make: |config, shared| WasmBackend::make(Side::Module, config, shared),
 };
 
@@ -58,7 +58,7 @@ pub const MODULES: Registration = Registration {
 pub const COMPONENTS: Registration = Registration {
     name: "component",
     runs: "WebAssembly component (WASI 0.2)",
-    refused: "Build it as a module (Rust: --target wasm32-wasip1), or add component to the setting",
+    made: "a component (Rust: --target wasm32-wasip2)",
     make: |config, shared| WasmBackend::make(Side::Component, config, shared),
 };
 
