@@ -215,7 +215,8 @@ pub struct LimitArgs {
     /// Largest /run body accepted, in bytes; larger ones get 413.
     #[arg(long, env = "WASMLOOP_MAX_RUN_BYTES", default_value_t = config::DEFAULT_MAX_RUN_BYTES)]
     pub max_run_bytes: usize,
-    /// Longest result line an action may return, in bytes; longer ones get 502.
+    /// Longest result an action may return, in bytes: its result line (an HTTP
+    /// component's: its response body); longer ones get 502.
     #[arg(long, env = "WASMLOOP_MAX_RESULT_BYTES", default_value_t = config::DEFAULT_MAX_RESULT_BYTES)]
     pub max_result_bytes: usize,
     /// After SIGTERM, how long in-flight activations may still run before the action is killed.

@@ -127,6 +127,7 @@ impl Error {
                 | RunError::NotJson(_)
                 | RunError::NoAnswer(_)
                 | RunError::ResultTooLong(_)
+                | RunError::BodyTooLong(_)
                 | RunError::Restart(_),
             ) => StatusCode::BAD_GATEWAY,
         }

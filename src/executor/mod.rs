@@ -306,6 +306,12 @@ pub enum RunError {
     TimedOut,
     #[error("the action's result line is longer than {0} bytes (see --max-result-bytes)")]
     ResultTooLong(usize),
+    /// An HTTP component's response body, which its result carries, is past the cap.
+    #[error(
+        "the component's response body is longer than {0} bytes (see --max-result-bytes, \
+         which bounds an HTTP component's response body)"
+    )]
+    BodyTooLong(usize),
     /// The runtime is shutting down: the activation was stopped, or never started.
     #[error("the runtime is shutting down; the activation was stopped")]
     Stopped,

@@ -223,7 +223,10 @@ fn a_trap_a_missing_response_and_an_unfinished_one_are_the_actions_errors_and_th
 fn a_response_past_the_result_cap_is_refused_naming_the_flag() {
     let server = http_server(&["--max-result-bytes", "100000"]);
     let reply = server.run(web("get", "/big", "200000", json!({}), None));
-    reply.assert_error(502, "--max-result-bytes");
+    reply.assert_error(
+        502,
+        "the component's response body is longer than 100000 bytes (see --max-result-bytes",
+    );
     let small = result(&server, web("get", "/big", "1000", json!({}), None));
     assert_eq!(small["body"].as_str().unwrap().len(), 1000);
 }
@@ -345,6 +348,31 @@ fn backends_names_it_http_so_an_image_can_refuse_it() {
             "allows http. Build it as an HTTP component (wasmloop new rust-http), or add \
              component to the setting",
         );
+}
+
+#[test]
+fn a_component_of_another_wasi_version_is_told_which_version_to_build_for() {
+    let server = Server::start();
+    for (export, told) in [
+        (
+            "wasi:http/incoming-handler@0.3.0-rc-2026-01-06",
+            "a version of wasi:http this runtime does not run: build it for the \
+             wasi:http/proxy world at 0.2.x",
+        ),
+        (
+            "wasi:cli/run@0.3.0",
+            "a version of wasi:cli this runtime does not run: build it as a WASI 0.2 command",
+        ),
+    ] {
+        let component = wat::parse_str(format!(
+            r#"(component (instance $i) (export "{export}" (instance $i)))"#
+        ))
+        .unwrap();
+        let reply = server.init(&init_binary(&component));
+        assert_eq!(reply.status, 502, "{}", reply.text());
+        let error = reply.error();
+        assert!(error.contains(export) && error.contains(told), "{error}");
+    }
 }
 
 #[test]

@@ -480,7 +480,7 @@ async fn read_response(
         })?;
         if let Ok(data) = frame.into_data() {
             if read.len() + data.len() > max {
-                return Err(RunError::ResultTooLong(max));
+                return Err(RunError::BodyTooLong(max));
             }
             read.extend_from_slice(&data);
         }

@@ -125,6 +125,27 @@ pub fn check_component_command(engine: &Engine, component: &Component) -> Result
     if names.iter().any(|name| name.starts_with(RUN_EXPORT)) {
         return Ok(());
     }
+    // The interfaces this runtime runs, in a version it does not: which one to target.
+    let other_version = |interface: &str| {
+        names
+            .iter()
+            .find(|name| name.split_once('@').is_some_and(|(bare, _)| bare == interface))
+    };
+    if let Some(name) = other_version("wasi:http/incoming-handler") {
+        return Err(format!(
+            "the component exports {name}, a version of wasi:http this runtime does not run: \
+             build it for the wasi:http/proxy world at 0.2.x (wasi:http/incoming-handler@0.2.x: \
+             the Rust `wasi` crate's `proxy::export!` for wasm32-wasip2, or componentize-py's \
+             and componentize-js's 0.2 worlds)"
+        ));
+    }
+    if let Some(name) = other_version("wasi:cli/run") {
+        return Err(format!(
+            "the component exports {name}, a version of wasi:cli this runtime does not run: \
+             build it as a WASI 0.2 command (wasi:cli/run@0.2.x: a Rust binary for \
+             wasm32-wasip2, or componentize-py / componentize-js at their 0.2 worlds)"
+        ));
+    }
     Err(format!(
         "the component exports no `{RUN_EXPORT}.x` interface{}: build it as a WASI command \
          (a Rust binary for wasm32-wasip2, or a componentize-py / componentize-js component \
