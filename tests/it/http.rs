@@ -376,6 +376,22 @@ fn a_component_of_another_wasi_version_is_told_which_version_to_build_for() {
 }
 
 #[test]
+fn a_handler_export_without_handle_is_told_what_to_export() {
+    let component = wat::parse_str(
+        r#"(component (instance $i) (export "wasi:http/incoming-handler@0.2.0" (instance $i)))"#,
+    )
+    .unwrap();
+    let reply = Server::start().init(&init_binary(&component));
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    let error = reply.error();
+    assert!(
+        error.contains("is not the one the wasi:http/proxy 0.2 world defines")
+            && error.contains("export `handle: func(request: incoming-request"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_component_importing_what_the_runtime_lacks_is_refused_naming_each_import() {
     let component = wat::parse_str(
         r#"(component

@@ -137,7 +137,15 @@ impl World for Proxy {
             .components
             .instantiate_pre(component)
             .map_err(|e| wasm::unlinked(&engine.engine, component, e))?;
-        ProxyPre::new(pre).map_err(WasmError::LinkComponent)
+        ProxyPre::new(pre).map_err(|e| {
+            // wasmtime names the version its bindings look for, not the component's own.
+            WasmError::NotACommand(format!(
+                "the component's wasi:http/incoming-handler export is not the one the \
+                 wasi:http/proxy 0.2 world defines ({e:#}): export `handle: func(request: \
+                 incoming-request, response-out: response-outparam)` (the Rust `wasi` crate's \
+                 `proxy::export!` does)"
+            ))
+        })
     }
 }
 
