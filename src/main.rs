@@ -108,7 +108,12 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
                     format!("cannot listen for metrics on {addr} (--metrics-listen)")
                 })?;
             let metrics = wasmloop::metrics::enable();
-            tokio::spawn(wasmloop::metrics::serve(metrics_listener, metrics));
+            tokio::spawn(wasmloop::server::serve_metrics(
+                metrics_listener,
+                metrics,
+                config.limits.header_read_timeout,
+                config.logs.format,
+            ));
         }
         wasmloop::server::run(listener, config, wasmloop::server::shutdown_signal())
             .await

@@ -368,11 +368,8 @@ pub fn is_application_error(result: &[u8]) -> bool {
         .is_ok_and(|fields| fields.contains_key("error"))
 }
 
-/// Serves `GET /metrics` on `listener` until the process ends.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: &'static Metrics,
-) -> std::io::Result<()> {
+/// `GET /metrics`, for the listener of its own that `server::serve_metrics` runs.
+pub fn app(metrics: &'static Metrics) -> axum::Router {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
     let app = axum::Router::new()
@@ -391,7 +388,7 @@ pub async fn serve(
         .fallback(|| async {
             (StatusCode::NOT_FOUND, "the metrics are at GET /metrics\n").into_response()
         });
-    axum::serve(listener, app).await
+    app
 }
 
 #[cfg(test)]

@@ -101,6 +101,33 @@ pub async fn run(
         .unwrap_or(Ok(()))
 }
 
+/// How long a scrape's request head may take on the metrics listener where
+/// `--header-read-timeout` sets none (under OpenWhisk): a scrape is one short request, and
+/// a connection that never sends one must not be held for ever.
+const METRICS_HEAD_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves the metrics (`--metrics-listen`) on `listener` until the process ends, each
+/// connection as the main listener's are, its head bounded by `head_within` (the
+/// `--header-read-timeout` setting) or, without one, 30 s.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    metrics: &'static crate::metrics::Metrics,
+    head_within: Option<std::time::Duration>,
+    format: crate::logs::LogFormat,
+) -> std::io::Result<()> {
+    let connections = Connections {
+        head_within: head_within.or(Some(METRICS_HEAD_WITHIN)),
+        format,
+    };
+    connections
+        .serve(
+            crate::linger::LingeringListener::new(listener),
+            crate::metrics::app(metrics),
+            std::future::pending(),
+        )
+        .await
+}
+
 /// How each connection is served.
 struct Connections {
     /// How long a request's head may take to arrive (`--header-read-timeout`), counted

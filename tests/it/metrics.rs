@@ -269,3 +269,27 @@ fn metrics_are_off_unless_asked_for_and_a_bad_address_is_told() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_metrics_connection_that_never_sends_its_request_is_closed_at_the_head_bound() {
+    let (server, addr) = with_metrics(&["--header-read-timeout", "500ms"]);
+    // Answered once the process has bound both listeners (the main one was bound for it).
+    server.post("/run", b"{}");
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    stream.write_all(b"GET /metr").unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    // Ends when the server closes the connection (or, were it held, at the read timeout).
+    let _ = stream.read_to_end(&mut rest);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "held for {:?}",
+        started.elapsed()
+    );
+    server.wait_stderr("did not arrive within 500ms (see --header-read-timeout)");
+    let (head, _) = scrape_raw(addr, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
