@@ -372,7 +372,7 @@ pub fn is_application_error(result: &[u8]) -> bool {
 pub fn app(metrics: &'static Metrics) -> axum::Router {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
-    let app = axum::Router::new()
+    axum::Router::new()
         .route(
             "/metrics",
             axum::routing::get(move || async move {
@@ -387,8 +387,7 @@ pub fn app(metrics: &'static Metrics) -> axum::Router {
         )
         .fallback(|| async {
             (StatusCode::NOT_FOUND, "the metrics are at GET /metrics\n").into_response()
-        });
-    app
+        })
 }
 
 #[cfg(test)]
