@@ -36,12 +36,12 @@ pub fn activation(
     for (name, field) in form_urlencoded::parse(query.as_bytes()) {
         value.insert(name.into_owned(), Value::String(field.into_owned()));
     }
-    let media = headers
+    let given = headers
         .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(media_type);
+        .and_then(|v| v.to_str().ok());
+    let media = given.map(media_type);
     match media.as_deref() {
-        Some(json) if is_json_family(json) && !body.is_empty() => {
+        Some(_) if given.is_some_and(is_json_family) && !body.is_empty() => {
             if let Ok(Value::Object(fields)) = serde_json::from_slice(body) {
                 value.extend(fields);
             }

@@ -733,11 +733,26 @@ impl<W: Worker> Pool<W> {
     ) -> Result<Bytes, RunError> {
         let mut stopping = self.stopping.subscribe();
         let mut ending = Ending::default();
+        let head_sent = match &job {
+            Job::Serve(_, _, sent) => Some(sent.clone()),
+            Job::Run => None,
+        };
         let result = tokio::select! {
             // First, so that an activation that starts after `stop` starts no worker.
             biased;
             // Dropping the activation drops its worker: the child or instance ends.
-            _ = stopping.wait_for(|stop| *stop) => Err(RunError::Stopped),
+            _ = stopping.wait_for(|stop| *stop) => {
+                // `activate`, which says so for every other failure, was dropped: its
+                // worker (and the labels it held) with it.
+                if head_sent.is_some_and(|sent| sent.load(Ordering::Acquire)) {
+                    crate::logs::runtime_line(
+                        self.reporting.format,
+                        None,
+                        &format!("wasmloop: the response was cut short: {}", RunError::Stopped),
+                    );
+                }
+                Err(RunError::Stopped)
+            }
             result = self.activate(job, line, deadline, &mut ending) => result,
         };
         if !ending.written {

@@ -510,8 +510,39 @@ fn a_body_left_unfinished_when_handle_returns_is_cut_at_once_under_the_activatio
         Some(32),
         "{line}"
     );
+    // Dropped unfinished instead, wasmtime fails the body: cut, and said.
+    let (status, _, body) = send_raw(server.addr, "GET /dropped HTTP/1.1", b"");
+    assert_eq!(status, 200);
+    assert!(!dechunk(&body).1, "a failed body must not look whole");
+    server.wait_stderr("the response was cut short: command exited: the component's response body failed before its end");
     let (status, _, _) = send(server.addr, "GET /status?200 HTTP/1.1", b"");
     assert_eq!(status, 200, "the next request is served");
+}
+
+#[test]
+fn a_response_cut_by_the_shutdown_is_said() {
+    let server = plain(
+        &http_guest(),
+        &["--shutdown-timeout", "300ms", "--timeout", "20s"],
+    );
+    // Its head and first piece go out; its request's body never ends, so it never does.
+    let mut stream = connect(server.addr);
+    stream
+        .write_all(
+            b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
+        )
+        .unwrap();
+    let mut read = Vec::new();
+    read_until(&mut stream, &mut read, b"first");
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    server.wait_stderr("the response was cut short: the runtime is shutting down");
+    let _ = stream.read_to_end(&mut read);
+    let text = String::from_utf8_lossy(&read);
+    assert!(
+        !text.ends_with("0\r\n\r\n"),
+        "a cut body must not look whole: {text}"
+    );
 }
 
 #[test]

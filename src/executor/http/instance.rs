@@ -192,7 +192,7 @@ impl Worker for HttpInstance {
                 body,
                 activation,
                 returned: told,
-                flushed: false,
+                held: None,
                 ended: Some(ended),
             });
             respond.send(axum::http::Response::from_parts(head, body));
@@ -212,6 +212,7 @@ impl Worker for HttpInstance {
         match ended {
             Ended::Whole => Ok(()),
             Ended::Unfinished => Err(RunError::Exited(Some(UNFINISHED.to_owned()))),
+            Ended::Failed(code) => Err(RunError::Exited(Some(body_failed(&code)))),
         }
     }
 
@@ -287,8 +288,8 @@ struct Outgoing {
     body: HyperOutgoingBody,
     activation: std::sync::Weak<()>,
     returned: Arc<Returned>,
-    /// Found unfinished, and given one more turn to send what it had.
-    flushed: bool,
+    /// How it failed, held for one more turn so that what it had may go out first.
+    held: Option<(Ended, axum::Error)>,
     ended: Option<tokio::sync::oneshot::Sender<Ended>>,
 }
 
@@ -298,6 +299,8 @@ enum Ended {
     Whole,
     /// `handle` returned with the body neither finished nor dropped.
     Unfinished,
+    /// wasmtime failed it: dropped unfinished, or not the length it announced.
+    Failed(String),
 }
 
 /// Set once `handle` has returned. A body's frames come from the guest's own writes, with
@@ -346,36 +349,36 @@ impl http_body::Body for Outgoing {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if let Some((how, error)) = self.held.take() {
+            self.end(how);
+            return Poll::Ready(Some(Err(error)));
+        }
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
-        match polled {
-            // Once more Pending first, so that what went before leaves the server's
-            // buffer (hyper flushes while the body waits) before the error closes it.
-            Poll::Pending if self.returned.for_good(cx) && !self.flushed => {
-                self.flushed = true;
-                cx.waker().wake_by_ref();
-                Poll::Pending
+        let failed = match polled {
+            Poll::Pending if self.returned.for_good(cx) => {
+                (Ended::Unfinished, axum::Error::new(UNFINISHED))
             }
-            Poll::Pending if self.flushed => {
-                self.end(Ended::Unfinished);
-                Poll::Ready(Some(Err(axum::Error::new(UNFINISHED))))
-            }
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(Ok(frame))) => return Poll::Ready(Some(Ok(frame))),
             Poll::Ready(Some(Err(code))) => {
-                self.end(Ended::Whole);
-                Poll::Ready(Some(Err(axum::Error::new(format!("{code:?}")))))
+                let code = format!("{code:?}");
+                (Ended::Failed(code.clone()), axum::Error::new(code))
             }
-            Poll::Ready(None) if self.activation.strong_count() == 0 => {
-                self.end(Ended::Whole);
-                Poll::Ready(Some(Err(axum::Error::new(
-                    "the activation ended before its response did",
-                ))))
-            }
+            Poll::Ready(None) if self.activation.strong_count() == 0 => (
+                Ended::Whole,
+                axum::Error::new("the activation ended before its response did"),
+            ),
             Poll::Ready(None) => {
                 self.end(Ended::Whole);
-                Poll::Ready(None)
+                return Poll::Ready(None);
             }
-        }
+        };
+        // Held for one more turn: hyper flushes what it has while the body waits, so what
+        // went before may reach the client before the error closes the connection (best
+        // effort: a slow client may still leave some of it unsent).
+        self.held = Some(failed);
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
@@ -405,6 +408,12 @@ fn unanswered(failed: Result<Answer, tokio::sync::oneshot::error::RecvError>) ->
         }
         _ => UNSET.to_owned(),
     }
+}
+
+/// What a response body that wasmtime failed (dropped unfinished, or short of or past the
+/// length it announced) is told as.
+fn body_failed(code: &str) -> String {
+    format!("the component's response body failed before its end: {code}")
 }
 
 /// What `both` says when the call returned and its response never came to an end.
@@ -473,11 +482,7 @@ async fn read_response(
     let (parts, mut body) = response.into_parts();
     let mut read = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            RunError::Exited(Some(format!(
-                "the component's response body failed before its end: {e:?}"
-            )))
-        })?;
+        let frame = frame.map_err(|e| RunError::Exited(Some(body_failed(&format!("{e:?}")))))?;
         if let Ok(data) = frame.into_data() {
             if read.len() + data.len() > max {
                 return Err(RunError::BodyTooLong(max));

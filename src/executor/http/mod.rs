@@ -69,9 +69,9 @@ impl Backend for HttpBackend {
         config: &'a Config,
         mut size: PoolSize,
     ) -> StartFuture<'a> {
-        // Left to the runtime (no --max-activations-per-instance), a component that answers
-        // one request per instance gets a fresh one for each: kept, it would fail every
-        // activation after its first.
+        // Left to the runtime (--max-activations-per-instance unset, or its default 0, which
+        // cannot be told apart), a component that answers one request per instance gets a
+        // fresh one for each: kept, it would fail every activation after its first.
         if size.max_activations.is_none()
             && let Entry::File(path) = &prepared.entry
             && let Some(maker) = one_request_per_instance(path)

@@ -403,20 +403,31 @@ pub fn is_binary(content_type: &str) -> bool {
     if main == "multipart" || AKKA_BINARY.binary_search(&media.as_str()).is_ok() {
         return true;
     }
-    let charset = content_type.split(';').skip(1).any(|parameter| {
-        parameter
-            .split_once('=')
-            .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("charset"))
-    });
-    !charset
+    !parameter_names(content_type).any(|name| name.eq_ignore_ascii_case("charset"))
 }
 
-/// application/json and any `+json` type: the controller parses such a request body as
-/// JSON (unless raw), and takes such a result body's string as base64 when it looks like
-/// base64.
+/// The names of a content-type's parameters, trimmed.
+fn parameter_names(content_type: &str) -> impl Iterator<Item = &str> {
+    content_type
+        .split(';')
+        .skip(1)
+        .map(|parameter| parameter.split_once('=').map_or(parameter, |(name, _)| name).trim())
+}
+
+/// Whether the controller's media type is exactly `media`: Akka keeps a type's parameters
+/// in it, all but the charset (`application/json; v=2` is not application/json to it).
+fn is_exactly(content_type: &str, media: impl Fn(&str) -> bool) -> bool {
+    media(&media_type(content_type))
+        && parameter_names(content_type).all(|name| name.eq_ignore_ascii_case("charset"))
+}
+
+/// application/json and any `+json` type, without parameters but a charset: the
+/// controller parses such a request body as JSON (unless raw), and takes such a result
+/// body's string as base64 when it looks like base64.
 pub fn is_json_family(content_type: &str) -> bool {
-    let media = media_type(content_type);
-    media == "application/json" || media.ends_with("+json")
+    is_exactly(content_type, |media| {
+        media == "application/json" || media.ends_with("+json")
+    })
 }
 
 /// Whether the controller reads `text` as base64 (its `Exec.isBinaryCode`): trimmed, a
@@ -447,7 +458,7 @@ pub fn is_base64_on_the_wire(content_type: Option<&HeaderValue>) -> bool {
     match content_type.and_then(|v| v.to_str().ok()) {
         // Without a type the controller takes the body as text.
         None => false,
-        Some(value) => media_type(value) == "application/json" || is_binary(value),
+        Some(value) => is_exactly(value, |media| media == "application/json") || is_binary(value),
     }
 }
 
@@ -478,7 +489,8 @@ pub fn result(
             ));
             continue;
         };
-        if name == http::header::CONTENT_TYPE {
+        // The first, as the controller reads it.
+        if name == http::header::CONTENT_TYPE && typed.is_none() {
             typed = Some(text);
         }
         let text = Value::String(text.to_owned());
@@ -676,6 +688,24 @@ mod tests {
         for list in [AKKA_NOT_BINARY, AKKA_BINARY] {
             assert!(list.is_sorted(), "the registry lists are searched as sorted");
         }
+    }
+
+    #[test]
+    fn a_json_type_with_parameters_but_a_charset_is_no_json_to_the_controller() {
+        assert!(is_json_family("application/json"));
+        assert!(is_json_family("Application/Problem+JSON; Charset=utf-8"));
+        assert!(!is_json_family("application/json; v=2"));
+        assert!(!is_json_family("application/problem+json; profile=x"));
+        let versioned = HeaderValue::from_static("application/json; v=2");
+        assert!(!is_base64_on_the_wire(Some(&versioned)), "raw, it is text");
+        assert!(is_base64_on_the_wire(Some(&HeaderValue::from_static("application/json; charset=utf-8"))));
+        assert!(!result_body_is_base64(Some("application/json; v=2"), "true"));
+        // Repeated, the first type is the one the controller reads.
+        let mut headers = HeaderMap::new();
+        headers.append("content-type", HeaderValue::from_static("image/png"));
+        headers.append("content-type", HeaderValue::from_static("text/plain"));
+        let first: Value = serde_json::from_slice(&result(http::StatusCode::OK, &headers, b"ab", &|_| {})).unwrap();
+        assert_eq!(first["body"], "YWI=");
     }
 
     #[test]

@@ -128,6 +128,16 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
                 // Neither finished nor dropped: the response never ends.
                 std::mem::forget(body);
             }
+            "/dropped" => {
+                let response = OutgoingResponse::new(Fields::new());
+                let body = response.body().unwrap();
+                ResponseOutparam::set(out, Ok(response));
+                let stream = body.write().unwrap();
+                stream.blocking_write_and_flush(b"half").unwrap();
+                drop(stream);
+                // Dropped unfinished: wasmtime fails the body.
+                drop(body);
+            }
             "/spin" => loop {
                 std::hint::spin_loop();
             },
