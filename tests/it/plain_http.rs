@@ -299,6 +299,18 @@ fn readiness_turns_503_once_sigterm_starts_the_drain() {
 }
 
 /// A connection to write a request on by hand, whose reads give up after 20 s.
+/// A `/stream` request whose first piece is sent and whose body never ends: its response
+/// goes on as long as the component does.
+fn a_stream_never_ended(addr: SocketAddr) -> TcpStream {
+    let mut stream = connect(addr);
+    stream
+        .write_all(
+            b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
+        )
+        .unwrap();
+    stream
+}
+
 fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).unwrap();
     stream
@@ -458,12 +470,7 @@ fn a_components_bad_answers_are_502s_with_a_log_line_and_a_stalled_stream_is_cut
     // Its head and first bytes went out, and it goes on reading a body that never ends:
     // the deadline cuts it, the client sees the connection close before the last chunk,
     // and the logs say why.
-    let mut stream = connect(server.addr);
-    stream
-        .write_all(
-            b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
-        )
-        .unwrap();
+    let mut stream = a_stream_never_ended(server.addr);
     let mut read = Vec::new();
     let _ = stream.read_to_end(&mut read);
     let text = String::from_utf8_lossy(&read);
@@ -526,12 +533,7 @@ fn a_response_cut_by_the_shutdown_is_said() {
         &["--shutdown-timeout", "300ms", "--timeout", "20s"],
     );
     // Its head and first piece go out; its request's body never ends, so it never does.
-    let mut stream = connect(server.addr);
-    stream
-        .write_all(
-            b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n",
-        )
-        .unwrap();
+    let mut stream = a_stream_never_ended(server.addr);
     let mut read = Vec::new();
     read_until(&mut stream, &mut read, b"first");
     // SAFETY: kill(2) on the server this test started.

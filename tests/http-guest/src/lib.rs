@@ -118,26 +118,10 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
                 panic!("asked to trap")
             }
             "/no-response" => drop(out),
-            "/unfinished" => {
-                let response = OutgoingResponse::new(Fields::new());
-                let body = response.body().unwrap();
-                ResponseOutparam::set(out, Ok(response));
-                let stream = body.write().unwrap();
-                stream.blocking_write_and_flush(b"half").unwrap();
-                drop(stream);
-                // Neither finished nor dropped: the response never ends.
-                std::mem::forget(body);
-            }
-            "/dropped" => {
-                let response = OutgoingResponse::new(Fields::new());
-                let body = response.body().unwrap();
-                ResponseOutparam::set(out, Ok(response));
-                let stream = body.write().unwrap();
-                stream.blocking_write_and_flush(b"half").unwrap();
-                drop(stream);
-                // Dropped unfinished: wasmtime fails the body.
-                drop(body);
-            }
+            // Neither finished nor dropped: the response never ends.
+            "/unfinished" => std::mem::forget(half_a_response(out)),
+            // Dropped unfinished: wasmtime fails the body.
+            "/dropped" => drop(half_a_response(out)),
             "/spin" => loop {
                 std::hint::spin_loop();
             },
@@ -254,4 +238,15 @@ fn fetch(to: &str) -> String {
         Some(Ok(Err(e))) => format!("failed: {e:?}"),
         other => format!("failed: {other:?}"),
     }
+}
+
+/// A response set, `half` of its body written, and the body left to the caller unfinished.
+fn half_a_response(out: ResponseOutparam) -> OutgoingBody {
+    let response = OutgoingResponse::new(Fields::new());
+    let body = response.body().unwrap();
+    ResponseOutparam::set(out, Ok(response));
+    let stream = body.write().unwrap();
+    stream.blocking_write_and_flush(b"half").unwrap();
+    drop(stream);
+    body
 }
