@@ -212,18 +212,25 @@ fn refused(
 }
 
 /// Completes on SIGTERM (how platforms stop containers) or Ctrl-C.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    // Installed now, not at the first poll: a SIGTERM that came between (the server may
+    // be answering by then) would end the process at once, without its drain.
+    let terminate = signal(SignalKind::terminate()).ok();
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    async move {
+        let received = |handler: Option<Signal>| async move {
+            match handler {
+                Some(mut handler) => {
+                    handler.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            () = received(terminate) => {}
+            () = received(interrupt) => {}
         }
-    };
-    tokio::select! {
-        _ = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
+        tracing::debug!("shutting down");
     }
-    tracing::debug!("shutting down");
 }
