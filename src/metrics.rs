@@ -131,6 +131,22 @@ fn slow_histogram() -> Histogram {
     ))
 }
 
+/// `metric`, registered under `name` (with its unit, if any): the registry keeps one
+/// handle, the caller the other.
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    metric: M,
+) -> M {
+    match unit {
+        Some(unit) => registry.register_with_unit(name, help, unit, metric.clone()),
+        None => registry.register(name, help, metric.clone()),
+    }
+    metric
+}
+
 pub struct Metrics {
     registry: Registry,
     activations: Family<ActivationLabels, Counter>,
@@ -163,104 +179,100 @@ pub fn enable() -> &'static Metrics {
 impl Metrics {
     fn new() -> Metrics {
         let mut registry = Registry::with_prefix("wasmloop");
-        let activations = Family::<ActivationLabels, Counter>::default();
-        registry.register(
-            "activations",
-            "Activations by backend and outcome (success, application_error, action_error, timeout, refused)",
-            activations.clone(),
-        );
-        let activation_seconds: Histograms<BackendLabels> =
-            Family::new_with_constructor(activation_histogram);
-        registry.register_with_unit(
-            "activation_duration",
-            "How long activations took, from their request's arrival at the action to its answer",
-            Unit::Seconds,
-            activation_seconds.clone(),
-        );
-        let inits = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "inits",
-            "Action starts (/init, or --action) by outcome",
-            inits.clone(),
-        );
-        let init_seconds = slow_histogram();
-        registry.register_with_unit(
-            "init_duration",
-            "How long action starts took: unpacking, compiling or loading, the first instance",
-            Unit::Seconds,
-            init_seconds.clone(),
-        );
-        let instances = Gauge::default();
-        registry.register(
-            "instances",
-            "Instances (or native children) alive, idle or busy",
-            instances.clone(),
-        );
-        let instances_made = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "instances_made",
-            "Instances made, by reason (first, demand, lifetime, memory, renewed, upgrade)",
-            instances_made.clone(),
-        );
-        let queue_depth = Gauge::default();
-        registry.register(
-            "queue_depth",
-            "Activations waiting for a busy instance",
-            queue_depth.clone(),
-        );
-        let queue_full = Counter::default();
-        registry.register(
-            "queue_full",
-            "Activations refused with 429: every instance busy and the queue full",
-            queue_full.clone(),
-        );
-        let outbound_refused = Counter::default();
-        registry.register(
-            "outbound_refused",
-            "Outbound connections and requests the allow-list refused",
-            outbound_refused.clone(),
-        );
-        let compiles = Family::<CompileLabels, Counter>::default();
-        registry.register(
-            "compiles",
-            "WebAssembly compiles, by compiler and role",
-            compiles.clone(),
-        );
-        let compile_seconds: Histograms<CompileLabels> =
-            Family::new_with_constructor(slow_histogram);
-        registry.register_with_unit(
-            "compile_duration",
-            "How long WebAssembly compiles took",
-            Unit::Seconds,
-            compile_seconds.clone(),
-        );
-        let tier_ups = Counter::default();
-        registry.register(
-            "tier_ups",
-            "Actions moved from their quick code to the optimized code",
-            tier_ups.clone(),
-        );
-        let cache = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "compile_cache_lookups",
-            "Compile cache lookups, by result (hit, miss)",
-            cache.clone(),
-        );
+        let r = &mut registry;
         Metrics {
+            activations: registered(
+                r,
+                "activations",
+                "Activations by backend and outcome (success, application_error, action_error, timeout, refused)",
+                None,
+                Family::default(),
+            ),
+            activation_seconds: registered(
+                r,
+                "activation_duration",
+                "How long activations took, from their request's arrival at the action to its answer",
+                Some(Unit::Seconds),
+                Family::new_with_constructor(activation_histogram),
+            ),
+            inits: registered(
+                r,
+                "inits",
+                "Action starts (/init, or --action) by outcome",
+                None,
+                Family::default(),
+            ),
+            init_seconds: registered(
+                r,
+                "init_duration",
+                "How long action starts took: unpacking, compiling or loading, the first instance",
+                Some(Unit::Seconds),
+                slow_histogram(),
+            ),
+            instances: registered(
+                r,
+                "instances",
+                "Instances (or native children) alive, idle or busy",
+                None,
+                Gauge::default(),
+            ),
+            instances_made: registered(
+                r,
+                "instances_made",
+                "Instances made, by reason (first, demand, lifetime, memory, renewed, upgrade)",
+                None,
+                Family::default(),
+            ),
+            queue_depth: registered(
+                r,
+                "queue_depth",
+                "Activations waiting for a busy instance",
+                None,
+                Gauge::default(),
+            ),
+            queue_full: registered(
+                r,
+                "queue_full",
+                "Activations refused with 429: every instance busy and the queue full",
+                None,
+                Counter::default(),
+            ),
+            outbound_refused: registered(
+                r,
+                "outbound_refused",
+                "Outbound connections and requests the allow-list refused",
+                None,
+                Counter::default(),
+            ),
+            compiles: registered(
+                r,
+                "compiles",
+                "WebAssembly compiles, by compiler and role",
+                None,
+                Family::default(),
+            ),
+            compile_seconds: registered(
+                r,
+                "compile_duration",
+                "How long WebAssembly compiles took",
+                Some(Unit::Seconds),
+                Family::new_with_constructor(slow_histogram),
+            ),
+            tier_ups: registered(
+                r,
+                "tier_ups",
+                "Actions moved from their quick code to the optimized code",
+                None,
+                Counter::default(),
+            ),
+            cache: registered(
+                r,
+                "compile_cache_lookups",
+                "Compile cache lookups, by result (hit, miss)",
+                None,
+                Family::default(),
+            ),
             registry,
-            activations,
-            activation_seconds,
-            inits,
-            init_seconds,
-            instances,
-            instances_made,
-            queue_depth,
-            queue_full,
-            outbound_refused,
-            compiles,
-            compile_seconds,
-            tier_ups,
-            cache,
         }
     }
 
