@@ -96,22 +96,16 @@ pub struct Respond {
 }
 
 impl Respond {
-    /// The sender, the receiver of the head, and the flag `send` sets.
-    pub fn new() -> (
-        Respond,
-        tokio::sync::oneshot::Receiver<HttpResponse>,
-        std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) {
+    /// The sender, and the receiver of the head.
+    pub fn new() -> (Respond, tokio::sync::oneshot::Receiver<HttpResponse>) {
         let (head, receiver) = tokio::sync::oneshot::channel();
         let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        (
-            Respond {
-                head,
-                sent: sent.clone(),
-            },
-            receiver,
-            sent,
-        )
+        (Respond { head, sent }, receiver)
+    }
+
+    /// Set once the head has gone out: a failure after it cuts the response short.
+    pub fn head_sent(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.sent.clone()
     }
 
     pub fn send(self, response: HttpResponse) {

@@ -264,13 +264,8 @@ impl End {
 enum Job {
     /// Its request line, answered with its result line.
     Run,
-    /// A request served as it came (`Worker::serve`), and whether its response's head has
-    /// gone out (a failure after it cuts the response short).
-    Serve(
-        Box<HttpRequest>,
-        Respond,
-        Arc<std::sync::atomic::AtomicBool>,
-    ),
+    /// A request served as it came (`Worker::serve`).
+    Serve(Box<HttpRequest>, Respond),
 }
 
 /// What an activation leaves to its end: the permit it holds until then, and whether its
@@ -678,16 +673,12 @@ where
     ) -> ServeFuture<'_> {
         Box::pin(async move {
             let pool = self.me.upgrade().ok_or(RunError::Stopped)?;
-            let (respond, head, sent) = Respond::new();
+            let (respond, head) = Respond::new();
             // The activation goes on once the head is out, until the worker has written
             // the body: a task of its own holds the worker until then.
             let task = tokio::spawn(async move {
-                pool.job(
-                    Job::Serve(Box::new(request), respond, sent),
-                    context,
-                    deadline,
-                )
-                .await
+                pool.job(Job::Serve(Box::new(request), respond), context, deadline)
+                    .await
             });
             match head.await {
                 Ok(response) => Ok(response),
@@ -734,7 +725,7 @@ impl<W: Worker> Pool<W> {
         let mut stopping = self.stopping.subscribe();
         let mut ending = Ending::default();
         let head_sent = match &job {
-            Job::Serve(_, _, sent) => Some(sent.clone()),
+            Job::Serve(_, respond) => Some(respond.head_sent()),
             Job::Run => None,
         };
         let result = tokio::select! {
@@ -753,7 +744,7 @@ impl<W: Worker> Pool<W> {
                 }
                 Err(RunError::Stopped)
             }
-            result = self.activate(job, line, deadline, &mut ending) => result,
+            result = self.activate(job, line, deadline, head_sent.as_deref(), &mut ending) => result,
         };
         if !ending.written {
             self.reporting.end.write();
@@ -771,11 +762,14 @@ impl<W: Worker> Pool<W> {
         }
     }
 
+    /// One activation on a worker; `head_sent`, for a request served as it came, is set
+    /// once its response's head went out (a failure after that is told as a cut).
     async fn activate(
         &self,
         job: Job,
         line: Vec<u8>,
         deadline: Option<Instant>,
+        head_sent: Option<&std::sync::atomic::AtomicBool>,
         ending: &mut Ending,
     ) -> Result<Bytes, RunError> {
         // Read only for the activation's report.
@@ -873,17 +867,13 @@ impl<W: Worker> Pool<W> {
         }
         let cpu_before = if reports { worker.cpu_time() } else { None };
         let mut polled = std::time::Duration::ZERO;
-        let mut head_sent = None;
         let work = async {
             match job {
                 Job::Run => lines::check_result(worker.activate(line).await?),
-                Job::Serve(request, respond, sent) => {
-                    head_sent = Some(sent);
-                    worker
-                        .serve(*request, line, respond)
-                        .await
-                        .map(|()| Bytes::new())
-                }
+                Job::Serve(request, respond) => worker
+                    .serve(*request, line, respond)
+                    .await
+                    .map(|()| Bytes::new()),
             }
         };
         let result = within(deadline, cpu_timed(work, &mut polled, reports)).await;
