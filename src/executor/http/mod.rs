@@ -173,50 +173,49 @@ const ONE_REQUEST_MAKERS: &[&str] = &["ComponentizeJS"];
 /// The maker named in a component's own `producers` section (its `processed-by`) whose
 /// HTTP components answer once per instance, if it is one of those.
 fn one_request_per_instance(path: &Path) -> Option<&'static str> {
-    use wasmparser::{KnownCustom, Parser, Payload};
+    use wasmparser::{KnownCustom, Payload};
     let bytes = std::fs::read(path).ok()?;
-    let mut depth = 0usize;
-    for payload in Parser::new(0).parse_all(&bytes) {
-        let Ok(payload) = payload else { break };
-        match payload {
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::CustomSection(section) if depth == 0 => {
-                let KnownCustom::Producers(fields) = section.as_known() else {
-                    continue;
-                };
-                for field in fields.into_iter().flatten() {
-                    for value in field.values.into_iter().flatten() {
-                        if let Some(maker) = ONE_REQUEST_MAKERS.iter().find(|m| **m == value.name) {
-                            return Some(maker);
-                        }
-                    }
-                }
-            }
-            _ => {}
+    let mut found = None;
+    each_top_level(&bytes, |payload| {
+        if let Payload::CustomSection(section) = payload
+            && let KnownCustom::Producers(fields) = section.as_known()
+        {
+            found = fields
+                .into_iter()
+                .flatten()
+                .flat_map(|field| field.values.into_iter().flatten())
+                .find_map(|value| ONE_REQUEST_MAKERS.iter().copied().find(|m| *m == value.name));
         }
-    }
-    None
+        found.is_none()
+    });
+    found
 }
 
 /// The names a component exports at its top level (not those of components nested in it).
-/// Invalid bytes end the list: compiling them tells what is wrong.
 fn top_level_exports(bytes: &[u8]) -> Vec<String> {
-    use wasmparser::{Parser, Payload};
     let mut names = Vec::new();
+    each_top_level(bytes, |payload| {
+        if let wasmparser::Payload::ComponentExportSection(exports) = payload {
+            names.extend(exports.into_iter().flatten().map(|e| e.name.name.to_owned()));
+        }
+        true
+    });
+    names
+}
+
+/// Gives `visit` each section of the component's own, not of the modules and components
+/// nested in it, while it returns true. Invalid bytes end the walk: compiling them tells
+/// what is wrong.
+fn each_top_level(bytes: &[u8], mut visit: impl FnMut(wasmparser::Payload<'_>) -> bool) {
+    use wasmparser::{Parser, Payload};
     let mut depth = 0usize;
     for payload in Parser::new(0).parse_all(bytes) {
         let Ok(payload) = payload else { break };
         match payload {
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
             Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::ComponentExportSection(exports) if depth == 0 => {
-                names.extend(exports.into_iter().flatten().map(|e| e.name.name.to_owned()));
-            }
+            payload if depth == 0 && !visit(payload) => break,
             _ => {}
         }
     }
-    names
 }
-
-
