@@ -214,8 +214,12 @@ fn each_top_level(bytes: &[u8], mut visit: impl FnMut(wasmparser::Payload<'_>) -
         match payload {
             Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
             Payload::End(_) => depth = depth.saturating_sub(1),
-            payload if depth == 0 && !visit(payload) => break,
-            _ => {}
+            _ if depth > 0 => {}
+            payload => {
+                if !visit(payload) {
+                    break;
+                }
+            }
         }
     }
 }
