@@ -369,6 +369,75 @@ mod tests {
         );
     }
 
+    /// What `wsk action create NAME FILE` sends intact: wsk base64-encodes only these
+    /// extensions and sends any other file as text, which corrupts a binary module or
+    /// component (docs/deploying.md, "Give the zip, not the `.wasm`").
+    const SENT_AS_BINARY: [&str; 3] = [".zip", ".jar", ".balx"];
+
+    /// The files each `wsk action create` in `readme` deploys, with the line saying it.
+    fn deployed_files(readme: &str) -> Vec<(String, &str)> {
+        readme
+            .lines()
+            .filter_map(|line| {
+                let at = line.find("wsk action create ")?;
+                let mut words = line[at..].split_whitespace().skip(4);
+                let file = words.next().filter(|word| !word.starts_with("--"))?;
+                Some((file.trim_matches('`').to_owned(), line))
+            })
+            .collect()
+    }
+
+    /// Whether `readme` has a command that writes `file`: a zip it packs, or the `-o` of
+    /// `wasmloop compile`.
+    fn makes(readme: &str, file: &str) -> bool {
+        readme.lines().any(|line| {
+            line.contains(&format!("zip ../{file} "))
+                || line.contains(&format!("-o {file}"))
+                || line.contains(&format!("--output {file}"))
+        })
+    }
+
+    #[test]
+    fn every_template_deploys_a_file_wsk_sends_intact_and_says_how_to_make_it() {
+        use clap::ValueEnum;
+        for language in Language::value_variants() {
+            let dir = tempfile::tempdir().unwrap();
+            let project = dir.path().join("hello-web");
+            create(*language, &project).unwrap();
+            let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+            let deployed = deployed_files(&readme);
+            assert!(
+                !deployed.is_empty(),
+                "{language:?}: its README deploys nothing"
+            );
+            for (file, line) in deployed {
+                assert!(
+                    SENT_AS_BINARY.iter().any(|ext| file.ends_with(ext)),
+                    "{language:?}: `{line}` gives wsk {file}, which it sends as text: give a zip"
+                );
+                assert!(
+                    makes(&readme, &file),
+                    "{language:?}: its README deploys {file} but no command makes it"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_deploy_rule_catches_a_module_given_as_it_is() {
+        let readme = "cargo build\nwsk action create hi target/hi.wasm --docker img --web raw\n";
+        let deployed = deployed_files(readme);
+        assert_eq!(deployed.len(), 1);
+        assert_eq!(deployed[0].0, "target/hi.wasm");
+        assert!(
+            !SENT_AS_BINARY
+                .iter()
+                .any(|ext| deployed[0].0.ends_with(ext))
+        );
+        assert!(!makes("wsk action create hi hi.zip --docker img", "hi.zip"));
+        assert!(makes("(cd pkg && zip ../hi.zip exec.wasm)", "hi.zip"));
+    }
+
     #[test]
     fn the_rust_project_names_itself_and_carries_the_sdk() {
         let dir = tempfile::tempdir().unwrap();
