@@ -13,7 +13,8 @@
 //! - `runtime`: the action slot that `/init` fills and `/run` uses; it holds the backend
 //!   registry (`executor::registry::Registry`), made from its `Config`.
 //! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel; `logs`:
-//!   the action's lines, whole and attributed, in the configured format.
+//!   the action's lines, whole and attributed, in the configured format; `last_words`:
+//!   the crash report (a panic, an abort) among an action's last lines, for messages.
 //! - `error`: the one error type and its status codes.
 //! - `action`: an upload turned into a startable folder (decode, detect, unpack, and
 //!   `hook`, the `OW_COMPILER` compiler hook), and its entry point file, found by the
@@ -57,6 +58,7 @@ pub mod config;
 pub mod error;
 pub mod executor;
 pub mod handlers;
+pub mod last_words;
 pub mod linger;
 pub mod local;
 pub mod logs;

@@ -162,8 +162,9 @@ pub struct Lines {
     pending: Vec<u8>,
     /// Pieces of the unfinished line are out already.
     continuing: bool,
-    /// The last complete line that was not blank (its start).
-    last: Vec<u8>,
+    /// The last lines that were not blank (each its start), each ended by a newline: at
+    /// most twice `last_words::KEPT` bytes, the last line whole.
+    tail: Vec<u8>,
 }
 
 impl Lines {
@@ -173,7 +174,7 @@ impl Lines {
             attribution,
             pending: Vec::new(),
             continuing: false,
-            last: Vec::new(),
+            tail: Vec::new(),
         }
     }
 
@@ -258,12 +259,34 @@ impl Lines {
 
     /// The last complete line that was not blank, if any.
     pub fn last_line(&self) -> Option<&[u8]> {
-        (!self.last.is_empty()).then_some(&self.last[..])
+        let kept = self.tail.strip_suffix(b"\n")?;
+        let start = memchr::memrchr(b'\n', kept).map_or(0, |at| at + 1);
+        Some(&kept[start..])
     }
 
-    /// Forgets the last line (a new activation starts).
+    /// The words of the crash the last lines report (a panic, an abort, an uncaught
+    /// error), if they report one.
+    pub fn crash(&self) -> Option<String> {
+        crate::last_words::crash(&String::from_utf8_lossy(&self.tail))
+    }
+
+    /// Forgets the last lines (a new activation starts).
     pub fn forget_last_line(&mut self) {
-        self.last.clear();
+        self.tail.clear();
+    }
+
+    /// Keeps the start of `line` among the last lines; the oldest go once they pass
+    /// `last_words::KEPT` twice over, so that most lines cost no move.
+    fn keep(&mut self, line: &[u8]) {
+        if self.tail.len() > 2 * crate::last_words::KEPT {
+            let cut = self.tail.len() - crate::last_words::KEPT;
+            let start =
+                memchr::memchr(b'\n', &self.tail[cut..]).map_or(self.tail.len(), |at| cut + at + 1);
+            self.tail.drain(..start);
+        }
+        self.tail
+            .extend_from_slice(&line[..floor_char_boundary(line, LAST_LINE_KEPT)]);
+        self.tail.push(b'\n');
     }
 
     /// Renders a line of the runtime's own about this stream's activation (a refused
@@ -286,9 +309,7 @@ impl Lines {
     fn line(&mut self, line: &[u8], piece: Piece, labels: Option<&Labels>, out: &mut Vec<u8>) {
         let first = !std::mem::replace(&mut self.continuing, piece == Piece::Partial);
         if first && !line.trim_ascii().is_empty() {
-            self.last.clear();
-            self.last
-                .extend_from_slice(&line[..floor_char_boundary(line, LAST_LINE_KEPT)]);
+            self.keep(line);
         }
         render_piece(line, piece, self.stream, labels, out);
     }
@@ -514,6 +535,38 @@ mod tests {
         lines.finish(&mut out);
         assert_eq!(out, b"f\n");
         assert!(!lines.has_pending());
+    }
+
+    #[test]
+    fn the_last_lines_keep_a_crash_report_under_its_dump_and_stay_bounded() {
+        let mut lines = Lines::new(Stream::Stderr, Attribution::new(LogFormat::Text));
+        let dump: String = (0..100)
+            .map(|i| format!("\tmain.f{i}() /src/main.go:{i} +0x1f\n"))
+            .collect();
+        text(
+            &mut lines,
+            &[
+                b"working\npanic: boom\n\ngoroutine 1 [running]:\n",
+                dump.as_bytes(),
+            ],
+        );
+        assert_eq!(lines.crash().as_deref(), Some("panic: boom"));
+        assert_eq!(
+            lines.last_line(),
+            Some(&b"\tmain.f99() /src/main.go:99 +0x1f"[..])
+        );
+        // Logs long after it: the report is gone, and what is kept stays bounded.
+        for _ in 0..1000 {
+            text(&mut lines, &[b"a line of ordinary logging, forty bytes\n"]);
+        }
+        assert_eq!(lines.crash(), None);
+        assert!(lines.tail.len() <= 2 * crate::last_words::KEPT + LAST_LINE_KEPT + 1);
+        assert_eq!(
+            lines.last_line(),
+            Some(&b"a line of ordinary logging, forty bytes"[..])
+        );
+        lines.forget_last_line();
+        assert_eq!(lines.last_line(), None);
     }
 
     #[test]

@@ -92,6 +92,13 @@ impl LogTap {
             .last_line()
             .map(Bytes::copy_from_slice)
     }
+
+    /// The words of the crash the last lines report (a panic, an assertion), after
+    /// passing on what is pending.
+    pub fn crash(&self) -> Option<String> {
+        self.drain();
+        lock(&self.tapped).lines.crash()
+    }
 }
 
 impl Tapped {

@@ -404,10 +404,14 @@ impl Process {
         }
     }
 
-    /// How the child ended, when it has (a child that only closed fd 3 is killed).
+    /// How the child ended, when it has (a child that only closed fd 3 is killed), with
+    /// the crash its stderr reports (Go's `panic: ...`, an assertion) if it reports one.
     async fn exit_detail(&mut self) -> Option<String> {
         match tokio::time::timeout(EXIT_GRACE, self.child.wait()).await {
-            Ok(Ok(status)) => Some(status.to_string()),
+            Ok(Ok(status)) => Some(match self.stderr.crash() {
+                Some(words) => format!("{status}; it logged `{}`", crate::last_words::quoted(&words)),
+                None => status.to_string(),
+            }),
             _ => Some("the action closed its result channel (fd 3)".to_owned()),
         }
     }

@@ -18,6 +18,7 @@ use super::renew::Renewal;
 use super::streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 use super::{Pre, WasmError, WasmSpec, descriptors, ticker};
 use crate::executor::lines::{LineTooLong, NoAnswer};
+use crate::last_words;
 use crate::executor::pool::{Close, Start, Worker};
 use crate::executor::{RunError, StartError, StartSpec, parse_ack};
 
@@ -491,27 +492,32 @@ pub fn exit_reason(result: wasmtime::Result<()>, stderr: &GuestStderr) -> String
         Ok(()) => "the guest returned from _start".to_owned(),
         Err(e) => {
             use wasmtime::component::ResourceTableError;
-            if let Some(exit) = e.downcast_ref::<I32Exit>() {
-                return format!("exit status: {}", exit.0);
-            }
-            let last_line = || {
-                stderr.last_line().map_or_else(String::new, |line| {
-                    format!("; its last log line: `{}`", line.escape_debug())
-                })
+            // What the guest said as it crashed: its language's own report (a panic's
+            // message and place, an uncaught exception), or else its last line.
+            let crash = stderr.crash();
+            let said = || match &crash {
+                Some(words) => format!("; it logged `{}`", last_words::quoted(words)),
+                None => stderr.last_line().map_or_else(String::new, |line| {
+                    format!("; its last log line: `{}`", last_words::quoted(&line))
+                }),
             };
+            if let Some(exit) = e.downcast_ref::<I32Exit>() {
+                // Go's runtime exits (status 2) after a panic nothing recovered.
+                let reported = crash.as_ref().map_or_else(String::new, |_| said());
+                return format!("exit status: {}{reported}", exit.0);
+            }
             if e.is::<RunReturnedError>() {
                 return format!(
                     "exit status: 1 (an uncaught exception in Python or JavaScript, or \
                      `exit(1)`){}",
-                    last_line()
+                    said()
                 );
             }
             if let Some(trap) = e.downcast_ref::<Trap>() {
                 // How a guest that panicked (Rust's `panic = "abort"` on wasm), called
-                // `abort()` (C) or otherwise gave up ends. What it said last tells why (a
-                // panic's message and place, say).
+                // `abort()` (C) or otherwise gave up ends.
                 if *trap == Trap::UnreachableCodeReached {
-                    return format!("the action panicked or aborted ({trap}){}", last_line());
+                    return format!("the action panicked or aborted ({trap}){}", said());
                 }
                 return trap.to_string();
             }

@@ -104,17 +104,13 @@ pub fn take(engine: &Engine, bytes: &[u8], settings: EngineSettings) -> Result<V
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host| &mut host.wasi)
             .map_err(|e| format!("{e:#}"))?;
         let failed = |what: &str, e: wasmtime::Error| {
-            // A panic's first line says what (Go: `panic: ...`, then a goroutine dump), or
-            // where, ending in a colon, with what on the next (Rust).
+            // The crash's own report (Go's `panic: ...` before its goroutine dump, Rust's
+            // place and message), or else the first thing it logged.
             let logs = String::from_utf8_lossy(&logs.contents()).into_owned();
-            let mut lines = logs.lines().filter(|l| !l.trim().is_empty());
-            let mut first: Vec<&str> = lines.next().into_iter().collect();
-            if first.first().is_some_and(|line| line.ends_with(':')) {
-                first.extend(lines.next());
-            }
-            let said = match first.is_empty() {
-                true => String::new(),
-                false => format!("; it logged `{}`", first.join(" / ")),
+            let first = logs.lines().find(|l| !l.trim().is_empty()).map(str::to_owned);
+            let said = match crate::last_words::crash(&logs).or(first) {
+                Some(words) => format!("; it logged `{}`", crate::last_words::quoted(&words)),
+                None => String::new(),
             };
             format!("the module's {what} failed while it was snapshotted: {}{said}", cause(&e))
         };

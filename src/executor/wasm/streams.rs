@@ -297,6 +297,12 @@ impl GuestStderr {
             .map(|line| String::from_utf8_lossy(line).into_owned())
     }
 
+    /// The words of the crash the guest's last lines report (a panic, an uncaught
+    /// exception), if they report one.
+    pub fn crash(&self) -> Option<String> {
+        lock(&self.0).lines.crash()
+    }
+
     /// A line of the runtime's own about this instance, after the lines the guest finished
     /// (a partial one stays pending, whole).
     pub fn note(&self, line: &str) {

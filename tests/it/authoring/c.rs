@@ -71,7 +71,8 @@ fn the_c_template_answers_the_hello_as_a_module_and_natively() {
 /// An action with errors of its own, results that are not objects, and a stop on
 /// `wl_fail`, as an author's action would have. Its line numbers are in the expected
 /// answers below.
-const FAILING_ACTION: &str = r#"#include <string.h>
+const FAILING_ACTION: &str = r#"#include <assert.h>
+#include <string.h>
 #include "sdk/wasmloop.h"
 
 static const char *act(const wl_value *args, const wl_context *ctx, wl_writer *result) {
@@ -79,6 +80,10 @@ static const char *act(const wl_value *args, const wl_context *ctx, wl_writer *r
     if (!strcmp(name, "")) return "a name cannot be empty";
     if (!strcmp(name, "many")) return wl_errorf(result, "%d names, one expected", 3);
     if (!strcmp(name, "fail")) wl_fail("asked to fail");
+    if (!strcmp(name, "assert")) {
+        fprintf(stderr, "checking the name\n");
+        assert(strcmp(name, "assert") != 0);
+    }
     if (!strcmp(name, "list")) {
         wl_array_begin(result);
         return wl_array_end(result);
@@ -104,7 +109,7 @@ fn the_c_sdk_answers_errors_wrong_types_and_results_that_are_not_objects_and_goe
     let nothing = "{\"error\":\"the action returned no error and wrote no result: a JSON \
                    object was expected\"}";
     let wrong_type = "{\"error\":\"the argument \\\"name\\\" is a number, not a string\"}";
-    let failed = "the action failed at main.c:8: asked to fail";
+    let failed = "the action failed at main.c:9: asked to fail";
 
     for (target, suffix) in C_TARGETS {
         let action = make(&project, target, &format!("fails{suffix}"));
@@ -158,6 +163,30 @@ fn the_c_sdk_answers_errors_wrong_types_and_results_that_are_not_objects_and_goe
         server
             .run(json!({"name": "Mike"}))
             .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
+
+        // A failed assertion aborts: its error quotes the assertion (wasi-libc's words in a
+        // module, glibc's natively), not the line logged before it, under /run and `run`.
+        let assertion = "strcmp(name, \"assert\") != 0";
+        let reply = server.run(json!({"name": "assert"}));
+        assert_eq!(reply.status, 400, "{target}: {}", reply.text());
+        let told = reply.error();
+        assert!(
+            told.contains("; it logged `")
+                && told.contains("Assertion")
+                && told.contains(assertion),
+            "{target}: {told}"
+        );
+        assert!(!told.contains("checking the name"), "{target}: {told}");
+        let ran = wasmloop_run(&action, &[], "{\"name\":\"assert\"}\n");
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("input line 1: command exited"))
+            .unwrap_or_else(|| panic!("{target}: {stderr}"));
+        assert!(
+            line.contains("Assertion") && line.contains(assertion),
+            "{target}: {line}"
+        );
     }
 }
 

@@ -80,6 +80,8 @@ def main(args, ctx):
         return "just text"
     if kind == "set":
         return {"tags": {"a"}}
+    if kind == "interrupt":
+        raise KeyboardInterrupt("asked to stop")
     print(f"a stray print for {ctx.activation_id}")
     left = ctx.time_left()
     return {
@@ -143,6 +145,28 @@ fn the_python_template_builds_a_component_and_its_sdk_answers_errors() {
         json!({"kind": "raise"}),
         "{\"error\":\"ValueError: no such thing\"}",
     );
+
+    // An exception the SDK does not catch (a BaseException) ends the instance: its error
+    // quotes Python's exception, not the panic componentize-py's runtime logs after the
+    // traceback, under `run` and /run.
+    let told = "; it logged `KeyboardInterrupt: asked to stop`";
+    let ran = wasmloop_run(
+        &fails,
+        &[],
+        "{\"kind\":\"interrupt\"}\n{\"name\":\"Mike\"}\n",
+    );
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(
+        stderr.contains("input line 1: command exited: the action panicked or aborted")
+            && stderr.contains(told),
+        "{stderr}"
+    );
+    assert_eq!(ran.status.code(), Some(4), "{stderr}");
+    let server = Server::in_process().installed(&fails);
+    let reply = server.run(json!({"kind": "interrupt"}));
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.error().contains(told), "{}", reply.text());
+    assert_eq!(server.run(json!({"name": "Mike"})).json()["hello"], "Mike");
 }
 
 /// An action that calls out the two ways a Python author would: `urllib.request`, and the

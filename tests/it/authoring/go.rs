@@ -91,6 +91,11 @@ func act(args Args, ctx *action.Context) (map[string]string, error) {
 	case "nil map":
 		var seen map[string]bool
 		seen[args.Name] = true
+	case "goroutine":
+		// Nothing recovers a panic on another goroutine: the program ends.
+		done := make(chan bool)
+		go func() { panic("asked to panic in a goroutine") }()
+		<-done
 	}
 	return map[string]string{"hello": args.Name, "id": ctx.ActivationID}, nil
 }
@@ -163,6 +168,31 @@ fn the_go_sdk_answers_errors_panics_and_wrong_values_and_goes_on_on_both_backend
         server
             .run(json!({"name": "Mike"}))
             .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
+
+        // A panic nothing recovers ends the program (natively exit status 2; in a module
+        // Go's runtime aborts): its error quotes Go's `panic: ...`, not the goroutine dump
+        // that follows it, under /run and `run`.
+        let ended = match goos {
+            Some(_) => {
+                "the action panicked or aborted (wasm trap: wasm `unreachable` instruction executed)"
+            }
+            None => "exit status: 2",
+        };
+        let told =
+            format!("command exited: {ended}; it logged `panic: asked to panic in a goroutine`");
+        let reply = server.run(json!({"name": "goroutine"}));
+        assert_eq!(reply.status, 400, "{goos:?}: {}", reply.text());
+        assert_eq!(reply.error(), told, "{goos:?}");
+        server
+            .run(json!({"name": "Mike"}))
+            .assert(200, "{\"hello\":\"Mike\",\"id\":\"\"}\n");
+        let ran = wasmloop_run(&action, &[], "{\"name\":\"goroutine\"}\n");
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        assert!(
+            stderr.contains(&format!("input line 1: {told}")),
+            "{goos:?}: {stderr}"
+        );
+        assert_eq!(ran.status.code(), Some(4), "{goos:?}: {stderr}");
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::support::Server;
 
-use super::{new_project, says_hello, wasmloop_run};
+use super::{built, new_project, says_hello, wasmloop_run};
 
 /// The backends a Rust project builds for: the cargo target, and the built file's suffix.
 const RUST_TARGETS: [(Option<&str>, &str); 3] = [
@@ -123,7 +123,7 @@ fn the_rust_sdk_answers_errors_and_panics_as_the_platform_expects() {
     assert!(
         stderr.contains(&format!(
             "input line 2: command exited: the action panicked or aborted (wasm trap: wasm \
-             `unreachable` instruction executed); its last log line: `{panicked}`"
+             `unreachable` instruction executed); it logged `{panicked}`"
         )),
         "{stderr}"
     );
@@ -197,7 +197,74 @@ fn the_rust_http_template_is_a_handler_that_answers_as_a_web_action() {
         "the context reaches it as headers: {}",
         String::from_utf8_lossy(&ran.stderr)
     );
-    let server = Server::in_process().installed(&component);
+    // Deployed as its README packs it: the zip wsk sends intact.
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    let pack = readme
+        .lines()
+        .find(|line| line.starts_with("mkdir -p pkg"))
+        .expect("the README packs the component into a zip");
+    let in_project = project.join("target/wasm32-wasip2/release");
+    std::fs::create_dir_all(&in_project).unwrap();
+    std::fs::copy(&component, in_project.join("web_hello.wasm")).unwrap();
+    let zip = built(
+        Command::new("sh").args(["-c", pack]),
+        &project,
+        "web-hello.zip",
+    );
+    let server = Server::in_process().installed(&zip);
     let web = json!({"__ow_method": "get", "__ow_path": "/", "__ow_query": "name=Web", "__ow_headers": {}});
     assert_eq!(server.run(web).json(), hello("Web"));
+}
+
+/// A panic in an HTTP handler (no SDK: Rust's own panic hook) is told by its place and
+/// message, which Rust logs before its `RUST_BACKTRACE` hint: under `wasmloop run`, as an
+/// OpenWhisk activation and as plain HTTP.
+#[test]
+fn a_panicking_http_handler_is_told_by_its_panic_in_both_protocols_and_in_run() {
+    let (_dir, project) = new_project("rust-http", "web-panics");
+    let lib = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
+    let anchor = "let name = name.unwrap_or_else(|| \"Stranger\".to_owned());";
+    assert!(lib.contains(anchor), "the template changed: {lib}");
+    let panicking = format!(
+        "{anchor}\n        if name == \"panic\" {{\n            panic!(\"asked to panic\");\n        }}"
+    );
+    std::fs::write(project.join("src/lib.rs"), lib.replace(anchor, &panicking)).unwrap();
+    let component = cargo_build(&project, Some("wasm32-wasip2"), "web_panics.wasm");
+    let told = |text: &str| {
+        text.contains("the action panicked or aborted")
+            && text.contains("; it logged `thread ")
+            && text.contains("panicked at src/lib.rs:")
+            && text.contains(": asked to panic`")
+            && !text.contains("RUST_BACKTRACE")
+    };
+
+    let ran = wasmloop_run(
+        &component,
+        &[],
+        "{\"name\":\"panic\"}\n{\"name\":\"Mike\"}\n",
+    );
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("input line 1: command exited"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(told(line), "{line}");
+    assert_eq!(ran.status.code(), Some(4), "{stderr}");
+
+    let openwhisk = Server::in_process().installed(&component);
+    let reply = openwhisk.run(json!({"name": "panic"}));
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(told(&reply.error()), "{}", reply.text());
+
+    let plain = Server::builder()
+        .args(&[
+            "--protocol",
+            "http",
+            "--action",
+            component.to_str().unwrap(),
+        ])
+        .start();
+    let reply = plain.post("/", b"{\"name\":\"panic\"}");
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert!(told(&reply.error()), "{}", reply.text());
 }
