@@ -16,15 +16,17 @@ use crate::executor::registry;
     version,
     about = "Runs OpenWhisk actions (WebAssembly or native executables) behind the ActionLoop protocol",
     long_about = "Runs OpenWhisk actions behind the ActionLoop protocol: POST /init once with the \
-                  action's code, then POST /run for each activation. With no subcommand it serves.",
-    args_conflicts_with_subcommands = true
+                  action's code, then POST /run for each activation. With no subcommand it serves."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
     pub serve: ServeArgs,
-    /// Print the runtime's own diagnostics on stderr (RUST_LOG gives finer control).
+    /// Say more, before or after the subcommand: `serve` prints the runtime's own
+    /// diagnostics on stderr (RUST_LOG gives finer control) and its hints; `run` prints what
+    /// each input cost (wall time, CPU time, the instance's memory, whether the instance was
+    /// fresh, reused or renewed, and the start's time after a cold one).
     #[arg(short, long, global = true)]
     pub verbose: bool,
     /// Diagnostics on stderr, and /init allowed more than once (the reference's `-debug`).
@@ -215,10 +217,6 @@ pub struct LimitArgs {
     /// Largest /run body accepted, in bytes; larger ones get 413.
     #[arg(long, env = "WASMLOOP_MAX_RUN_BYTES", default_value_t = config::DEFAULT_MAX_RUN_BYTES)]
     pub max_run_bytes: usize,
-    /// Longest result an action may return, in bytes: its result line (an HTTP
-    /// component's: its response body); longer ones get 502.
-    #[arg(long, env = "WASMLOOP_MAX_RESULT_BYTES", default_value_t = config::DEFAULT_MAX_RESULT_BYTES)]
-    pub max_result_bytes: usize,
     /// After SIGTERM, how long in-flight activations may still run before the action is killed.
     #[arg(long, env = "WASMLOOP_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration,
           default_value = config::DEFAULT_SHUTDOWN_TIMEOUT)]
@@ -270,7 +268,7 @@ pub struct UploadArgs {
 }
 
 /// How a started action announces itself: the platform's variables (`serve` only; `run`
-/// has its own `--wait-for-ack` switch and bounds start-up by its `--timeout`).
+/// has its own `--wait-for-ack` switch).
 #[derive(Debug, Clone, Args)]
 pub struct StartArgs {
     /// When non-empty, actions must write {"ok":true} on their result channel once ready.
@@ -282,10 +280,6 @@ pub struct StartArgs {
     /// When non-empty, /init errors are written to the logs and the client gets a generic message.
     #[arg(long, env = "OW_LOG_INIT_ERROR", num_args = 0..=1, default_missing_value = "1")]
     pub log_init_error: Option<String>,
-    /// How long an action may take to acknowledge start-up (e.g. 500ms, 60s, 2m).
-    #[arg(long, env = "WASMLOOP_ACK_TIMEOUT", value_parser = humantime::parse_duration,
-          default_value = config::DEFAULT_ACK_TIMEOUT)]
-    pub ack_timeout: Duration,
     /// How long a native action without ack must stay alive after spawning to count as
     /// started; after that, it has started once it reads its stdin (or after 1 s alive).
     #[arg(long, env = "WASMLOOP_START_PROBE", value_parser = humantime::parse_duration,
@@ -307,6 +301,15 @@ pub struct ActivationArgs {
     #[arg(long, env = "WASMLOOP_MAX_ACTIVATIONS_PER_INSTANCE", value_name = "N",
           default_value_t = config::DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE)]
     pub max_activations_per_instance: u32,
+    /// Longest result an action may return, in bytes: its result line (an HTTP
+    /// component's: its response body); longer ones get 502.
+    #[arg(long, env = "WASMLOOP_MAX_RESULT_BYTES", default_value_t = config::DEFAULT_MAX_RESULT_BYTES)]
+    pub max_result_bytes: usize,
+    /// How long an action may take to start: to acknowledge it, or for a guest to reach
+    /// its first read of stdin (e.g. 500ms, 60s, 2m) [default: 60s; under `run`, its
+    /// --timeout].
+    #[arg(long, env = "WASMLOOP_ACK_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub ack_timeout: Option<Duration>,
 }
 
 /// How many instances run at once and how many activations may wait (`serve` only).
@@ -381,10 +384,6 @@ pub struct RunArgs {
     /// The action's input (its `value`); without it, JSON values are read one per line from stdin.
     #[arg(long)]
     pub input: Option<String>,
-    /// After each input, what it cost: wall time, CPU time, the instance's memory, whether
-    /// the instance was fresh, reused or renewed, and the start's time after a cold one.
-    #[arg(short, long)]
-    pub verbose: bool,
     /// Ask the action to acknowledge its start with {"ok":true} on its result channel, as
     /// runtime images with OW_WAIT_FOR_ACK do (a launcher that cannot start then says why).
     #[arg(long)]
@@ -441,16 +440,16 @@ impl RunArgs {
         }
     }
 
-    /// The run's settings; fails on a trusted key that cannot be read.
-    pub fn to_config(&self) -> anyhow::Result<Config> {
+    /// The run's settings, `verbose` asking for each input's report; fails on a trusted
+    /// key that cannot be read.
+    pub fn to_config(&self, verbose: bool) -> anyhow::Result<Config> {
         let mut config = Config::default();
         let timeout = self.timeout();
-        config.logs.reports = self.verbose;
+        config.logs.reports = verbose;
         self.upload.apply(&mut config.action, &mut config.limits);
-        self.activations.apply(&mut config.pool);
+        self.activations.apply(&mut config, timeout);
         self.wasm.apply(&mut config.wasm)?;
         config.action.wait_for_ack = self.wait_for_ack.then(|| "1".to_owned());
-        config.action.ack_timeout = timeout;
         config.action.one_shot = true;
         config.pool.timeout = Some(timeout);
         config.logs.sentinels = false;
@@ -551,6 +550,35 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
 }
 
+/// The command line, parsed (exiting with clap's message when it is wrong). A bare
+/// `wasmloop` serves, so `serve`'s flags are also the top level's; before a subcommand
+/// they are refused here, where clap's `args_conflicts_with_subcommands` would also refuse
+/// the global flags (`wasmloop -v run`).
+pub fn parse(args: Vec<OsString>) -> Cli {
+    use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
+    let mut command = Cli::command();
+    let matches = command.clone().get_matches_from(from_reference_flags(args));
+    if let Some((subcommand, _)) = matches.subcommand() {
+        let given_before = command.get_arguments().find(|arg| {
+            !arg.is_global_set()
+                && matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
+        });
+        if let Some(arg) = given_before {
+            let flag = arg.get_long().unwrap_or(arg.get_id().as_str());
+            command
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!(
+                        "--{flag} before `{subcommand}` is a flag of `serve`: give it after \
+                         `wasmloop {subcommand}` if that takes it (`wasmloop {subcommand} --help`)"
+                    ),
+                )
+                .exit();
+        }
+    }
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 /// Rewrites the reference proxy's single-dash flags (`-version`, `-debug`, `-compile MAIN`,
 /// `-env JSON`) into ours, so that wasmloop can stand in for its binary in existing images.
 pub fn from_reference_flags(args: Vec<OsString>) -> Vec<OsString> {
@@ -598,7 +626,6 @@ impl RuntimeArgs {
         let LimitArgs {
             max_init_bytes,
             max_run_bytes,
-            max_result_bytes,
             shutdown_timeout,
             body_read_timeout,
             header_read_timeout,
@@ -607,16 +634,15 @@ impl RuntimeArgs {
         config.limits.header_read_timeout = header_read_timeout.filter(|d| !d.is_zero());
         config.limits.max_init_bytes = max_init_bytes;
         config.limits.max_run_bytes = max_run_bytes;
-        config.limits.max_result_bytes = max_result_bytes;
         config.pool.shutdown_timeout = shutdown_timeout;
         self.upload.apply(&mut config.action, &mut config.limits);
         let start = &self.start;
         config.action.wait_for_ack = non_empty(&start.wait_for_ack);
         config.action.execution_env = non_empty(&start.execution_env);
-        config.action.ack_timeout = start.ack_timeout;
         config.action.start_probe = start.start_probe;
         config.logs.log_init_error = non_empty(&start.log_init_error).is_some();
-        self.activations.apply(&mut config.pool);
+        self.activations
+            .apply(&mut config, config::duration(config::DEFAULT_ACK_TIMEOUT));
         config.pool.concurrency =
             usize::from(self.pool.concurrency.unwrap_or(config::DEFAULT_CONCURRENCY));
         config.pool.recycle_above_memory = self.pool.recycle_above_memory;
@@ -649,9 +675,12 @@ impl UploadArgs {
 }
 
 impl ActivationArgs {
-    fn apply(&self, pool: &mut config::PoolSettings) {
-        pool.timeout = self.timeout;
-        pool.max_activations_per_instance = self.max_activations_per_instance;
+    /// Sets the activations' bounds; a start may take `start` unless --ack-timeout says.
+    fn apply(&self, config: &mut Config, start: Duration) {
+        config.pool.timeout = self.timeout;
+        config.pool.max_activations_per_instance = self.max_activations_per_instance;
+        config.limits.max_result_bytes = self.max_result_bytes;
+        config.action.ack_timeout = self.ack_timeout.unwrap_or(start);
     }
 }
 
@@ -696,7 +725,7 @@ mod tests {
             let cli = Cli::try_parse_from(["wasmloop"].iter().chain(args)).unwrap();
             match cli.command {
                 Some(Command::Serve(serve)) => serve.to_config(cli.debug, cli.verbose),
-                Some(Command::Run(run)) => run.to_config(),
+                Some(Command::Run(run)) => run.to_config(cli.verbose),
                 _ => panic!("neither serve nor run"),
             }
             .unwrap()
@@ -785,8 +814,20 @@ mod tests {
         let Some(Command::Run(run)) = cli.command else {
             panic!("not run")
         };
-        let config = run.to_config().unwrap();
+        let config = run.to_config(cli.verbose).unwrap();
         assert_eq!(config.pool.timeout, Some(Duration::from_secs(30)));
+        assert!(!config.logs.reports);
+        // -v asks for each input's report before the subcommand as after it.
+        for args in [
+            ["wasmloop", "-v", "run", "a.wasm"],
+            ["wasmloop", "run", "a.wasm", "-v"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Some(Command::Run(run)) = cli.command else {
+                panic!("not run")
+            };
+            assert!(run.to_config(cli.verbose).unwrap().logs.reports, "{args:?}");
+        }
         assert_eq!(
             config.wasm.compiler,
             crate::executor::wasm::WasmCompiler::Tiered

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
 use wasmloop::cli::{
     Cli, Command, CompileArgs, KeygenArgs, NewArgs, OwCompileArgs, RunArgs, ServeArgs,
 };
@@ -11,9 +10,7 @@ use wasmloop::executor::wasm::ChildRole;
 
 fn main() -> ExitCode {
     keep_freed_memory_for_reuse();
-    let cli = Cli::parse_from(wasmloop::cli::from_reference_flags(
-        std::env::args_os().collect(),
-    ));
+    let cli = wasmloop::cli::parse(std::env::args_os().collect());
     init_tracing(&cli);
     match run(cli) {
         Ok(code) => code,
@@ -40,7 +37,9 @@ fn keep_freed_memory_for_reuse() {
 /// The runtime's own diagnostics appear only when asked for: the platform reads our
 /// stdout and stderr as the action's logs.
 fn init_tracing(cli: &Cli) {
-    let filter = match (&cli.log_filter, cli.verbose || cli.debug) {
+    // Under `run`, -v asks for each input's report, not the runtime's diagnostics.
+    let verbose = cli.verbose && !matches!(cli.command, Some(Command::Run(_)));
+    let filter = match (&cli.log_filter, verbose || cli.debug) {
         (Some(filter), _) => filter.clone(),
         (None, true) => "wasmloop=debug".to_owned(),
         (None, false) => return,
@@ -59,7 +58,7 @@ fn init_tracing(cli: &Cli) {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (debug, verbose) = (cli.debug, cli.verbose);
     let done = match cli.command {
-        Some(Command::Run(args)) => return run_locally(args),
+        Some(Command::Run(args)) => return run_locally(args, verbose),
         Some(Command::Serve(args)) => serve(args, debug, verbose),
         Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::New(args)) => new_project(args),
@@ -121,8 +120,8 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
     })
 }
 
-fn run_locally(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let config = args.to_config()?;
+fn run_locally(args: RunArgs, verbose: bool) -> anyhow::Result<ExitCode> {
+    let config = args.to_config(verbose)?;
     let context = args.context();
     let inputs = match args.input {
         Some(input) => wasmloop::local::Inputs::One(input),
@@ -180,11 +179,11 @@ fn new_project(args: NewArgs) -> anyhow::Result<()> {
 fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
     let (sign, verify) = wasmloop::signing::keygen(&args.dir)?;
     println!(
-        "{}: the signing key; keep it where artifacts are built (--sign-key)",
+        "{}: the signing key; keep it where artifacts are built (`wasmloop compile --sign-key`)",
         sign.display()
     );
     println!(
-        "{}: the verify key; give it to runtimes (--trust-key)",
+        "{}: the verify key; give it to runtimes (`wasmloop serve --trust-key`)",
         verify.display()
     );
     Ok(())

@@ -112,8 +112,9 @@ fn read_key(path: &Path, kind: &str) -> anyhow::Result<[u8; 32]> {
     let (found, key) = text.trim().split_once(' ').unwrap_or(("", text.trim()));
     if found != kind && [SIGN_KEY, VERIFY_KEY].contains(&found) {
         bail!(
-            "{} is a {}, where a {} belongs: --sign-key takes sign.key, --trust-key \
-             verify.key (both made by `wasmloop keygen`)",
+            "{} is a {}, where a {} belongs: sign.key goes to `wasmloop compile --sign-key`, \
+             verify.key to `wasmloop serve --trust-key` or `wasmloop run --trust-key` (both \
+             made by `wasmloop keygen`)",
             path.display(),
             found.trim_start_matches("wasmloop-").replace('-', " "),
             kind.trim_start_matches("wasmloop-").replace('-', " ")

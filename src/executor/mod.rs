@@ -124,10 +124,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Where the start-up errors name `--ack-timeout`: `wasmloop run` has no such flag, and
-/// bounds start-up by its `--timeout`.
-pub(crate) const RUN_START_LIMIT: &str = "; under `wasmloop run`, --timeout";
-
 /// Why an action could not be started (at `/init`, or when restarting it): the ways the
 /// contract names (docs/protocol.md 1.5) and the runtime's own checks; a backend's own
 /// reasons are its folder's error type, carried as `Backend`.
@@ -146,9 +142,8 @@ pub enum StartError {
     #[error("{}{}", protocol::MSG_NOT_INITIALIZED_PROPERLY, .0.as_deref().map(|d| format!(" {d}")).unwrap_or_default())]
     AckNotOk(Option<String>),
     #[error(
-        "the action did not acknowledge its start within {} (see --ack-timeout{})",
-        humantime::format_duration(*.0),
-        RUN_START_LIMIT
+        "the action did not acknowledge its start within {} (see --ack-timeout)",
+        humantime::format_duration(*.0)
     )]
     AckTimeout(Duration),
     #[error("{}", protocol::MSG_EXEC_ENV_MISMATCH)]

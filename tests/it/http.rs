@@ -196,7 +196,9 @@ fn a_trap_a_missing_response_and_an_unfinished_one_are_the_actions_errors_and_th
  {
     let server = http_server(&[]);
     let cases = [
+        // The panic's own place and message, not the backtrace hint Rust logs after them.
         ("/trap", "the action panicked or aborted"),
+        ("/trap", ": asked to trap`"),
         (
             "/no-response",
             "without setting a response: call response-outparam.set",
@@ -331,8 +333,8 @@ fn backends_names_it_http_so_an_image_can_refuse_it() {
     reply.assert_error(502, "HTTP component (wasi:http/proxy) (the http backend)");
     reply.assert_error(
         502,
-        "Build it as a module (Rust: --target wasm32-wasip1) or as a component (Rust: \
-         --target wasm32-wasip2), or add http to the setting",
+        "Build it as a module (Rust: `cargo build --target wasm32-wasip1`) or as a component (Rust: \
+         `cargo build --target wasm32-wasip2`), or add http to the setting",
     );
     let only = Server::builder()
         .args(&["--backends", "http"])

@@ -25,8 +25,8 @@ fn an_image_for_sandboxed_actions_refuses_native_uploads_and_never_runs_them() {
         502,
         "{\"error\":\"cannot start action: this upload is a native executable or script (the \
          native backend), which this runtime does not run: --backends (WASMLOOP_BACKENDS) \
-         allows wasm,component. Build it as a module (Rust: --target wasm32-wasip1) or as a \
-         component (Rust: --target wasm32-wasip2), or add native to the setting (an image that \
+         allows wasm,component. Build it as a module (Rust: `cargo build --target wasm32-wasip1`) or as a \
+         component (Rust: `cargo build --target wasm32-wasip2`), or add native to the setting (an image that \
          allows it)\"}\n",
     );
     assert!(!marker.exists(), "the refused script ran");
@@ -47,7 +47,7 @@ fn each_webassembly_kind_is_refused_where_the_setting_leaves_it_out() {
         502,
         "this upload is a WebAssembly component (WASI 0.2) (the component backend), which this \
          runtime does not run: --backends (WASMLOOP_BACKENDS) allows wasm. Build it as a module \
-         (Rust: --target wasm32-wasip1), or add component to the setting",
+         (Rust: `cargo build --target wasm32-wasip1`), or add component to the setting",
     );
     modules_only
         .init(&Backend::Wasm.init_guest("echo"))

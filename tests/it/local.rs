@@ -240,10 +240,60 @@ fn a_guest_stuck_in_its_start_up_is_told_the_flag_run_has() {
     assert!(
         stderr.contains(
             "still running its start-up code after 500ms and had not read its input: a guest \
-             must reach its first read of stdin within --ack-timeout; under `wasmloop run`, \
-             --timeout"
+             must reach its first read of stdin within --ack-timeout (is it stuck"
         ),
         "{stderr}"
+    );
+    // --ack-timeout bounds the start alone, below the activations' --timeout.
+    let output = wasmloop_run(
+        &[
+            guest.to_str().unwrap(),
+            "--ack-timeout",
+            "300ms",
+            "--input",
+            "{}",
+        ],
+        "",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("start-up code after 300ms"), "{stderr}");
+}
+
+#[test]
+fn a_result_past_max_result_bytes_names_the_flag_run_takes() {
+    let guest = Backend::Wasm.guest("echo");
+    let big = format!("{{\"text\":\"{}\"}}", "x".repeat(2000));
+    let output = wasmloop_run(
+        &[
+            guest.to_str().unwrap(),
+            "--max-result-bytes",
+            "1000",
+            "--input",
+            &big,
+        ],
+        "",
+    );
+    assert_eq!(output.status.code(), Some(4));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("longer than 1000 bytes (see --max-result-bytes)"),
+        "{stderr}"
+    );
+    let fits = wasmloop_run(
+        &[
+            guest.to_str().unwrap(),
+            "--max-result-bytes",
+            "100000",
+            "--input",
+            &big,
+        ],
+        "",
+    );
+    assert!(
+        fits.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fits.stderr)
     );
 }
 

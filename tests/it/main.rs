@@ -14,6 +14,7 @@ mod deploy;
 mod dropin;
 mod examples;
 mod faults;
+mod flags;
 mod http;
 mod image;
 mod lifecycle;

@@ -524,7 +524,7 @@ pub fn unmeasured(backend: Backend) -> &'static str {
         }
         Backend::Component => {
             "sandboxed like a module, and may reach the network only where the operator's \
-             --allow-outbound lists (nothing by default). Rust, Python, JavaScript"
+             `wasmloop serve --allow-outbound` lists (nothing by default). Rust, Python, JavaScript"
         }
         Backend::Native => {
             "no sandbox: a process with the container's privileges, its files, its network \

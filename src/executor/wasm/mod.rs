@@ -50,7 +50,7 @@ use crate::outbound::AllowList;
 pub const MODULES: Registration = Registration {
     name: "wasm",
     runs: "WebAssembly module (WASI preview 1)",
-    made: "a module (Rust: --target wasm32-wasip1)",
+    made: "a module (Rust: `cargo build --target wasm32-wasip1`)",
     make: |config, shared| WasmBackend::make(Side::Module, config, shared),
 };
 
@@ -58,7 +58,7 @@ pub const MODULES: Registration = Registration {
 pub const COMPONENTS: Registration = Registration {
     name: "component",
     runs: "WebAssembly component (WASI 0.2)",
-    made: "a component (Rust: --target wasm32-wasip2)",
+    made: "a component (Rust: `cargo build --target wasm32-wasip2`)",
     make: |config, shared| WasmBackend::make(Side::Component, config, shared),
 };
 
@@ -167,10 +167,9 @@ pub enum WasmError {
     /// The guest was still in its start-up code when the bound ran out.
     #[error(
         "the guest was still running its start-up code after {} and had not read its input: \
-         a guest must reach its first read of stdin within --ack-timeout{} (is it stuck in a loop \
+         a guest must reach its first read of stdin within --ack-timeout (is it stuck in a loop \
          before it?)",
-        humantime::format_duration(*.0),
-        crate::executor::RUN_START_LIMIT
+        humantime::format_duration(*.0)
     )]
     StillStarting(std::time::Duration),
     /// The guest ended before it was up; the text says how.
