@@ -46,11 +46,18 @@ fn overlapping(backend: Backend, format: &str) -> Server {
     server
 }
 
-/// 64 MiB floods in a row, after the first; and what they may raise the server's memory
-/// high-water mark by: a few 16 KiB pieces and a guest's 1 MiB writes, with room for the
-/// allocator, against the whole line's 64 MiB.
+/// 64 MiB floods in a row, after the first.
 const FLOODS: usize = 8;
-const FLOOD_HEADROOM: u64 = 2 << 20;
+
+/// What a flood may raise the server's memory high-water mark by: an eighth of what it
+/// would take held whole. Held whole is the bug these tests were written for (a 64 MiB
+/// line raised the mark by up to 58 MiB; a 1 MiB write of newlines became 150 MB of JSON
+/// records); streamed, a flood costs a few 16 KiB pieces and the guest's 1 MiB writes,
+/// and the allocator's arenas vary by a few MiB between runs on a busy machine (2.06 MiB
+/// once broke a fixed 2 MiB bound), which an eighth of a flood leaves room for.
+fn flood_headroom(held_whole: u64) -> u64 {
+    held_whole / 8
+}
 
 /// The streams an action's log lines come on: a wasm guest's stdout carries its results.
 fn log_streams(backend: Backend) -> &'static [&'static str] {
@@ -88,7 +95,7 @@ each_backend! {
         }
         let grew = server.memory("VmHWM").saturating_sub(before);
         eprintln!("{backend:?}: high-water {} KiB above the resident {} KiB", grew >> 10, before >> 10);
-        assert!(grew < FLOOD_HEADROOM, "{backend:?}: {FLOODS} floods raised the high-water mark by {grew} bytes");
+        assert!(grew < flood_headroom(64 << 20), "{backend:?}: {FLOODS} floods raised the high-water mark by {grew} bytes");
     }
 
     /// In JSON each empty line is a record of a hundred bytes and more: a burst of them is
@@ -107,7 +114,8 @@ each_backend! {
         }
         let grew = server.memory("VmHWM").saturating_sub(before);
         eprintln!("{backend:?}: high-water {} KiB above the resident {} KiB", grew >> 10, before >> 10);
-        assert!(grew < FLOOD_HEADROOM, "{backend:?}: the records raised the high-water mark by {grew} bytes");
+        // Each empty line a record of at least a hundred bytes.
+        assert!(grew < flood_headroom(100 * (2 << 20)), "{backend:?}: the records raised the high-water mark by {grew} bytes");
     }
 
     fn in_json_every_line_is_whole_and_names_the_activation_that_wrote_it(backend: Backend) {
