@@ -534,6 +534,12 @@ fn conditions(options: &CompareOptions, before: Host) -> Conditions {
             rounds: options.rounds,
             concurrency: options.concurrency,
             body: crate::shown(&options.payload.body(0), 200),
+            body_given: !options.payload.bodies.is_empty(),
+            expect: options
+                .payload
+                .expect
+                .as_deref()
+                .map(|e| crate::shown(e, 200)),
             cold_runs: options.cold_runs,
         },
         before,
@@ -546,6 +552,8 @@ pub(crate) struct Asked {
     pub rounds: usize,
     pub concurrency: u16,
     pub body: String,
+    pub body_given: bool,
+    pub expect: Option<String>,
     pub cold_runs: usize,
 }
 
@@ -580,6 +588,8 @@ pub(crate) fn conditions_of(build: &crate::Build, asked: Asked, before: Host) ->
         rounds: asked.rounds,
         concurrency: asked.concurrency,
         body: asked.body,
+        body_given: asked.body_given,
+        expect: asked.expect,
         cold_runs: asked.cold_runs,
     }
 }

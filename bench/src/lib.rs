@@ -734,6 +734,8 @@ fn rows_measured(
         rounds: ROUNDS,
         concurrency: options.concurrency,
         body: shown(&options.payload.body(0), 200),
+        body_given: !options.payload.bodies.is_empty(),
+        expect: options.payload.expect.as_deref().map(|e| shown(e, 200)),
         cold_runs: 0,
     };
     let mut comparison = report::Comparison {

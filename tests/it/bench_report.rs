@@ -108,6 +108,8 @@ fn comparison() -> Comparison {
             rounds: 10,
             concurrency: 2,
             body: "{\"value\":{\"name\":\"bench\"}}".to_owned(),
+            body_given: false,
+            expect: None,
             cold_runs: 5,
         },
         variants: vec![module, fresh, component, native],

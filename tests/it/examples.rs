@@ -286,10 +286,11 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
     assert!(!wrong.status.success(), "{stdout}");
     assert!(
         stdout.contains(
-            r#"url: 30 answers were wrong; the first: 200 `{"n":7}`, expected 200 `{"n":8}`. The rows send"#
+            r#"url: 30 answers were wrong; the first: 200 `{"n":7}`, expected 200 `{"n":8}`. It was sent `{"value":{"n":7}}` (the body given) and had to answer `{"n":8}` (--expect)"#
         ),
         "{stdout}"
     );
+    assert!(!stdout.contains("give --body and --expect"), "{stdout}");
 
     // --out writes the files for a server bench did not start, too.
     let out = tempfile::tempdir().unwrap();

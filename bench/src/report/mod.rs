@@ -50,6 +50,10 @@ pub struct Conditions {
     pub concurrency: u16,
     /// The /run body sent (excerpt).
     pub body: String,
+    /// Whether that body was given (--body, --body-file), or is the hello's.
+    pub body_given: bool,
+    /// The answer every request had to get, as --expect gave it (excerpt).
+    pub expect: Option<String>,
     /// Fresh servers per cold /init figure.
     pub cold_runs: usize,
 }
@@ -522,15 +526,38 @@ fn bare(note: &str) -> &str {
         .unwrap_or(note)
 }
 
-fn wrong_line(v: &Variant) -> String {
+fn wrong_line(v: &Variant, k: &Conditions) -> String {
     let first = v.first_wrong.as_deref().unwrap_or("not recorded");
-    let hint = match v.backend {
-        // The rows send the hellos' requests unless told otherwise.
-        Backend::Row | Backend::Url => {
+    let served = match v.backend {
+        Backend::Url => "the server at --url",
+        _ => "this row's server",
+    };
+    let hint = match (v.backend, k.body_given, &k.expect) {
+        (Backend::Row | Backend::Url, false, None) => {
+            // The rows send the hellos' requests unless told otherwise.
             ". The rows send the hello's request and expect its greeting: for another \
              action, give --body and --expect"
+                .to_owned()
         }
-        _ => "",
+        (Backend::Row | Backend::Url, true, Some(expect)) => format!(
+            ". It was sent `{}` (the body given) and had to answer `{}` (--expect): if that \
+             answer is right for that body, {served} runs another action than the one meant; \
+             if not, correct --expect",
+            k.body,
+            expect.trim_end()
+        ),
+        (Backend::Row | Backend::Url, true, None) => format!(
+            ". It was sent `{}` (the body given), and without --expect only the status is \
+             checked: {served} refused that body",
+            k.body
+        ),
+        (Backend::Row | Backend::Url, false, Some(expect)) => format!(
+            ". It was sent the hello's request, `{}`, and had to answer `{}` (--expect): for \
+             another action, give its request with --body",
+            k.body,
+            expect.trim_end()
+        ),
+        _ => String::new(),
     };
     format!(
         "{}: {} answers were wrong; the first: {first}{hint}",
@@ -636,6 +663,8 @@ mod tests {
                 rounds: 10,
                 concurrency: 4,
                 body: "{\"value\":{\"name\":\"bench\"}}".to_owned(),
+                body_given: false,
+                expect: None,
                 cold_runs: 5,
             },
             variants: vec![module, fresh, component, native],
@@ -1102,6 +1131,41 @@ mod tests {
         ));
         let widest = lines.iter().take(5).map(|l| l.chars().count()).max();
         assert!(widest < Some(165), "{text}");
+    }
+
+    #[test]
+    fn a_wrong_answer_at_a_url_says_what_was_sent_and_expected() {
+        let mut url = Variant::named(Backend::Url, None, Lifetime::AsServed);
+        url.label = "url".to_owned();
+        url.errors = 30;
+        url.first_wrong = Some("200 `{\"n\":7}`, expected 200 `{\"n\":8}`".to_owned());
+        let mut k = Conditions {
+            body: "{\"value\":{\"n\":7}}".to_owned(),
+            body_given: true,
+            expect: Some("{\"n\":8}".to_owned()),
+            ..Conditions::default()
+        };
+        let line = wrong_line(&url, &k);
+        assert_eq!(
+            line,
+            "url: 30 answers were wrong; the first: 200 `{\"n\":7}`, expected 200 `{\"n\":8}`. \
+             It was sent `{\"value\":{\"n\":7}}` (the body given) and had to answer \
+             `{\"n\":8}` (--expect): if that answer is right for that body, the server at \
+             --url runs another action than the one meant; if not, correct --expect"
+        );
+        assert!(!line.contains("give --body"), "{line}");
+        // Neither given: the hello's request was sent, and the way to send another is said.
+        k.body_given = false;
+        k.expect = None;
+        assert!(wrong_line(&url, &k).ends_with("for another action, give --body and --expect"));
+        // One of the two: what was given, and what is missing.
+        k.expect = Some("{\"n\":8}".to_owned());
+        assert!(wrong_line(&url, &k).ends_with("for another action, give its request with --body"));
+        k.body_given = true;
+        k.expect = None;
+        assert!(wrong_line(&url, &k).ends_with(
+            "without --expect only the status is checked: the server at --url refused that body"
+        ));
     }
 
     #[test]

@@ -144,7 +144,7 @@ pub fn table(c: &Comparison) -> String {
         let _ = writeln!(out, "note: {}", bare(&note));
     }
     for v in c.variants.iter().filter(|v| v.errors > 0) {
-        out.push_str(&wrong_line(v));
+        out.push_str(&wrong_line(v, &c.conditions));
         out.push('\n');
     }
     out
