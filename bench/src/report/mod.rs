@@ -15,8 +15,8 @@ pub use csv::csv;
 pub use html::html;
 pub use table::table;
 pub use verdicts::{
-    BottomLine, Verdict, bottom_lines, few_samples_notes, host_notes, overlap_notes, unmeasured,
-    verdicts,
+    BottomLine, Verdict, bottom_lines, few_samples_notes, host_notes, host_speed_note,
+    overlap_notes, unmeasured, verdicts,
 };
 
 use crate::stats::percentile;

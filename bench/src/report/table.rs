@@ -143,8 +143,15 @@ pub fn table(c: &Comparison) -> String {
     for line in bottom_lines(c) {
         let _ = writeln!(out, "bottom line, {line}");
     }
+    // A host whose speed moved puts every figure in doubt: a warning, not a note.
+    let moved = host_speed_note(c);
     for note in all_notes(c) {
-        let _ = writeln!(out, "note: {}", bare(&note));
+        let marker = if moved.as_ref() == Some(&note) {
+            "warning"
+        } else {
+            "note"
+        };
+        let _ = writeln!(out, "{marker}: {}", bare(&note));
     }
     for v in c.variants.iter().filter(|v| v.errors > 0) {
         out.push_str(&wrong_line(v, &c.conditions));
