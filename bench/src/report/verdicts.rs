@@ -755,11 +755,19 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
     };
     let percent = |f: f64| format!("{}%", figure(f * 100.0));
     let own = match measured {
+        Some(own) if own >= MOVED_MOST => format!(
+            "more than {}, past which figures measured early and late in the run differ by \
+             more than the host's noise",
+            percent(MOVED_MOST)
+        ),
+        Some(own) if own <= MOVED_LEAST => format!(
+            "more than {} (the run's own spreads are narrower still, {} at the widest)",
+            percent(MOVED_LEAST),
+            percent(own)
+        ),
         Some(own) => format!(
-            "more than the run's own spread (its widest [least–most] is {} of its median; \
-             a move is warned of past {})",
-            percent(own),
-            percent(bound)
+            "more than the run's own spread (its widest [least–most] is {} of its median)",
+            percent(own)
         ),
         None => format!("more than {}", percent(bound)),
     };
@@ -1292,7 +1300,14 @@ mod tests {
         // The run's spreads are 2% wide: a 7% move is past them (and past the floor, 5%).
         c.conditions.before.reference_ms = Some(spread(21.0, 20.8, 21.2));
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
-        assert!(host_speed_note(&c).is_some());
+        let note = host_speed_note(&c).expect("a warning for a 7% move");
+        assert!(
+            note.contains(
+                "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
+                 widest)"
+            ),
+            "{note}"
+        );
         // A 4% move is within the floor.
         c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
         assert_eq!(host_speed_note(&c), None);
@@ -1303,7 +1318,11 @@ mod tests {
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
         assert_eq!(host_speed_note(&c), None);
         c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
-        assert!(host_speed_note(&c).is_some());
+        let note = host_speed_note(&c).expect("a warning for a 12% move");
+        assert!(
+            note.contains("12% apart, more than 10%, past which"),
+            "{note}"
+        );
         // And the table says it as a warning.
         assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
     }
