@@ -598,6 +598,21 @@ pub(super) fn fresh_phrase(
         })
         .collect();
     let (_, first, _) = costs.first()?;
+    let agree = costs.iter().all(|(_, said, _)| said == first);
+    if detail && agree && costs.len() > 1 {
+        // One cost, each compiler's p50s beside it.
+        let compared: Vec<String> = costs
+            .iter()
+            .map(|(compiler, _, compared)| match compiler {
+                Some(compiler) => format!("{compiler}: {compared}"),
+                None => compared.clone(),
+            })
+            .collect();
+        return Some(format!(
+            "fresh instances cost {first} ({})",
+            compared.join("; ")
+        ));
+    }
     if detail {
         let said: Vec<String> = costs
             .iter()
@@ -609,7 +624,7 @@ pub(super) fn fresh_phrase(
         return Some(format!("fresh instances cost {}", said.join(", ")));
     }
     // One figure when the compilers agree: naming each would only repeat it.
-    if costs.iter().all(|(_, said, _)| said == first) {
+    if agree {
         return Some(format!("fresh instances cost {first}"));
     }
     let said: Vec<String> = costs
@@ -1139,6 +1154,33 @@ mod tests {
         ]);
         assert!(
             said_of(&c).contains("fresh instances cost nothing measurable, within noise"),
+            "{}",
+            said_of(&c)
+        );
+    }
+
+    #[test]
+    fn compilers_whose_fresh_instances_cost_alike_are_said_once() {
+        let winch = |lifetime, p50| {
+            let mut v = variant(Backend::Module, lifetime, p50);
+            v.compiler = Some(Compiler::Winch);
+            v
+        };
+        let c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 22.0),
+            ),
+            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
+            winch(Lifetime::Persistent, spread(21.0, 20.0, 23.0)),
+            winch(Lifetime::Fresh, spread(21.0, 20.0, 23.0)),
+        ]);
+        assert!(
+            said_of(&c).contains(
+                "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
+                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)"
+            ),
             "{}",
             said_of(&c)
         );
