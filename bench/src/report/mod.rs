@@ -1404,9 +1404,6 @@ mod tests {
         );
         let text = table(&with_http());
         assert!(text.contains("  1st  "), "{text}");
-        if std::env::var_os("SHOW_TABLE").is_some() {
-            println!("{text}");
-        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The comparison as the terminal reads it: one table, then the verdicts, notes and wrong answers.
+//! The comparison as the terminal reads it: the warm figures, the cold starts, then the verdicts, notes and wrong answers.
 
 use super::*;
 
-/// The terminal table, then the verdicts, the notes and the wrong answers.
+/// The terminal tables (warm figures, then cold starts), then the verdicts, the notes and
+/// the wrong answers.
 pub fn table(c: &Comparison) -> String {
     let counts = c.connection_counts();
     let sources = c.sources();
