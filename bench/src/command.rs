@@ -44,14 +44,16 @@ pub struct Args {
     pub source: Option<PathBuf>,
     /// With --compare: which forms of the action to compare [default: every form given;
     /// for the examples' hellos, module,component,native (name http too for the HTTP
-    /// hello beside wasmtime serve)].
+    /// hello, as OpenWhisk's /run and as plain HTTP, beside wasmtime serve)].
     #[arg(long, value_delimiter = ',')]
     pub forms: Option<Vec<crate::report::Backend>>,
-    /// With --compare: fresh servers per cold /init figure (the median is shown).
+    /// With --compare: fresh servers per cold start figure (the median is shown with the
+    /// least and most); with fewer than 5, no verdict names a cold winner.
     #[arg(long, default_value_t = 5)]
     pub cold_runs: usize,
     /// With --compare: rounds each variant's hits are split into, taken in turns across
-    /// the variants; the spread over rounds is shown beside each median.
+    /// the variants; the spread over rounds is shown beside each median a verdict
+    /// compares, and with fewer than 5 no verdict names a warm winner.
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
     /// With --compare: a /run body that crashes the action, to time the next answer after

@@ -75,15 +75,15 @@ impl Plan {
     fn shape(&self) -> crate::Shape {
         match self.backend {
             Backend::Http => crate::Shape::WebAction,
-            Backend::WasmtimeServe => crate::Shape::Bare,
+            Backend::HttpPlain | Backend::WasmtimeServe => crate::Shape::Bare,
             _ => crate::Shape::Hello,
         }
     }
 
-    /// Where its server takes an activation: `/run`, or any path of the peer's.
+    /// Where its server takes an activation: `/run`, or any path of a plain HTTP server.
     fn path(&self) -> &'static str {
         match self.backend {
-            Backend::WasmtimeServe => "/",
+            Backend::HttpPlain | Backend::WasmtimeServe => "/",
             _ => "/run",
         }
     }
@@ -97,12 +97,15 @@ impl Plan {
         if self.fresh {
             args.extend(["--max-activations-per-instance".to_owned(), "1".to_owned()]);
         }
+        if self.backend == Backend::HttpPlain {
+            args.extend(crate::plain_args(&self.file));
+        }
         args
     }
 }
 
 /// The plans for the forms given: every compiler of a WebAssembly form, each persistent
-/// and fresh.
+/// and fresh; an HTTP component also served as plain HTTP, and by its peer.
 fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
     let forms = [
         (Backend::Module, &options.module),
@@ -125,21 +128,29 @@ fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
             Backend::Native => &[],
             _ => &COMPILERS,
         };
-        let mut add = |compiler| {
-            for fresh in [false, true] {
-                plans.push(Plan {
-                    backend,
-                    compiler,
-                    fresh,
-                    file: file.clone(),
-                });
-            }
+        // An HTTP component both as OpenWhisk's /run and as plain HTTP, the request itself,
+        // as its peer below takes it.
+        let served: &[Backend] = match backend {
+            Backend::Http => &[Backend::Http, Backend::HttpPlain],
+            _ => &[backend],
         };
-        if compilers.is_empty() {
-            add(None);
-        }
-        for compiler in compilers {
-            add(Some(*compiler));
+        for &backend in served {
+            let mut add = |compiler| {
+                for fresh in [false, true] {
+                    plans.push(Plan {
+                        backend,
+                        compiler,
+                        fresh,
+                        file: file.clone(),
+                    });
+                }
+            };
+            if compilers.is_empty() {
+                add(None);
+            }
+            for compiler in compilers {
+                add(Some(*compiler));
+            }
         }
         // The same file under wasmtime's own server, reused and fresh.
         if backend == Backend::Http {
@@ -161,7 +172,9 @@ fn plans(options: &CompareOptions) -> anyhow::Result<Vec<Plan>> {
 
 /// The variables a comparison's servers are started without: their flags say what each
 /// server is, and the environment must not say otherwise.
-const SET_BY_FLAGS: [&str; 5] = [
+const SET_BY_FLAGS: [&str; 7] = [
+    "WASMLOOP_PROTOCOL",
+    "WASMLOOP_ACTION",
     "WASMLOOP_NO_CACHE",
     "WASMLOOP_CACHE_DIR",
     "WASMLOOP_WASM_COMPILER",
@@ -204,7 +217,8 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
     let path = plan.path();
     let reply = crate::harness::request(server.addr(), "POST", path, &payload.body(0))?;
     let expected = payload.expected(0);
-    let right = reply.status == 200 && expected.as_ref().is_none_or(|e| *e == reply.body);
+    let content = reply.content();
+    let right = reply.status == 200 && expected.as_ref().is_none_or(|e| *e == content);
     if !right {
         let wanted = match &expected {
             Some(e) => format!("200 `{}`", crate::shown(e, 200)),
@@ -215,7 +229,7 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
              no report written. Check --body and --expect (or the action)",
             plan.label(),
             reply.status,
-            crate::shown(reply.body.as_ref(), 200)
+            crate::shown(&content, 200)
         );
     }
     Ok(())
@@ -296,7 +310,12 @@ fn ours(
     args.extend(["--cache-dir".to_owned(), cache.display().to_string()]);
     args.extend(extra.iter().map(|&flag| flag.to_owned()));
     let mut server = start(&args)?;
-    server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    // A plain HTTP server loads its action as it starts; the others are /init'ed.
+    if plan.backend == Backend::HttpPlain {
+        server.ready(&plan.file)?;
+    } else {
+        server.init(&std::fs::read(&plan.file)?, &plan.file)?;
+    }
     Ok(server)
 }
 
@@ -312,8 +331,14 @@ impl Scratch {
 }
 
 /// Cold `/init`s of `plan`'s backend and compiler: each on a fresh server, compiled, from
-/// a warm compile cache, and from a signed artifact (natively: started).
+/// a warm compile cache, and from a signed artifact (natively: started). A server that
+/// takes no /init (plain HTTP, the peer) is timed from its start to its first answer.
 fn cold(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Result<Vec<Cold>> {
+    match plan.backend {
+        Backend::HttpPlain => return plain_cold(plan, options, scratch),
+        Backend::WasmtimeServe => return peer_cold(plan, options, scratch),
+        _ => {}
+    }
     let code = std::fs::read(&plan.file)
         .with_context(|| format!("cannot read {}", plan.file.display()))?;
     let args = plan.server_args(1);
@@ -392,6 +417,130 @@ fn cold(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Res
     ])
 }
 
+/// The request a cold server's first answer is timed by, and the answer it must give.
+fn first_request(plan: &Plan, options: &CompareOptions) -> (Bytes, Option<Bytes>) {
+    let payload = options.payload.shaped(plan.shape());
+    (payload.body(0), payload.expected(0))
+}
+
+/// Stops the comparison unless `reply` is what a first answer must be.
+fn check_first(
+    plan: &Plan,
+    reply: &crate::harness::Reply,
+    expected: Option<&Bytes>,
+) -> anyhow::Result<()> {
+    let content = reply.content();
+    if reply.status != 200 || expected.is_some_and(|e| *e != content) {
+        bail!(
+            "{}: a fresh server's first answer was {} `{}`, expected {}",
+            plan.label(),
+            reply.status,
+            crate::shown(&content, 200),
+            expected.map_or_else(
+                || "a 200".to_owned(),
+                |e| format!("200 `{}`", crate::shown(e, 200))
+            )
+        );
+    }
+    Ok(())
+}
+
+/// A plain HTTP server's cold starts (`--protocol http --action`): from starting it to its
+/// first answer, compiling the component, then from a compile cache filled before. Its
+/// socket is bound before it starts, and it accepts once the action is loaded: the first
+/// request waits in the backlog, nothing is polled.
+fn plain_cold(
+    plan: &Plan,
+    options: &CompareOptions,
+    scratch: &Scratch,
+) -> anyhow::Result<Vec<Cold>> {
+    let args = plan.server_args(1);
+    let (body, expected) = first_request(plan, options);
+    let first = |extra: &[String]| -> anyhow::Result<f64> {
+        let started = Instant::now();
+        let mut server = start(&[&args[..], extra].concat())?;
+        let reply = crate::harness::request(server.addr, "POST", plan.path(), &body)
+            .map_err(|error| server.explain(error.into()))?;
+        let took = started.elapsed();
+        check_first(plan, &reply, expected.as_ref())?;
+        Ok(took.as_secs_f64() * 1e3)
+    };
+    let runs = |extra: &[String]| -> anyhow::Result<Spread> {
+        let millis = (0..options.cold_runs)
+            .map(|_| first(extra))
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        Ok(spread(&millis))
+    };
+    let compiled = runs(&["--no-cache".to_owned()])?;
+    let cache = scratch.cache(&plan.label().replace(' ', "-"));
+    let cache_args = ["--cache-dir".to_owned(), cache.display().to_string()];
+    // One start fills the cache; the runs then load from it.
+    first(&cache_args)?;
+    let cached = runs(&cache_args)?;
+    let cold = |source, millis| Cold {
+        source,
+        millis,
+        runs: options.cold_runs,
+    };
+    Ok(vec![
+        cold(Source::FirstAnswer, compiled),
+        cold(Source::FirstCached, cached),
+    ])
+}
+
+/// The peer's cold starts, timed as a plain HTTP server's of ours: `wasmtime serve` from
+/// its start to its first answer, compiling (`-C cache=n`), then from its own compile
+/// cache, in a folder of this comparison's, filled before.
+fn peer_cold(
+    plan: &Plan,
+    options: &CompareOptions,
+    scratch: &Scratch,
+) -> anyhow::Result<Vec<Cold>> {
+    let (body, expected) = first_request(plan, options);
+    let runs = |flags: &[String]| -> anyhow::Result<Spread> {
+        let mut millis = Vec::new();
+        for _ in 0..options.cold_runs {
+            let took = crate::peer::WasmtimeServe::first_answer(
+                &options.wasmtime,
+                &plan.file,
+                flags,
+                &body,
+                expected.as_deref(),
+            )?;
+            millis.push(took.as_secs_f64() * 1e3);
+        }
+        Ok(spread(&millis))
+    };
+    let compiled = runs(&["-C".to_owned(), "cache=n".to_owned()])?;
+    let config = scratch.dir.path().join("wasmtime-cache.toml");
+    let folder = scratch.dir.path().join("wasmtime-cache");
+    std::fs::write(
+        &config,
+        format!("[cache]\ndirectory = {:?}\n", folder.display().to_string()),
+    )?;
+    let cached_flags = [
+        "-C".to_owned(),
+        format!("cache-config={}", config.display()),
+    ];
+    crate::peer::WasmtimeServe::first_answer(
+        &options.wasmtime,
+        &plan.file,
+        &cached_flags,
+        &body,
+        expected.as_deref(),
+    )?;
+    let cached = runs(&cached_flags)?;
+    let cold = |source, millis| Cold {
+        source,
+        millis,
+        runs: options.cold_runs,
+    };
+    Ok(vec![
+        cold(Source::FirstAnswer, compiled),
+        cold(Source::FirstCached, cached),
+    ])
+}
+
 /// Runs this wasmloop with `args`, failing with its output.
 fn wasmloop(args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
     super::source::run(
@@ -431,7 +580,9 @@ fn crash_to_answer(
     payload: &Payload,
     runs: usize,
 ) -> anyhow::Result<Option<Spread>> {
-    let Server::Ours(server) = server else {
+    // A plain HTTP server takes the request itself: a /run body that crashes the action
+    // is no request of its.
+    let (Server::Ours(server), false) = (server, backend == Backend::HttpPlain) else {
         return Ok(None);
     };
     let payload = &payload.shaped(match backend {
@@ -534,6 +685,12 @@ fn conditions(options: &CompareOptions, before: Host) -> Conditions {
             rounds: options.rounds,
             concurrency: options.concurrency,
             body: crate::shown(&options.payload.body(0), 200),
+            body_given: !options.payload.bodies.is_empty(),
+            expect: options
+                .payload
+                .expect
+                .as_deref()
+                .map(|e| crate::shown(e, 200)),
             cold_runs: options.cold_runs,
         },
         before,
@@ -546,6 +703,8 @@ pub(crate) struct Asked {
     pub rounds: usize,
     pub concurrency: u16,
     pub body: String,
+    pub body_given: bool,
+    pub expect: Option<String>,
     pub cold_runs: usize,
 }
 
@@ -580,6 +739,8 @@ pub(crate) fn conditions_of(build: &crate::Build, asked: Asked, before: Host) ->
         rounds: asked.rounds,
         concurrency: asked.concurrency,
         body: asked.body,
+        body_given: asked.body_given,
+        expect: asked.expect,
         cold_runs: asked.cold_runs,
     }
 }
@@ -598,10 +759,11 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
     // the cold runs, from one server of the first variant (its cache serves it later).
     check_answers(&plans[0], &options, &scratch)?;
     let progress = ProgressBar::new_spinner();
-    progress.set_message("cold /init on fresh servers");
+    progress.set_message("cold starts on fresh servers");
     let mut colds = Vec::new();
     for plan in &plans {
-        colds.push(if plan.fresh || plan.backend == Backend::WasmtimeServe {
+        // A fresh instance per activation changes nothing at a server's start.
+        colds.push(if plan.fresh {
             Vec::new()
         } else {
             cold(plan, &options, &scratch)?
@@ -690,6 +852,11 @@ pub async fn run(options: CompareOptions) -> anyhow::Result<Comparison> {
         notes: Vec::new(),
     };
     comparison.notes = super::report::overlap_notes(&comparison);
+    if plans.iter().any(|p| p.backend == Backend::WasmtimeServe) {
+        comparison
+            .notes
+            .extend(crate::peer::script_note(&options.wasmtime));
+    }
     if let Some(dir) = &options.out {
         write(dir, &comparison)?;
     }

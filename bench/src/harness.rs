@@ -124,6 +124,35 @@ impl Reply {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+
+    /// The body without its chunked framing where it came chunked (a plain HTTP server's
+    /// streamed response, `wasmtime serve`'s): what a client library would hand over, to
+    /// compare with an expected answer. A chunk cut short ends it.
+    pub fn content(&self) -> Vec<u8> {
+        let chunked = self
+            .header("transfer-encoding")
+            .is_some_and(|t| t.eq_ignore_ascii_case("chunked"));
+        if !chunked {
+            return self.body.clone();
+        }
+        let mut content = Vec::new();
+        let mut rest = self.body.as_slice();
+        while let Some(end) = memchr::memmem::find(rest, b"\r\n") {
+            let size = std::str::from_utf8(&rest[..end])
+                .ok()
+                .and_then(|line| line.split(';').next())
+                .and_then(|hex| usize::from_str_radix(hex.trim(), 16).ok());
+            rest = &rest[end + 2..];
+            match size {
+                Some(size) if size > 0 && size <= rest.len() => {
+                    content.extend_from_slice(&rest[..size]);
+                    rest = rest.get(size + 2..).unwrap_or_default();
+                }
+                _ => break,
+            }
+        }
+        content
+    }
 }
 
 /// One request on a fresh connection (closed after the answer), over raw HTTP/1.1: what
@@ -184,5 +213,17 @@ mod tests {
         assert_eq!(reply.header("x-a"), Some("b"));
         assert_eq!(reply.body, b"{}\n");
         assert!(parse_reply(b"HTTP/1.1 200 OK\r\n").is_none());
+    }
+
+    #[test]
+    fn a_chunked_body_reads_without_its_framing_and_another_as_it_came() {
+        let reply = parse_reply(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1C\r\n{\"message\":\"Hello, bench0!\"}\r\n\
+              2\r\n\n\n\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(reply.content(), b"{\"message\":\"Hello, bench0!\"}\n\n");
+        let plain = parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n1C\n").unwrap();
+        assert_eq!(plain.content(), b"1C\n");
     }
 }

@@ -343,28 +343,40 @@ fn serve_plain(file: &Path, args: &[String]) -> anyhow::Result<Served> {
         "{} is missing (build the examples first: see the README)",
         file.display()
     );
-    let plain = [
+    let plain = plain_args(file);
+    let mut served = Served::start(&[args, &plain[..]].concat(), &[])?;
+    served.ready(file)?;
+    Ok(served)
+}
+
+/// The flags that make a server serve `file` as plain HTTP, built in.
+fn plain_args(file: &Path) -> [String; 4] {
+    [
         "--protocol".to_owned(),
         "http".to_owned(),
         "--action".to_owned(),
         file.display().to_string(),
-    ];
-    let mut served = Served::start(&[args, &plain[..]].concat(), &[])?;
-    // Ready once the action is loaded: its resident set is read after that, as an
-    // /init'ed server's is.
-    let started = Instant::now();
-    loop {
-        match crate::harness::request(served.addr, "GET", "/.well-known/wasmloop/ready", b"") {
-            Ok(reply) if reply.status == 200 => return Ok(served),
-            Ok(_) if started.elapsed() < Duration::from_secs(120) => {
-                std::thread::sleep(Duration::from_millis(20));
+    ]
+}
+
+impl Served {
+    /// Waits until a plain HTTP server has loaded its action (`file`): its resident set is
+    /// read after that, as an /init'ed server's is.
+    fn ready(&mut self, file: &Path) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            match crate::harness::request(self.addr, "GET", "/.well-known/wasmloop/ready", b"") {
+                Ok(reply) if reply.status == 200 => return Ok(()),
+                Ok(_) if started.elapsed() < Duration::from_secs(120) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(reply) => bail!(
+                    "the plain HTTP server of {} never became ready: {}",
+                    file.display(),
+                    reply.text()
+                ),
+                Err(error) => return Err(self.explain(error.into())),
             }
-            Ok(reply) => bail!(
-                "the plain HTTP server of {} never became ready: {}",
-                file.display(),
-                reply.text()
-            ),
-            Err(error) => return Err(served.explain(error.into())),
         }
     }
 }
@@ -734,6 +746,8 @@ fn rows_measured(
         rounds: ROUNDS,
         concurrency: options.concurrency,
         body: shown(&options.payload.body(0), 200),
+        body_given: !options.payload.bodies.is_empty(),
+        expect: options.payload.expect.as_deref().map(|e| shown(e, 200)),
         cold_runs: 0,
     };
     let mut comparison = report::Comparison {

@@ -10,6 +10,12 @@ use anyhow::{Context, bail};
 /// How long `wasmtime serve` may take to compile the component and listen.
 const START_LIMIT: Duration = Duration::from_secs(120);
 
+/// How often a started `wasmtime serve` is tried for a connection: it binds its port
+/// itself, so its start is seen only by trying. A cold start's figure is late by up to
+/// `FIRST_POLL`; a warm server's start, timed by nobody, is tried less often.
+const FIRST_POLL: Duration = Duration::from_millis(1);
+const WARM_POLL: Duration = Duration::from_millis(20);
+
 /// A `wasmtime serve` of the bench's own, stopped when dropped.
 pub struct WasmtimeServe {
     child: Child,
@@ -23,6 +29,50 @@ impl WasmtimeServe {
     /// interfaces of wasi:cli that some toolchains' HTTP components import beside the
     /// proxy world (wasmloop gives every component all of WASI 0.2).
     pub fn start(wasmtime: &Path, component: &Path, reuse: bool) -> anyhow::Result<Self> {
+        Self::launch(wasmtime, component, reuse, &[], WARM_POLL)
+    }
+
+    /// The time from starting `wasmtime serve` with `component` and `flags` (its compile
+    /// cache's: `-C cache=n`, or `-C cache-config=FILE`) to its first answer to `body`,
+    /// which must be a 200 with `expected` where that is known. wasmtime compiles the
+    /// component before it listens, so this is its cold start, as a plain HTTP server of
+    /// wasmloop's with the action built in has its own.
+    pub fn first_answer(
+        wasmtime: &Path,
+        component: &Path,
+        flags: &[String],
+        body: &[u8],
+        expected: Option<&[u8]>,
+    ) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let peer = Self::launch(wasmtime, component, false, flags, FIRST_POLL)?;
+        let reply = crate::harness::request(peer.addr, "POST", "/", body)?;
+        let took = started.elapsed();
+        let content = reply.content();
+        if reply.status != 200 || expected.is_some_and(|e| e != content.as_slice()) {
+            bail!(
+                "{} serve {}: its first answer was {} `{}`, expected {}",
+                wasmtime.display(),
+                component.display(),
+                reply.status,
+                crate::shown(&content, 200),
+                expected.map_or_else(
+                    || "a 200".to_owned(),
+                    |e| format!("200 `{}`", crate::shown(e, 200))
+                )
+            );
+        }
+        Ok(took)
+    }
+
+    /// `wasmtime serve` of `component` with `flags`, tried every `poll` until it listens.
+    fn launch(
+        wasmtime: &Path,
+        component: &Path,
+        reuse: bool,
+        flags: &[String],
+        poll: Duration,
+    ) -> anyhow::Result<Self> {
         if !component.is_file() {
             bail!(
                 "{} is missing: build the examples first (component-examples/build.sh)",
@@ -38,6 +88,7 @@ impl WasmtimeServe {
         if reuse {
             command.args(["--max-instance-reuse-count", "1000000000"]);
         }
+        command.args(flags);
         let mut child = command
             .arg(component)
             .stdin(Stdio::null())
@@ -67,7 +118,7 @@ impl WasmtimeServe {
                     wasmtime.display()
                 );
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(poll);
         }
         Ok(WasmtimeServe { child, addr })
     }
@@ -82,4 +133,27 @@ impl Drop for WasmtimeServe {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A note when `wasmtime` is a script (pyenv's shim, say) rather than wasmtime itself: the
+/// script's interpreter starting counts in the peer's cold start (~300 ms for pyenv's,
+/// against ~40 ms for wasmtime from its cache on the project's VM).
+pub fn script_note(wasmtime: &Path) -> Option<String> {
+    let found = if wasmtime.components().count() > 1 {
+        Some(wasmtime.to_path_buf())
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join(wasmtime))
+            .find(|path| path.is_file())
+    }?;
+    let mut start = [0u8; 2];
+    std::io::Read::read_exact(&mut std::fs::File::open(&found).ok()?, &mut start).ok()?;
+    (&start == b"#!").then(|| {
+        format!(
+            "{} is a script, not wasmtime itself (pyenv's shim, say): its interpreter's start \
+             counts in the peer's cold start. Give --wasmtime the executable \
+             (scripts/install-wasmtime.sh prints its path).",
+            found.display()
+        )
+    })
 }

@@ -16,7 +16,7 @@ const CHROMIUM_WAIT: Duration = Duration::from_secs(120);
 const TITLES: [&str; 6] = [
     "latency by percentile at 1 connection",
     "latency by percentile at 8 connections",
-    "cold /init: a fresh server's first /init, by where the code came from",
+    "cold start: a fresh server's first /init (or first answer), by where the code came from",
     "memory: resident after /init, and per extra instance",
     "throughput: requests per second by connection count",
     "recovery: from a crash to the next answer",
@@ -108,6 +108,8 @@ fn comparison() -> Comparison {
             rounds: 10,
             concurrency: 2,
             body: "{\"value\":{\"name\":\"bench\"}}".to_owned(),
+            body_given: false,
+            expect: None,
             cold_runs: 5,
         },
         variants: vec![module, fresh, component, native],

@@ -286,10 +286,11 @@ fn bench_sends_the_body_it_is_given_and_says_why_answers_are_wrong() {
     assert!(!wrong.status.success(), "{stdout}");
     assert!(
         stdout.contains(
-            r#"url: 30 answers were wrong; the first: 200 `{"n":7}`, expected 200 `{"n":8}`. The rows send"#
+            r#"url: 30 answers were wrong; the first: 200 `{"n":7}`, expected 200 `{"n":8}`. It was sent `{"value":{"n":7}}` (the body given) and had to answer `{"n":8}` (--expect)"#
         ),
         "{stdout}"
     );
+    assert!(!stdout.contains("give --body and --expect"), "{stdout}");
 
     // --out writes the files for a server bench did not start, too.
     let out = tempfile::tempdir().unwrap();
@@ -791,6 +792,8 @@ fn bench_compares_an_http_component_as_a_form_beside_wasmtime_serve() {
         "http cranelift fresh",
         "http winch persistent",
         "http winch fresh",
+        "http-plain cranelift persistent",
+        "http-plain winch fresh",
         "wasmtime-serve persistent",
         "wasmtime-serve fresh",
     ] {
@@ -803,18 +806,31 @@ fn bench_compares_an_http_component_as_a_form_beside_wasmtime_serve() {
     let csv = std::fs::read_to_string(out.path().join("compare.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     let errors = header.iter().position(|h| *h == "errors").unwrap();
-    let compiled = header
-        .iter()
-        .position(|h| *h == "cold_compiled_ms")
-        .unwrap();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let positive = |row: &[&str], name: &str| {
+        let value: f64 = row[column(name)]
+            .parse()
+            .unwrap_or_else(|_| panic!("no {name} in {row:?}"));
+        assert!(value > 0.0, "{name} in {row:?}");
+    };
     for line in csv.lines().skip(1) {
         let row: Vec<&str> = line.split(',').collect();
         assert_eq!(row[errors], "0", "{line}");
-        // Cold starts are wasmloop's: the peer starts as a process, not through /init.
-        if row[0] == "http cranelift persistent" {
-            assert!(row[compiled].parse::<f64>().unwrap() > 0.0, "{line}");
+        // /init's cold starts for the /run server; for the plain one and the peer, which
+        // take no /init, the time from their start to a first answer, beside each other.
+        match row[0] {
+            "http cranelift persistent" => positive(&row, "cold_compiled_ms"),
+            "http-plain cranelift persistent" | "wasmtime-serve persistent" => {
+                for name in ["cold_first_answer", "cold_first_answer_cached"] {
+                    positive(&row, &format!("{name}_ms"));
+                    positive(&row, &format!("{name}_min_ms"));
+                    positive(&row, &format!("{name}_max_ms"));
+                }
+            }
+            _ => {}
         }
     }
+    assert!(stdout.contains("cold start, ms"), "{stdout}");
     let html = std::fs::read_to_string(out.path().join("report.html")).unwrap();
     assert!(html.contains("wasmtime-serve persistent"));
 }

@@ -654,15 +654,15 @@ pub(super) fn spread_range(s: &Spread) -> Option<(f64, f64)> {
 /// without a colour of their own (the colour is the variant's).
 pub(super) fn source_opacity(source: Source) -> f64 {
     match source {
-        Source::Compiled | Source::Start => 1.0,
-        Source::Cache => 0.62,
+        Source::Compiled | Source::Start | Source::FirstAnswer => 1.0,
+        Source::Cache | Source::FirstCached => 0.62,
         Source::Signed => 0.38,
         Source::Receive => 0.2,
     }
 }
 
 pub(super) const COLD_TITLE: &str =
-    "cold /init: a fresh server's first /init, by where the code came from";
+    "cold start: a fresh server's first /init (or first answer), by where the code came from";
 
 pub(super) fn cold_chart(c: &Comparison) -> String {
     let sources = c.sources();
@@ -699,7 +699,7 @@ pub(super) fn cold_chart(c: &Comparison) -> String {
     ));
     let panel = Panel {
         heading: None,
-        axis: "time to answer /init".to_owned(),
+        axis: "time to answer /init (or the first request)".to_owned(),
         format: duration_ms,
         log_allowed: true,
         groups,
@@ -966,6 +966,11 @@ pub(super) fn crash_left_out(c: &Comparison) -> Option<String> {
                 .to_owned(),
             (Backend::Native, _) => "its process was not killed".to_owned(),
             (Backend::WasmtimeServe, _) => "the peer is not crashed".to_owned(),
+            (Backend::HttpPlain, _) => {
+                "a plain HTTP server takes the request itself, not a /run body that makes the \
+                 action trap"
+                    .to_owned()
+            }
             (Backend::Module | Backend::Component | Backend::Http, _) => {
                 "WebAssembly is crashed only from \
                  inside, by a request that makes it trap: give one with --crash-body"

@@ -2,7 +2,22 @@
 
 use super::*;
 
-pub(super) const CSV_COLUMNS: [&str; 30] = [
+/// Each kind of cold start's columns' stem, in `Source::ALL`'s order: its median's column
+/// is `{stem}_ms`, its least and most `{stem}_min_ms` and `{stem}_max_ms`.
+pub(super) const COLD_STEMS: [(Source, &str); 7] = [
+    (Source::Compiled, "cold_compiled"),
+    (Source::Cache, "cold_cache"),
+    (Source::Signed, "cold_signed"),
+    (Source::Receive, "receive_signed"),
+    (Source::Start, "cold_start"),
+    (Source::FirstAnswer, "cold_first_answer"),
+    (Source::FirstCached, "cold_first_answer_cached"),
+];
+
+/// The first five kinds' medians keep their places among the columns; the kinds added
+/// later, and every kind's least and most, come after the columns a reader of an older
+/// CSV knows, so that those keep their positions.
+pub(super) const CSV_COLUMNS: [&str; 46] = [
     "label",
     "backend",
     "compiler",
@@ -33,6 +48,22 @@ pub(super) const CSV_COLUMNS: [&str; 30] = [
     "instance_memory_bytes_reported",
     "server_cpu_us",
     "client_cpu_us",
+    "cold_first_answer_ms",
+    "cold_first_answer_cached_ms",
+    "cold_compiled_min_ms",
+    "cold_compiled_max_ms",
+    "cold_cache_min_ms",
+    "cold_cache_max_ms",
+    "cold_signed_min_ms",
+    "cold_signed_max_ms",
+    "receive_signed_min_ms",
+    "receive_signed_max_ms",
+    "cold_start_min_ms",
+    "cold_start_max_ms",
+    "cold_first_answer_min_ms",
+    "cold_first_answer_max_ms",
+    "cold_first_answer_cached_min_ms",
+    "cold_first_answer_cached_max_ms",
 ];
 
 /// The CSV's rows, also the HTML page's full table: one per variant and connection count,
@@ -78,11 +109,12 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
                 ]),
                 None => row.extend((0..13).map(|_| String::new())),
             }
-            for &source in Source::ALL {
-                row.push(
-                    v.cold_from(source)
-                        .map_or(String::new(), |c| number(c.millis.median, 3)),
-                );
+            let cold = |source: Source, figure: fn(&Spread) -> f64| {
+                v.cold_from(source)
+                    .map_or(String::new(), |c| number(figure(&c.millis), 3))
+            };
+            for (source, _) in &COLD_STEMS[..5] {
+                row.push(cold(*source, |s| s.median));
             }
             let count = |b: Option<u64>| b.map_or(String::new(), |b| b.to_string());
             row.push(count(v.resident_after_init));
@@ -97,6 +129,13 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
             let per_request = |us: Option<f64>| us.map_or(String::new(), |us| number(us, 1));
             row.push(per_request(warm.and_then(|w| w.server_cpu_us)));
             row.push(per_request(warm.and_then(|w| w.client_cpu_us)));
+            for (source, _) in &COLD_STEMS[5..] {
+                row.push(cold(*source, |s| s.median));
+            }
+            for (source, _) in &COLD_STEMS {
+                row.push(cold(*source, |s| s.min));
+                row.push(cold(*source, |s| s.max));
+            }
             rows.push(row);
         }
     }

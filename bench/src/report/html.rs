@@ -84,8 +84,11 @@ pub(super) fn conditions(out: &mut String, c: &Comparison) {
             format!("{} (the servers' --concurrency)", k.concurrency),
         ),
         (
-            "cold /init",
-            format!("{} fresh servers per figure", k.cold_runs),
+            "cold starts",
+            format!(
+                "{} fresh servers per figure, the median with the least and most",
+                k.cold_runs
+            ),
         ),
         ("date", k.date.clone()),
     ];

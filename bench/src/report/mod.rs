@@ -15,7 +15,8 @@ pub use csv::csv;
 pub use html::html;
 pub use table::table;
 pub use verdicts::{
-    BottomLine, Verdict, bottom_lines, host_notes, overlap_notes, unmeasured, verdicts,
+    BottomLine, Verdict, bottom_lines, few_samples_notes, host_notes, host_speed_note,
+    overlap_notes, unmeasured, verdicts,
 };
 
 use crate::stats::percentile;
@@ -50,6 +51,10 @@ pub struct Conditions {
     pub concurrency: u16,
     /// The /run body sent (excerpt).
     pub body: String,
+    /// Whether that body was given (--body, --body-file), or is the hello's.
+    pub body_given: bool,
+    /// The answer every request had to get, as --expect gave it (excerpt).
+    pub expect: Option<String>,
     /// Fresh servers per cold /init figure.
     pub cold_runs: usize,
 }
@@ -126,6 +131,9 @@ named! {
         Native = "native",
         /// A component of the wasi:http/proxy world, on the runtime's http backend.
         Http = "http",
+        /// The same HTTP component served as plain HTTP (`wasmloop serve --protocol http
+        /// --action FILE`): the request itself on any path, as `wasmtime serve` gets it.
+        HttpPlain = "http-plain",
         /// The same HTTP component under `wasmtime serve`: the peer an HTTP form is
         /// measured beside, no form of the action's own.
         WasmtimeServe = "wasmtime-serve",
@@ -153,9 +161,12 @@ impl clap::ValueEnum for Backend {
             Backend::Component => "A WASI 0.2 component (--component)",
             Backend::Native => "A native executable (--native)",
             Backend::Http => {
-                "An HTTP component, measured beside wasmtime serve running the same file (--http)"
+                "An HTTP component, measured as OpenWhisk's /run and as plain HTTP, beside \
+                 wasmtime serve running the same file (--http)"
             }
-            Backend::WasmtimeServe | Backend::Url | Backend::Row => return None,
+            Backend::HttpPlain | Backend::WasmtimeServe | Backend::Url | Backend::Row => {
+                return None;
+            }
         };
         Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }
@@ -192,6 +203,11 @@ named! {
         Receive = "receive",
         /// Native: nothing to compile, the process starting.
         Start = "start",
+        /// A server started with the action built in (`--protocol http --action`, or the
+        /// peer, `wasmtime serve`), from its start to its first answer, compiling the code.
+        FirstAnswer = "first answer",
+        /// The same, its code loaded from a compile cache filled before.
+        FirstCached = "first answer cached",
     }
 }
 
@@ -202,6 +218,8 @@ impl Source {
             Source::Compiled => "cmpl",
             Source::Signed => "sign",
             Source::Receive => "recv",
+            Source::FirstAnswer => "1st",
+            Source::FirstCached => "1st-c",
             other => other.name(),
         }
     }
@@ -217,13 +235,28 @@ impl Source {
                  code spoilt at its end, refused once decoded)"
             }
             Source::Start => "the native process starting",
+            Source::FirstAnswer => {
+                "a server started with the action built in (--protocol http; the peer: \
+                 wasmtime serve), from its start to its first answer, compiling the code"
+            }
+            Source::FirstCached => {
+                "the same, its code from a compile cache filled before (the peer: wasmtime's \
+                 own cache)"
+            }
         }
     }
 
     /// Whether a record is held for it across backends: cold starts of one kind are
     /// compared; receiving is no start, and only the native backend starts a process.
     fn is_compared(self) -> bool {
-        matches!(self, Source::Compiled | Source::Cache | Source::Signed)
+        matches!(
+            self,
+            Source::Compiled
+                | Source::Cache
+                | Source::Signed
+                | Source::FirstAnswer
+                | Source::FirstCached
+        )
     }
 
     /// How a sentence says it ("52 ms from the cache").
@@ -232,6 +265,8 @@ impl Source {
             Source::Cache => "from the cache",
             Source::Start => "to start",
             Source::Receive => "to receive the signed upload",
+            Source::FirstAnswer => "to a first answer, compiled",
+            Source::FirstCached => "to a first answer from the cache",
             other => other.name(),
         }
     }
@@ -418,18 +453,6 @@ fn duration_ms(ms: f64) -> String {
     duration_us(ms * 1e3)
 }
 
-/// Both ends in the unit of the larger, so the two read against each other.
-fn range_us(lo: f64, hi: f64) -> String {
-    let (size, unit) = time_unit(hi);
-    let (lo, hi) = (figure(lo / size), figure(hi / size));
-    // Two compilers that took the same time read as one figure.
-    if lo == hi {
-        format!("{hi} {unit}")
-    } else {
-        format!("{lo}–{hi} {unit}")
-    }
-}
-
 fn rate(per_second: f64) -> String {
     if per_second >= 999.5 {
         format!("{}k", figure(per_second / 1e3))
@@ -471,7 +494,8 @@ fn connections_phrase(n: usize) -> String {
 fn all_notes(c: &Comparison) -> Vec<String> {
     // What the host did weighs on every figure: said first.
     let mut notes = host_notes(c);
-    for note in c.notes.iter().cloned().chain(overlap_notes(c)) {
+    let later = few_samples_notes(c).into_iter().chain(overlap_notes(c));
+    for note in c.notes.iter().cloned().chain(later) {
         if !notes.contains(&note) {
             notes.push(note);
         }
@@ -522,15 +546,38 @@ fn bare(note: &str) -> &str {
         .unwrap_or(note)
 }
 
-fn wrong_line(v: &Variant) -> String {
+fn wrong_line(v: &Variant, k: &Conditions) -> String {
     let first = v.first_wrong.as_deref().unwrap_or("not recorded");
-    let hint = match v.backend {
-        // The rows send the hellos' requests unless told otherwise.
-        Backend::Row | Backend::Url => {
+    let served = match v.backend {
+        Backend::Url => "the server at --url",
+        _ => "this row's server",
+    };
+    let hint = match (v.backend, k.body_given, &k.expect) {
+        (Backend::Row | Backend::Url, false, None) => {
+            // The rows send the hellos' requests unless told otherwise.
             ". The rows send the hello's request and expect its greeting: for another \
              action, give --body and --expect"
+                .to_owned()
         }
-        _ => "",
+        (Backend::Row | Backend::Url, true, Some(expect)) => format!(
+            ". It was sent `{}` (the body given) and had to answer `{}` (--expect): if that \
+             answer is right for that body, {served} runs another action than the one meant; \
+             if not, correct --expect",
+            k.body,
+            expect.trim_end()
+        ),
+        (Backend::Row | Backend::Url, true, None) => format!(
+            ". It was sent `{}` (the body given), and without --expect only the status is \
+             checked: {served} refused that body",
+            k.body
+        ),
+        (Backend::Row | Backend::Url, false, Some(expect)) => format!(
+            ". It was sent the hello's request, `{}`, and had to answer `{}` (--expect): for \
+             another action, give its request with --body",
+            k.body,
+            expect.trim_end()
+        ),
+        _ => String::new(),
     };
     format!(
         "{}: {} answers were wrong; the first: {first}{hint}",
@@ -636,6 +683,8 @@ mod tests {
                 rounds: 10,
                 concurrency: 4,
                 body: "{\"value\":{\"name\":\"bench\"}}".to_owned(),
+                body_given: false,
+                expect: None,
                 cold_runs: 5,
             },
             variants: vec![module, fresh, component, native],
@@ -816,6 +865,16 @@ mod tests {
         let column = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
         assert_eq!(fields[column("server_cpu_us")], "60.0");
         assert_eq!(fields[column("client_cpu_us")], "30.0");
+        // Every cold start's least and most beside its median (the sample's spread is
+        // 0.9 to 1.2 times it).
+        for (_, stem) in COLD_STEMS {
+            for suffix in ["_ms", "_min_ms", "_max_ms"] {
+                column(&format!("{stem}{suffix}"));
+            }
+        }
+        assert_eq!(fields[column("cold_start_min_ms")], "2.250");
+        assert_eq!(fields[column("cold_start_max_ms")], "3.000");
+        assert_eq!(fields[column("cold_compiled_min_ms")], "");
     }
 
     #[test]
@@ -847,7 +906,7 @@ mod tests {
         let said: Vec<String> = verdicts(&sample()).iter().map(|v| v.to_string()).collect();
         assert_eq!(said.len(), 3, "{said:#?}");
         assert!(
-            said[0].starts_with("module: fastest warm: p50 33 µs (persistent, cranelift)"),
+            said[0].starts_with("module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)"),
             "{}",
             said[0]
         );
@@ -855,43 +914,47 @@ mod tests {
         // the component's; signed, only the module's, holds no record.
         assert!(
             said[0].contains(
-                "cold /init 21 ms compiled (fastest), 1.8 ms from the cache (fastest), 4 ms \
-                 signed, 500 µs to receive the signed upload;"
+                "cold /init 21 [19–25] ms compiled (fastest), 1.8 [1.6–2.2] ms from the cache \
+                 (fastest), 4 [3.6–4.8] ms signed, 500 [450–600] µs to receive the signed \
+                 upload;"
             ),
             "{}",
             said[0]
         );
         assert!(
-            said[0].contains("shortest tail: p99 150 µs at 8 connections (persistent, cranelift)"),
+            said[0].contains(
+                "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)"
+            ),
             "{}",
             said[0]
         );
         assert!(
-            said[0].contains("fresh instances cost +28 µs"),
+            said[0]
+                .contains("fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)"),
             "{}",
             said[0]
         );
         assert!(
-            said[1].starts_with("component: warm p50 77 µs (persistent, winch)"),
+            said[1].starts_with("component: warm p50 77 [74–80] µs (persistent, winch)"),
             "{}",
             said[1]
         );
         assert!(
             said[1]
-                .contains("; cold /init 1.1 s compiled, 15 ms from the cache, 100 µs to receive"),
+                .contains("; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive"),
             "{}",
             said[1]
         );
         // A native start is quicker than the module's cached start, but not of its kind: it
         // holds no cold record.
         assert!(
-            said[2].contains("; cold /init 2.5 ms to start;"),
+            said[2].contains("; cold /init 2.5 [2.2–3] ms to start;"),
             "{}",
             said[2]
         );
         assert!(!said[2].contains("fastest cold") && !said[2].contains("start (fastest"));
         assert!(
-            said[2].contains("; tail p99 200 µs at 8 connections (persistent);"),
+            said[2].contains("; tail p99 200 [180–230] µs at 8 connections (persistent);"),
             "{}",
             said[2]
         );
@@ -904,7 +967,7 @@ mod tests {
         c.variants[3].warm[0].p50 = spread(20.0, 19.0, 21.0);
         let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
         assert!(
-            said[2].starts_with("native: fastest warm: p50 20 µs (persistent)"),
+            said[2].starts_with("native: fastest warm: p50 20 [19–21] µs (persistent)"),
             "{}",
             said[2]
         );
@@ -923,15 +986,16 @@ mod tests {
         let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
         assert!(
             said[0].contains(
-                "cold /init 21 ms compiled (fastest with component, within noise), 1.8 ms from \
-                 the cache (fastest),"
+                "cold /init 21 [19–25] ms compiled (within noise of component), 1.8 [1.6–2.2] \
+                 ms from the cache (fastest),"
             ),
             "the module's compile is no longer the fastest alone: {}",
             said[0]
         );
         assert!(
             said[1].contains(
-                "cold /init 20 ms compiled (fastest with module, within noise), 15 ms from the cache,"
+                "cold /init 20 [18–24] ms compiled (within noise of module), 15 [14–18] ms from \
+                 the cache,"
             ),
             "{}",
             said[1]
@@ -1012,13 +1076,15 @@ mod tests {
         let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
         assert!(
             said[0].starts_with(
-                "module: fastest warm with native, within noise: p50 33 µs (persistent, cranelift)"
+                "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
+                 cranelift)"
             ),
             "{}",
             said[0]
         );
         assert!(
-            said[2].starts_with("native: fastest warm with module, within noise: p50 34 µs"),
+            said[2]
+                .starts_with("native: fastest warm with module, within noise: p50 34 [31–36] µs"),
             "{}",
             said[2]
         );
@@ -1028,7 +1094,7 @@ mod tests {
         );
         // The component, apart from both, is named with its figure alone.
         assert!(
-            said[1].starts_with("component: warm p50 77 µs"),
+            said[1].starts_with("component: warm p50 77 [74–80] µs"),
             "{}",
             said[1]
         );
@@ -1089,19 +1155,290 @@ mod tests {
         for (v, line) in c.variants.iter().zip(&lines[1..]) {
             assert!(line.starts_with(&v.label), "{text}");
         }
-        assert!(lines[1].contains("33 [32–35]"), "{}", lines[1]);
+        // The figures the verdicts compare with their spreads: the p50 at 1 connection,
+        // the p99 and the rate at 8.
+        assert!(lines[1].contains("33 [32–34]"), "{}", lines[1]);
+        assert!(lines[0].contains("  p99@8  "), "{}", lines[0]);
         // The server's CPU per request at the most connections (the sample's is 0.6 of
         // its base of 75 µs there).
         assert!(lines[0].contains("  srv@8  "), "{}", lines[0]);
-        assert!(lines[1].contains("  100     45  "), "{}", lines[1]);
+        assert!(
+            lines[1].contains("  150 [135–172]  100 [95–104]     45  "),
+            "{}",
+            lines[1]
+        );
         assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
+        // Then the cold starts, each with its spread, of the variants that have any.
+        assert!(lines[5].starts_with("cold start, ms") && lines[5].contains("cmpl"));
+        assert!(
+            lines[6].starts_with("module cranelift persistent")
+                && lines[6].contains("21 [19–25]  1.8 [1.6–2.2]"),
+            "{}",
+            lines[6]
+        );
+        assert!(lines[8].starts_with("native persistent"), "{}", lines[8]);
         assert!(text.contains("note: the machine was <busy>"));
         assert!(text.ends_with(
             "native persistent: 3 answers were wrong; the first: 500 `oops`, expected 200 \
              `{\"message\":\"Hi\"}`\n"
         ));
-        let widest = lines.iter().take(5).map(|l| l.chars().count()).max();
+        let widest = lines.iter().take(9).map(|l| l.chars().count()).max();
         assert!(widest < Some(165), "{text}");
+    }
+
+    /// What a figure measures, and its size in the base unit (µs, req/s, bytes, count).
+    fn dimension(unit: &str) -> Option<(&'static str, f64)> {
+        Some(match unit {
+            "µs" => ("time", 1.0),
+            "ms" => ("time", 1e3),
+            "s" => ("time", 1e6),
+            "req/s" => ("rate", 1.0),
+            "KiB" => ("bytes", 1024.0),
+            "MiB" => ("bytes", f64::from(1 << 20)),
+            "count" => ("count", 1.0),
+            _ => return None,
+        })
+    }
+
+    /// A table column's unit, by its header.
+    fn column_unit(header: &str, cold: bool) -> &'static str {
+        match header {
+            _ if cold => "ms",
+            "MiB" | "mem" => "MiB",
+            "+KiB" => "KiB",
+            "crash" => "ms",
+            "err" => "count",
+            h if h.starts_with("kreq/s") => "kreq/s",
+            _ => "µs",
+        }
+    }
+
+    /// The numbers of the tables in `text`, as printed, with their units, by the label of
+    /// their row: "33 [32–34]" is three.
+    fn table_figures(text: &str) -> Vec<(String, &'static str, String)> {
+        let mut figures = Vec::new();
+        let mut header: Option<(Vec<String>, bool)> = None;
+        for line in text.lines() {
+            let cells: Vec<String> = line
+                .split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if line.starts_with("variant") || line.starts_with("cold start, ms") {
+                header = Some((cells, line.starts_with("cold")));
+                continue;
+            }
+            if line.starts_with('(') {
+                header = None;
+            }
+            let Some((names, cold)) = &header else {
+                continue;
+            };
+            for (name, cell) in names.iter().zip(&cells).skip(1) {
+                for number in cell.split(['[', '–', ']', ' ']).filter(|n| !n.is_empty()) {
+                    let unit = column_unit(name, *cold);
+                    figures.push((cells[0].clone(), unit, number.to_owned()));
+                }
+            }
+        }
+        figures
+    }
+
+    /// Every figure the verdict lines of `text` cite with a unit (and the count of wrong
+    /// answers), each as printed: (backend, unit, number). A difference ("+28 µs", a
+    /// fresh instance's cost) is left out: the two p50s it is the difference of are cited
+    /// beside it, and checked.
+    fn verdict_figures(text: &str, c: &Comparison) -> Vec<(String, &'static str, String)> {
+        let mut figures = Vec::new();
+        for line in text.lines() {
+            let Some(backend) = c
+                .backends()
+                .into_iter()
+                .find(|b| line.starts_with(&format!("{b}: ")))
+            else {
+                continue;
+            };
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .map(|w| w.trim_matches(|ch: char| "(),;:".contains(ch)))
+                .collect();
+            let unit_of = |word: &str| -> Option<&'static str> {
+                ["µs", "ms", "s", "req/s", "KiB", "MiB"]
+                    .into_iter()
+                    .find(|u| *u == word.trim_end_matches('.'))
+            };
+            for (at, word) in words.iter().enumerate() {
+                let number = word.trim_start_matches('+').trim_end_matches('k');
+                if number.parse::<f64>().is_err() || word.starts_with('[') {
+                    continue;
+                }
+                // "33 [32–34] µs", "21 ms", "100k [95k–104k] req/s", "3 wrong answers".
+                let spread = words.get(at + 1).filter(|w| w.starts_with('['));
+                let unit_at = at + 1 + usize::from(spread.is_some());
+                let unit = match (words.get(unit_at), words.get(at + 1)) {
+                    (Some(u), _) if unit_of(u).is_some() => unit_of(u).unwrap(),
+                    (_, Some(&"wrong")) => "count",
+                    _ => continue,
+                };
+                if word.starts_with('+') && unit == "µs" {
+                    continue;
+                }
+                let mut numbers = vec![*word];
+                if let Some(spread) = spread {
+                    numbers.extend(spread.split(['[', '–', ']']).filter(|n| !n.is_empty()));
+                }
+                for n in numbers {
+                    let n = n.trim_start_matches('+');
+                    let (n, unit) = match n.strip_suffix('k') {
+                        Some(n) => (n, "kreq/s"),
+                        None => (n, unit),
+                    };
+                    figures.push((backend.to_string(), unit, n.to_owned()));
+                }
+            }
+        }
+        figures
+    }
+
+    /// Whether `(unit, number)` as a verdict printed it is the figure a table printed as
+    /// `(column, cell)`: the same once either is printed in the other's unit.
+    fn same_figure(said: (&str, &str), shown: (&str, &str)) -> bool {
+        let size = |unit: &str| match unit {
+            "kreq/s" => Some(("rate", 1e3)),
+            other => dimension(other),
+        };
+        let (Some((kind, said_size)), Some((shown_kind, shown_size))) =
+            (size(said.0), size(shown.0))
+        else {
+            return false;
+        };
+        let (Ok(a), Ok(b)) = (said.1.parse::<f64>(), shown.1.parse::<f64>()) else {
+            return false;
+        };
+        kind == shown_kind
+            && (figure(b * shown_size / said_size) == said.1
+                || figure(a * said_size / shown_size) == shown.1)
+    }
+
+    /// The figures the verdicts printed under `table(c)` that no row of their backend in
+    /// its tables holds.
+    fn cited_but_not_shown(c: &Comparison) -> Vec<String> {
+        let text = table(c);
+        let shown = table_figures(&text);
+        let cited = verdict_figures(&text, c);
+        assert!(
+            cited.len() > 10,
+            "too few figures parsed: {cited:?}\n{text}"
+        );
+        cited
+            .into_iter()
+            .filter(|(backend, unit, number)| {
+                !shown.iter().any(|(label, column, cell)| {
+                    label.starts_with(&format!("{backend} "))
+                        && same_figure((unit, number), (column, cell))
+                })
+            })
+            .map(|(backend, unit, number)| format!("{backend}: {number} {unit}"))
+            .collect()
+    }
+
+    /// The sample, with an HTTP component beside it: served as plain HTTP and by the peer,
+    /// each with its cold start to a first answer.
+    fn with_http() -> Comparison {
+        let mut c = sample();
+        let mut plain = variant("http-plain", Some("cranelift"), "persistent", 62.0);
+        plain.cold = vec![cold("first answer", 60.0), cold("first answer cached", 9.0)];
+        let mut peer = variant("wasmtime-serve", None, "persistent", 61.0);
+        peer.cold = vec![
+            cold("first answer", 290.0),
+            cold("first answer cached", 40.0),
+        ];
+        peer.resident_after_init = Some(19 << 20);
+        c.variants.extend([plain, peer]);
+        c
+    }
+
+    #[test]
+    fn every_figure_a_verdict_cites_is_in_the_printed_table() {
+        for c in [sample(), with_http()] {
+            let missing = cited_but_not_shown(&c);
+            assert!(missing.is_empty(), "{missing:#?}\n{}", table(&c));
+        }
+        // Without the p99 at 8 connections in the table, as it was, the check fails.
+        let c = sample();
+        let text = table(&c).replace("150 [135–172]", "-");
+        let shown = table_figures(&text);
+        assert!(
+            !shown
+                .iter()
+                .any(|(label, unit, n)| label.starts_with("module ")
+                    && same_figure(("µs", "150"), (unit, n)))
+        );
+    }
+
+    #[test]
+    fn the_peers_cold_start_stands_beside_wasmloops_own_of_the_same_component() {
+        let said: Vec<String> = verdicts(&with_http())
+            .iter()
+            .map(|v| v.to_string())
+            .collect();
+        let plain = said.iter().find(|s| s.starts_with("http-plain: ")).unwrap();
+        assert!(
+            plain.contains(
+                "cold start 60 [54–72] ms to a first answer, compiled (fastest), 9 [8.1–11] ms \
+                 to a first answer from the cache (fastest)"
+            ),
+            "{plain}"
+        );
+        let peer = said
+            .iter()
+            .find(|s| s.starts_with("wasmtime-serve: "))
+            .unwrap();
+        assert!(
+            peer.contains(
+                "cold start 290 [261–348] ms to a first answer, compiled, 40 [36–48] ms to a \
+                 first answer from the cache;"
+            ),
+            "{peer}"
+        );
+        let text = table(&with_http());
+        assert!(text.contains("  1st  "), "{text}");
+    }
+
+    #[test]
+    fn a_wrong_answer_at_a_url_says_what_was_sent_and_expected() {
+        let mut url = Variant::named(Backend::Url, None, Lifetime::AsServed);
+        url.label = "url".to_owned();
+        url.errors = 30;
+        url.first_wrong = Some("200 `{\"n\":7}`, expected 200 `{\"n\":8}`".to_owned());
+        let mut k = Conditions {
+            body: "{\"value\":{\"n\":7}}".to_owned(),
+            body_given: true,
+            expect: Some("{\"n\":8}".to_owned()),
+            ..Conditions::default()
+        };
+        let line = wrong_line(&url, &k);
+        assert_eq!(
+            line,
+            "url: 30 answers were wrong; the first: 200 `{\"n\":7}`, expected 200 `{\"n\":8}`. \
+             It was sent `{\"value\":{\"n\":7}}` (the body given) and had to answer \
+             `{\"n\":8}` (--expect): if that answer is right for that body, the server at \
+             --url runs another action than the one meant; if not, correct --expect"
+        );
+        assert!(!line.contains("give --body"), "{line}");
+        // Neither given: the hello's request was sent, and the way to send another is said.
+        k.body_given = false;
+        k.expect = None;
+        assert!(wrong_line(&url, &k).ends_with("for another action, give --body and --expect"));
+        // One of the two: what was given, and what is missing.
+        k.expect = Some("{\"n\":8}".to_owned());
+        assert!(wrong_line(&url, &k).ends_with("for another action, give its request with --body"));
+        k.body_given = true;
+        k.expect = None;
+        assert!(wrong_line(&url, &k).ends_with(
+            "without --expect only the status is checked: the server at --url refused that body"
+        ));
     }
 
     #[test]

@@ -1,102 +1,230 @@
-//! What the figures say: one verdict per question, and warnings where spreads overlap.
+//! What the figures say: one verdict per question, named only where the spreads are apart, and warnings where they overlap.
 
 use super::*;
 
-/// Who holds a record across the comparison. Each backend counts with its best variant,
-/// and there is no record with fewer than two backends; when the best spread over rounds
-/// overlaps another backend's, the order is chance, and the record is shared.
+/// The fewest rounds (or cold runs) a spread may come from for a verdict to name a winner.
+/// Two runs of one action, each `n` samples, give [least–most] ranges that miss each other
+/// by chance 2 times in C(2n, n): 1 in 3 at two samples, 1 in 10 at three, 1 in 126 at five.
+pub(super) const FEWEST: usize = 5;
+
+/// How far a single reading of memory is taken to move on its own, either way, relative:
+/// read once per variant, it has no spread over rounds, and two identical servers read a
+/// few pages apart (allocator arenas, pages touched lazily). Two readings must be more than
+/// twice this apart for the smaller to hold a record.
+pub(super) const MEMORY_NOISE: f64 = 0.05;
+
+/// What a spread measures, for saying it and for telling two spreads apart as said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Quantity {
+    Micros,
+    Millis,
+    PerSecond,
+    Bytes,
+}
+
+impl Quantity {
+    /// The size of the unit a figure up to `top` reads in, and the unit's name.
+    fn unit(self, top: f64) -> (f64, &'static str) {
+        match self {
+            Quantity::Micros => time_unit(top),
+            Quantity::Millis => {
+                let (size, unit) = time_unit(top * 1e3);
+                (size / 1e3, unit)
+            }
+            Quantity::PerSecond if top >= 999.5 => (1e3, "k"),
+            Quantity::PerSecond => (1.0, ""),
+            Quantity::Bytes if top >= f64::from(1 << 20) => (f64::from(1 << 20), "MiB"),
+            Quantity::Bytes => (1024.0, "KiB"),
+        }
+    }
+
+    /// A median with its [least–most] beside it, every figure in the unit of the largest:
+    /// "33 [32–35] µs", "21 [19–25] ms", "100k [95k–104k] req/s"; memory, read once, alone.
+    pub(super) fn spread(self, s: &Spread) -> String {
+        let (size, unit) = self.unit(s.max.max(s.median));
+        let n = |v: f64| figure(v / size);
+        match self {
+            Quantity::Micros | Quantity::Millis => {
+                format!("{} [{}–{}] {unit}", n(s.median), n(s.min), n(s.max))
+            }
+            Quantity::PerSecond => format!(
+                "{}{unit} [{}{unit}–{}{unit}] req/s",
+                n(s.median),
+                n(s.min),
+                n(s.max)
+            ),
+            Quantity::Bytes => format!("{} {unit}", n(s.median)),
+        }
+    }
+
+    /// Whether `a` and `b` are told apart: their spreads share no value, and the gap between
+    /// them survives the rounding they are printed with (20.4 against 20.6 µs reads "20" and
+    /// "21" apart, but 20.6 against 20.7 reads "21" twice, and a reader sees no gap).
+    pub(super) fn apart(self, a: &Spread, b: &Spread) -> bool {
+        let (lower, upper) = if a.max < b.min {
+            (a, b)
+        } else if b.max < a.min {
+            (b, a)
+        } else {
+            return false;
+        };
+        let (size, _) = self.unit(upper.max.max(lower.max));
+        figure(lower.max / size) != figure(upper.min / size)
+    }
+}
+
+/// Who holds a record across the comparison. There is no record with fewer than two
+/// backends, or from spreads of too few rounds; where the best spread is not apart from
+/// another backend's, the order is chance, and the record is shared.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Record {
     Nobody,
     Held(Backend),
-    /// Every backend whose best is within noise of the top one.
+    /// Some backends, not all, whose spreads are within noise of the top one.
     Shared(Vec<Backend>),
+    /// Every backend measured is within noise of the top one: there is no winner.
+    Tied(Vec<Backend>),
 }
 
 /// Where one backend stands against a record.
 pub(super) enum Standing {
     Holds,
-    /// Level with these others, within noise.
+    /// Level with these others, within noise, ahead of the rest.
     Level(Vec<Backend>),
+    /// Within noise of these others, and nobody ahead.
+    Tied(Vec<Backend>),
     Not,
 }
 
 impl Record {
     pub(super) fn of(&self, backend: Backend) -> Standing {
+        let others = |all: &[Backend]| {
+            all.iter()
+                .copied()
+                .filter(|b| *b != backend)
+                .collect::<Vec<_>>()
+        };
         match self {
             Record::Held(b) if *b == backend => Standing::Holds,
-            Record::Shared(all) if all.contains(&backend) => {
-                Standing::Level(all.iter().copied().filter(|b| *b != backend).collect())
-            }
+            Record::Shared(all) if all.contains(&backend) => Standing::Level(others(all)),
+            Record::Tied(all) if all.contains(&backend) => Standing::Tied(others(all)),
             _ => Standing::Not,
         }
     }
 }
 
+/// "component", "component and native".
+fn names(backends: &[Backend]) -> String {
+    listed(&backends.iter().map(|b| b.name()).collect::<Vec<_>>())
+}
+
 impl Standing {
     /// `title` ("fastest warm") ahead of the figures: "fastest warm: ", "fastest warm
-    /// with component, within noise: ", or `plain` when the record is another's.
+    /// with component, within noise: ", "warm, within noise of component: " when nobody
+    /// wins, or `plain` when the record is another's.
     pub(super) fn lead(&self, title: &str, plain: &str) -> String {
-        self.title(title)
-            .map_or_else(|| plain.to_owned(), |title| format!("{title}: "))
+        match self {
+            Standing::Tied(others) => {
+                let subject = plain.trim_end();
+                let comma = if subject.is_empty() { "" } else { ", " };
+                format!("{subject}{comma}within noise of {}: ", names(others))
+            }
+            Standing::Not => plain.to_owned(),
+            held => format!("{title}{}: ", held.shared()),
+        }
     }
 
-    /// `title` and whom the record is shared with ("fastest with component, within
-    /// noise"); none when the record is another's.
-    fn title(&self, title: &str) -> Option<String> {
+    /// What follows a figure: " (fastest)", " (fastest with component, within noise)",
+    /// " (within noise of component)"; nothing when the record is another's.
+    fn after(&self, title: &str) -> String {
         match self {
-            Standing::Not => None,
-            held => Some(format!("{title}{}", held.shared())),
+            Standing::Not => String::new(),
+            Standing::Tied(others) => format!(" (within noise of {})", names(others)),
+            held => format!(" ({title}{})", held.shared()),
         }
     }
 
     /// " with component and native, within noise" for a shared record; empty otherwise.
     fn shared(&self) -> String {
         match self {
-            Standing::Level(others) => {
-                let others: Vec<&str> = others.iter().map(|b| b.name()).collect();
-                format!(" with {}, within noise", others.join(" and "))
-            }
-            Standing::Holds | Standing::Not => String::new(),
+            Standing::Level(others) => format!(" with {}, within noise", names(others)),
+            _ => String::new(),
         }
     }
 }
 
+/// The record for `figure` (the best of each backend, by median, `highest` or lowest),
+/// told apart as `quantity` is said, from spreads of `samples` rounds or runs each. Every
+/// variant counts against the top one: a backend whose best median is behind, but one of
+/// whose variants' spreads reaches the top one's, is level with it.
 pub(super) fn holder(
     c: &Comparison,
     figure: impl Fn(&Variant) -> Option<Spread>,
     highest: bool,
+    quantity: Quantity,
+    samples: usize,
 ) -> Record {
-    let better = |a: f64, b: f64| if highest { a > b } else { a < b };
-    let mut best: Vec<(Backend, Spread)> = Vec::new();
-    for v in &c.variants {
-        let Some(value) = figure(v).filter(|x| x.median.is_finite()) else {
-            continue;
-        };
-        match best.iter_mut().find(|(b, _)| *b == v.backend) {
-            Some(held) if better(value.median, held.1.median) => held.1 = value,
-            Some(_) => {}
-            None => best.push((v.backend, value)),
+    let measured: Vec<(Backend, Spread)> = c
+        .variants
+        .iter()
+        .filter_map(|v| Some((v.backend, figure(v)?)))
+        .filter(|(_, s)| s.median.is_finite() && s.min.is_finite() && s.max.is_finite())
+        .collect();
+    let mut backends: Vec<Backend> = Vec::new();
+    for (backend, _) in &measured {
+        if !backends.contains(backend) {
+            backends.push(*backend);
         }
     }
-    if best.len() < 2 {
+    if backends.len() < 2 || samples < FEWEST {
         return Record::Nobody;
     }
-    let Some(&(top, top_spread)) = best
+    let better = |a: f64, b: f64| if highest { a > b } else { a < b };
+    let Some(&(top, top_spread)) = measured
         .iter()
         .reduce(|a, b| if better(b.1.median, a.1.median) { b } else { a })
     else {
         return Record::Nobody;
     };
-    let level: Vec<Backend> = best
-        .iter()
-        .filter(|(b, s)| *b == top || s.overlaps(&top_spread))
-        .map(|(b, _)| *b)
+    let level: Vec<Backend> = backends
+        .into_iter()
+        .filter(|b| {
+            *b == top
+                || measured
+                    .iter()
+                    .any(|(o, s)| o == b && !quantity.apart(&top_spread, s))
+        })
         .collect();
-    if level.len() > 1 {
-        Record::Shared(level)
-    } else {
-        Record::Held(top)
+    let all = measured.iter().all(|(b, _)| level.contains(b));
+    match level.len() {
+        1 => Record::Held(top),
+        _ if all => Record::Tied(level),
+        _ => Record::Shared(level),
+    }
+}
+
+/// The rounds each warm spread comes from: as asked, but never more than the hits.
+fn rounds(c: &Comparison) -> usize {
+    c.conditions.rounds.min(c.conditions.hits)
+}
+
+/// The fewest fresh servers any cold figure of `source` comes from.
+fn cold_runs(c: &Comparison, source: Source) -> usize {
+    c.variants
+        .iter()
+        .filter_map(|v| v.cold_from(source).map(|x| x.runs))
+        .min()
+        .unwrap_or(0)
+}
+
+/// A single reading of memory, widened by its own noise: a spread that two readings of
+/// one server would share.
+fn memory_spread(bytes: u64) -> Spread {
+    let b = bytes as f64;
+    Spread {
+        median: b,
+        min: b * (1.0 - MEMORY_NOISE),
+        max: b * (1.0 + MEMORY_NOISE),
     }
 }
 
@@ -127,11 +255,8 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50);
     let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second);
     let tail = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.p99);
-    // Measured once: a spread of one value.
-    let resident = |v: &Variant| {
-        v.resident_after_init
-            .map(|b| crate::stats::spread(&[b as f64]))
-    };
+    let resident = |v: &Variant| v.resident_after_init.map(memory_spread);
+    let rounds = rounds(c);
 
     // Fresh instances are the price of isolation, not a backend's speed: the record is
     // held with the lifetime `warm_phrase` reports.
@@ -139,21 +264,35 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         c,
         |v| p50(v).filter(|_| v.lifetime != Lifetime::Fresh),
         false,
+        Quantity::Micros,
+        rounds,
     );
-    let most_per_second = holder(c, per_second, true);
+    let most_per_second = holder(c, per_second, true, Quantity::PerSecond, rounds);
     let shortest_tail = holder(
         c,
         |v| tail(v).filter(|_| v.lifetime != Lifetime::Fresh),
         false,
+        Quantity::Micros,
+        rounds,
     );
-    let least_memory = holder(c, resident, false);
+    // Memory has no rounds: its noise is in its spread.
+    let least_memory = holder(c, resident, false, Quantity::Bytes, FEWEST);
     // A cold start is compared only with starts of its own kind: a compile with compiles,
     // a cached start with cached ones; a native process starting has no counterpart.
     let cold_records: Vec<(Source, Record)> = c
         .sources()
         .into_iter()
         .filter(|s| s.is_compared())
-        .map(|s| (s, holder(c, |v| v.cold_from(s).map(|x| x.millis), false)))
+        .map(|s| {
+            let record = holder(
+                c,
+                |v| v.cold_from(s).map(|x| x.millis),
+                false,
+                Quantity::Millis,
+                cold_runs(c, s),
+            );
+            (s, record)
+        })
         .collect();
 
     let mut out = Vec::new();
@@ -163,24 +302,8 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         if let Some(low) = low {
             parts.extend(warm_phrase(&variants, low, fastest_warm.of(backend)));
         }
-        let most = most_per_second.of(backend);
-        if let (Some(high), false) = (high, matches!(most, Standing::Not)) {
-            let best = variants
-                .iter()
-                .filter_map(|v| Some((*v, per_second(v)?.median)))
-                .filter(|(_, x)| x.is_finite())
-                .max_by(|a, b| a.1.total_cmp(&b.1));
-            if let Some((v, value)) = best {
-                parts.push(format!(
-                    "most req/s at {}{} ({} req/s, {})",
-                    connections_phrase(high),
-                    most.shared(),
-                    rate(value),
-                    v.flavour()
-                ));
-            }
-        }
         if let Some(high) = high {
+            parts.extend(rate_phrase(&variants, high, most_per_second.of(backend)));
             parts.extend(tail_phrase(&variants, high, shortest_tail.of(backend)));
         }
         parts.extend(cold_phrase(c, &variants, |s| {
@@ -191,7 +314,7 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         }));
         parts.extend(memory_phrase(&variants, least_memory.of(backend)));
         if let Some(low) = low {
-            parts.extend(fresh_phrase(&variants, low));
+            parts.extend(fresh_phrase(&variants, low, rounds, true));
         }
         let crash = variants
             .iter()
@@ -220,12 +343,12 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
 /// in: the persistent ones when any was measured, else all.
 fn as_usually_run<'a>(
     variants: &[&'a Variant],
-    figure: impl Fn(&Variant) -> Option<f64>,
-) -> Vec<(&'a Variant, f64)> {
-    let measured: Vec<(&Variant, f64)> = variants
+    figure: impl Fn(&Variant) -> Option<Spread>,
+) -> Vec<(&'a Variant, Spread)> {
+    let measured: Vec<(&Variant, Spread)> = variants
         .iter()
         .filter_map(|v| Some((*v, figure(v)?)))
-        .filter(|(_, x)| x.is_finite())
+        .filter(|(_, x)| x.median.is_finite())
         .collect();
     let persistent = measured
         .iter()
@@ -236,17 +359,29 @@ fn as_usually_run<'a>(
         .collect()
 }
 
+/// The lowest (or, `highest`, the highest) median of `pool`.
+fn best<'a>(pool: &[(&'a Variant, Spread)], highest: bool) -> Option<(&'a Variant, Spread)> {
+    let order =
+        |a: &&(&Variant, Spread), b: &&(&Variant, Spread)| a.1.median.total_cmp(&b.1.median);
+    if highest {
+        pool.iter().max_by(order).copied()
+    } else {
+        pool.iter().min_by(order).copied()
+    }
+}
+
 /// The backend's best p50 at the lowest connection count, in the lifetime it is usually
-/// run in (persistent, when measured), and its other compilers beside it.
+/// run in (persistent, when measured), and its other compilers beside it, each with its
+/// spread over rounds.
 pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
-    let pool = as_usually_run(variants, |v| Some(v.warm_at(low)?.p50.median));
-    let best = pool.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let pool = as_usually_run(variants, |v| Some(v.warm_at(low)?.p50));
+    let (top, p50) = best(&pool, false)?;
     let others: Vec<String> = pool
         .iter()
-        .filter(|(v, _)| v.label != best.0.label)
-        .map(|(v, p50)| format!("{} {}", v.short_name(), duration_us(*p50)))
+        .filter(|(v, _)| v.label != top.label)
+        .map(|(v, s)| format!("{} {}", v.short_name(), Quantity::Micros.spread(s)))
         .collect();
-    let mut inside = best.0.flavour();
+    let mut inside = top.flavour();
     if !others.is_empty() {
         let _ = write!(inside, "; {}", others.join(", "));
     }
@@ -255,72 +390,105 @@ pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) 
     } else {
         format!(" at {}", connections_phrase(low))
     };
-    let p50 = duration_us(best.1);
     Some(format!(
-        "{}p50 {p50}{at} ({inside})",
-        fastest.lead("fastest warm", "warm ")
+        "{}p50 {}{at} ({inside})",
+        fastest.lead("fastest warm", "warm "),
+        Quantity::Micros.spread(&p50)
+    ))
+}
+
+/// The backend's best rate at `high` connections, said only where it holds or shares the
+/// record, or where nobody does.
+fn rate_phrase(variants: &[&Variant], high: usize, most: Standing) -> Option<String> {
+    if matches!(most, Standing::Not) {
+        return None;
+    }
+    let pool: Vec<(&Variant, Spread)> = variants
+        .iter()
+        .filter_map(|v| Some((*v, v.warm_at(high)?.per_second)))
+        .filter(|(_, s)| s.median.is_finite())
+        .collect();
+    let (v, rate) = best(&pool, true)?;
+    let title = format!("most req/s at {}", connections_phrase(high));
+    let lead = match &most {
+        Standing::Tied(others) => format!(
+            "req/s at {}, within noise of {}",
+            connections_phrase(high),
+            names(others)
+        ),
+        held => format!("{title}{}", held.shared()),
+    };
+    Some(format!(
+        "{lead} ({}, {})",
+        Quantity::PerSecond.spread(&rate),
+        v.flavour()
     ))
 }
 
 /// The backend's tail at `high` connections: the best p99 of its persistent variants (any
-/// variant's when none is persistent).
+/// variant's when none is persistent), with its spread over rounds.
 pub(super) fn tail_phrase(
     variants: &[&Variant],
     high: usize,
     shortest: Standing,
 ) -> Option<String> {
-    let (v, p99) = as_usually_run(variants, |v| Some(v.warm_at(high)?.p99.median))
-        .into_iter()
-        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let pool = as_usually_run(variants, |v| Some(v.warm_at(high)?.p99));
+    let (v, p99) = best(&pool, false)?;
     Some(format!(
         "{}p99 {} at {} ({})",
         shortest.lead("shortest tail", "tail "),
-        duration_us(p99),
+        Quantity::Micros.spread(&p99),
         connections_phrase(high),
         v.flavour()
     ))
 }
 
-/// The backend's cold /inits, one figure (or range over its variants) per kind of start,
-/// each named, and beside each the record `standing` gives it among the backends that
-/// start that way.
+/// The backend's cold starts, per kind of start its quickest variant's median with its
+/// spread over the fresh servers, and beside each the record `standing` gives it among
+/// the backends that start that way; then the compiler that was quickest at every kind,
+/// where it was apart from the others each time.
 pub(super) fn cold_phrase(
     c: &Comparison,
     variants: &[&Variant],
     standing: impl Fn(Source) -> Standing,
 ) -> Option<String> {
     let mut said = Vec::new();
-    // Per source, the variant with the lowest figure: named once if the same throughout.
-    let mut quickest = Vec::new();
+    let mut quickest: Vec<Option<&str>> = Vec::new();
     for source in c.sources() {
-        let mut figures: Vec<(f64, &Variant)> = variants
+        let pool: Vec<(&Variant, Spread)> = variants
             .iter()
-            .filter_map(|v| Some((v.cold_from(source)?.millis.median, *v)))
-            .filter(|(ms, _)| ms.is_finite())
+            .filter_map(|v| Some((*v, v.cold_from(source)?.millis)))
+            .filter(|(_, s)| s.median.is_finite())
             .collect();
-        figures.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let phrase = source.phrase();
-        let record = standing(source)
-            .title("fastest")
-            .map(|title| format!(" ({title})"))
-            .unwrap_or_default();
-        match figures.as_slice() {
-            [] => {}
-            [(ms, _)] => said.push(format!("{} {phrase}{record}", duration_ms(*ms))),
-            [(lo, lo_v), .., (hi, _)] => {
-                said.push(format!("{} {phrase}{record}", range_us(lo * 1e3, hi * 1e3)));
-                if source != Source::Receive {
-                    quickest.push(lo_v.short_name());
-                }
-            }
+        let Some((top, ms)) = best(&pool, false) else {
+            continue;
+        };
+        said.push(format!(
+            "{} {}{}",
+            Quantity::Millis.spread(&ms),
+            source.phrase(),
+            standing(source).after("fastest")
+        ));
+        if pool.len() > 1 && source != Source::Receive {
+            let runs = pool
+                .iter()
+                .filter_map(|(v, _)| v.cold_from(source).map(|x| x.runs))
+                .min()
+                .unwrap_or(0);
+            let apart = runs >= FEWEST
+                && pool
+                    .iter()
+                    .filter(|(v, _)| v.label != top.label)
+                    .all(|(_, s)| Quantity::Millis.apart(&ms, s));
+            quickest.push(apart.then(|| top.short_name()));
         }
     }
     if said.is_empty() {
         return None;
     }
-    let mut phrase = format!("cold /init {}", said.join(", "));
-    if let Some(first) = quickest.first()
-        && quickest.iter().all(|q| q == first)
+    let mut phrase = format!("{} {}", cold_words(c, variants), said.join(", "));
+    if let Some(Some(first)) = quickest.first()
+        && quickest.iter().all(|q| q == &Some(*first))
     {
         let _ = write!(phrase, " (quickest with {first})");
     }
@@ -343,7 +511,17 @@ fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
             Some(format!("{} {}", duration_ms(best), source.phrase()))
         })
         .collect();
-    (!said.is_empty()).then(|| format!("cold /init {}", said.join(", ")))
+    (!said.is_empty()).then(|| format!("{} {}", cold_words(c, variants), said.join(", ")))
+}
+
+/// How a backend's cold starts are named: "cold /init", or "cold start" for a server that
+/// takes no /init (its action built in, or the peer's).
+fn cold_words(c: &Comparison, variants: &[&Variant]) -> &'static str {
+    let inits = c.sources().into_iter().any(|s| {
+        !matches!(s, Source::FirstAnswer | Source::FirstCached)
+            && variants.iter().any(|v| v.cold_from(s).is_some())
+    });
+    if inits { "cold /init" } else { "cold start" }
 }
 
 pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
@@ -366,8 +544,14 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<St
 }
 
 /// What a fresh instance per activation adds to the p50, against the persistent variant of
-/// the same compiler.
-pub(super) fn fresh_phrase(variants: &[&Variant], low: usize) -> Option<String> {
+/// the same compiler, from spreads of `rounds` rounds; with `detail`, both p50s beside it
+/// with their spreads, as a verdict compares them.
+pub(super) fn fresh_phrase(
+    variants: &[&Variant],
+    low: usize,
+    rounds: usize,
+    detail: bool,
+) -> Option<String> {
     let p50 = |v: &Variant| {
         v.warm_at(low)
             .map(|w| w.p50)
@@ -378,7 +562,8 @@ pub(super) fn fresh_phrase(variants: &[&Variant], low: usize) -> Option<String> 
         .copied()
         .filter(|v| v.lifetime == Lifetime::Fresh)
         .collect();
-    let costs: Vec<String> = fresh
+    // Per compiler: the cost as said, and the two p50s it comes from.
+    let costs: Vec<(Option<Compiler>, String, String)> = fresh
         .iter()
         .filter_map(|f| {
             let twin = variants
@@ -388,25 +573,68 @@ pub(super) fn fresh_phrase(variants: &[&Variant], low: usize) -> Option<String> 
             let cost = spent.median - kept.median;
             // A fresh instance cannot be cheaper than a kept one: a difference inside the
             // rounds' spread, or below zero, is noise, and said so, never a negative cost.
-            let cost = if cost <= 0.0 || spent.overlaps(&kept) {
+            let said = if cost <= 0.0 || !Quantity::Micros.apart(&spent, &kept) {
                 "nothing measurable, within noise".to_owned()
+            } else if rounds < FEWEST {
+                format!(
+                    "+{} (from {rounds} rounds, too few to tell from noise)",
+                    duration_us(cost)
+                )
             } else {
                 format!("+{}", duration_us(cost))
             };
-            Some(match f.compiler {
-                Some(compiler) if fresh.len() > 1 => format!("{cost} ({compiler})"),
-                _ => cost,
-            })
+            let (size, unit) = time_unit(spent.max.max(kept.max));
+            let n = |v: f64| figure(v / size);
+            let compared = format!(
+                "p50 {} [{}–{}] {unit} against {} [{}–{}] {unit}",
+                n(spent.median),
+                n(spent.min),
+                n(spent.max),
+                n(kept.median),
+                n(kept.min),
+                n(kept.max)
+            );
+            Some((f.compiler, said, compared))
         })
         .collect();
-    let first = costs.first()?;
-    // One figure when the compilers agree: naming each would only repeat it.
-    let same = |cost: &String| cost.split(" (").next() == first.split(" (").next();
-    if costs.iter().all(same) {
-        let cost = first.split(" (").next().unwrap_or(first);
-        return Some(format!("fresh instances cost {cost}"));
+    let (_, first, _) = costs.first()?;
+    let agree = costs.iter().all(|(_, said, _)| said == first);
+    if detail && agree && costs.len() > 1 {
+        // One cost, each compiler's p50s beside it.
+        let compared: Vec<String> = costs
+            .iter()
+            .map(|(compiler, _, compared)| match compiler {
+                Some(compiler) => format!("{compiler}: {compared}"),
+                None => compared.clone(),
+            })
+            .collect();
+        return Some(format!(
+            "fresh instances cost {first} ({})",
+            compared.join("; ")
+        ));
     }
-    Some(format!("fresh instances cost {}", costs.join(", ")))
+    if detail {
+        let said: Vec<String> = costs
+            .iter()
+            .map(|(compiler, said, compared)| match compiler {
+                Some(compiler) if costs.len() > 1 => format!("{said} ({compiler}: {compared})"),
+                _ => format!("{said} ({compared})"),
+            })
+            .collect();
+        return Some(format!("fresh instances cost {}", said.join(", ")));
+    }
+    // One figure when the compilers agree: naming each would only repeat it.
+    if agree {
+        return Some(format!("fresh instances cost {first}"));
+    }
+    let said: Vec<String> = costs
+        .iter()
+        .map(|(compiler, said, _)| match compiler {
+            Some(compiler) => format!("{said} ({compiler})"),
+            None => said.clone(),
+        })
+        .collect();
+    Some(format!("fresh instances cost {}", said.join(", ")))
 }
 
 /// A warning for each pair of variants of one lifetime whose p50s, at the lowest
@@ -464,7 +692,7 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
 }
 
 /// Warnings about the host the figures came from: busy when the run began, or its speed
-/// moved between the run's start and its end past the spread of either reading.
+/// moved between the run's start and its end (`host_speed_note`).
 pub fn host_notes(c: &Comparison) -> Vec<String> {
     let k = &c.conditions;
     let mut notes = Vec::new();
@@ -481,37 +709,143 @@ pub fn host_notes(c: &Comparison) -> Vec<String> {
             k.online
         ));
     }
-    if let (Some(before), Some(after)) = (k.before.reference_ms, k.after.reference_ms) {
-        let ratio = after.median / before.median;
-        if !before.overlaps(&after) && !(1.0 / MOVED..=MOVED).contains(&ratio) {
-            let reading = |s: Spread| {
-                format!(
-                    "{} ms ({}–{})",
-                    figure(s.median),
-                    figure(s.min),
-                    figure(s.max)
-                )
-            };
-            notes.push(format!(
-                "the host's speed moved during the run: a fixed CPU task took {} before it and \
-                 {} after, so figures measured early and late in the run are not alike: rerun \
-                 when the host is steady{}.",
-                reading(before),
-                reading(after),
-                if k.pinned {
-                    ""
-                } else {
-                    ", pinned (taskset -c 0)"
-                }
-            ));
-        }
-    }
+    notes.extend(host_speed_note(c));
     notes
 }
 
-/// How far apart (as a ratio) the host's speed before and after a run may be before the
-/// page warns that it moved.
-const MOVED: f64 = 1.1;
+/// The least a move of the host's speed is warned of at: the reference task's median
+/// moves by a few percent between two readings of a quiet host.
+const MOVED_LEAST: f64 = 0.05;
+/// The most it may move unwarned, however wide the run's own spreads: past it, a figure
+/// measured early in the run and one measured late differ by that much for the host alone.
+const MOVED_MOST: f64 = 0.10;
+
+/// The run's own spread: the widest [least–most] among the figures the verdicts compare
+/// (each variant's p50, p99 and rate at every connection count, its cold starts), as a
+/// fraction of its median. None when nothing was measured.
+fn own_spread(c: &Comparison) -> Option<f64> {
+    let relative = |s: &Spread| (s.max - s.min) / s.median;
+    c.variants
+        .iter()
+        .flat_map(|v| {
+            let warm = v.warm.iter().flat_map(|w| [w.p50, w.p99, w.per_second]);
+            let cold = v.cold.iter().map(|x| x.millis);
+            warm.chain(cold).collect::<Vec<_>>()
+        })
+        .map(|s| relative(&s))
+        .filter(|r| r.is_finite())
+        .reduce(f64::max)
+}
+
+/// A warning when the host's speed moved during the run by more than the run's own spread:
+/// the fixed CPU task's median before and after differ, relative to the quicker, by more
+/// than the widest spread among the figures compared (bounded to 5–10%). The ratios
+/// between variants measured in turns hold, but figures measured apart in time (the cold
+/// starts before the warm rounds, one run against another) may differ by as much as the
+/// host did, more than their spreads show. The medians are compared, not the readings'
+/// ranges: a reading whose first runs were slow reaches into the other and hid a move
+/// from 43 to 27 ms.
+pub fn host_speed_note(c: &Comparison) -> Option<String> {
+    let k = &c.conditions;
+    let (before, after) = (k.before.reference_ms?, k.after.reference_ms?);
+    let quicker = before.median.min(after.median);
+    if quicker.is_nan() || quicker <= 0.0 {
+        return None;
+    }
+    let moved = (before.median - after.median).abs() / quicker;
+    let (bound, measured) = match own_spread(c) {
+        Some(own) => (own.clamp(MOVED_LEAST, MOVED_MOST), Some(own)),
+        None => (MOVED_MOST, None),
+    };
+    if moved <= bound {
+        return None;
+    }
+    let reading = |s: Spread| {
+        format!(
+            "{} ms ({}–{})",
+            figure(s.median),
+            figure(s.min),
+            figure(s.max)
+        )
+    };
+    let percent = |f: f64| format!("{}%", figure(f * 100.0));
+    let own = match measured {
+        Some(own) if own >= MOVED_MOST => format!(
+            "more than {}, past which figures measured early and late in the run differ by \
+             more than the host's noise",
+            percent(MOVED_MOST)
+        ),
+        Some(own) if own <= MOVED_LEAST => format!(
+            "more than {} (the run's own spreads are narrower still, {} at the widest)",
+            percent(MOVED_LEAST),
+            percent(own)
+        ),
+        Some(own) => format!(
+            "more than the run's own spread (its widest [least–most] is {} of its median)",
+            percent(own)
+        ),
+        None => format!("more than {}", percent(bound)),
+    };
+    Some(format!(
+        "the host's speed moved during the run: a fixed CPU task took {} before it and {} \
+         after, {} apart, {own}, so the figures may not compare with each other (the cold \
+         starts, measured before the warm rounds, least of all): rerun on a quiet \
+         machine{}.",
+        reading(before),
+        reading(after),
+        percent(moved),
+        if k.pinned {
+            ""
+        } else {
+            ", pinned (taskset -c 0)"
+        }
+    ))
+}
+
+/// A note for each kind of figure measured too few times for a verdict to name a winner:
+/// the spreads of the same action would miss each other by chance too often.
+pub fn few_samples_notes(c: &Comparison) -> Vec<String> {
+    let chance = |n: usize| {
+        // C(2n, n) / 2: one time in this many, two runs of one action look apart.
+        let mut ways = 1.0;
+        for i in 0..n {
+            ways = ways * (2 * n - i) as f64 / (i + 1) as f64;
+        }
+        match ways / 2.0 {
+            at_most_one if at_most_one <= 1.0 => "every time".to_owned(),
+            one_in => format!("1 time in {}", figure(one_in)),
+        }
+    };
+    if c.backends().len() < 2 {
+        return Vec::new();
+    }
+    let mut notes = Vec::new();
+    let rounds = rounds(c);
+    if rounds < FEWEST && !c.connection_counts().is_empty() {
+        notes.push(format!(
+            "the warm figures come from {rounds} round{} each, fewer than {FEWEST}: two runs of \
+             the same action would look apart by chance {}, so no verdict names a \
+             warm winner: give --rounds {FEWEST} or more (and --hits at least as many).",
+            if rounds == 1 { "" } else { "s" },
+            chance(rounds)
+        ));
+    }
+    let runs = c
+        .variants
+        .iter()
+        .flat_map(|v| v.cold.iter().map(|x| x.runs))
+        .min();
+    if let Some(runs) = runs.filter(|r| *r < FEWEST) {
+        notes.push(format!(
+            "the cold starts come from {runs} fresh server{} each, fewer than {FEWEST}: two \
+             runs of the same action would look apart by chance {}, so no verdict \
+             names a cold winner: give --cold-runs {FEWEST} or more.",
+            if runs == 1 { "" } else { "s" },
+            chance(runs)
+        ));
+    }
+    notes
+}
 
 /// What a backend is, beyond its figures: what it isolates, what it may reach, with whose
 /// privileges. The figures cannot show it, and it decides the choice as much as they do.
@@ -533,6 +867,10 @@ pub fn unmeasured(backend: Backend) -> &'static str {
         Backend::Http => {
             "sandboxed like a component, the same file wasmtime serve and Spin run: each \
              activation a request as a web action's; Rust, Python, JavaScript"
+        }
+        Backend::HttpPlain => {
+            "sandboxed like a component, the same file served as plain HTTP (--protocol http): \
+             the request itself on any path, as wasmtime serve gets it, no platform in front"
         }
         Backend::WasmtimeServe => {
             "wasmtime's own server for the same HTTP component, as the peer: no OpenWhisk \
@@ -611,7 +949,7 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
             }
             figures.extend(cold_figures(c, &variants));
             if let Some(low) = low {
-                figures.extend(fresh_phrase(&variants, low));
+                figures.extend(fresh_phrase(&variants, low, rounds(c), false));
             }
             BottomLine {
                 backend,
@@ -620,4 +958,414 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(median: f64, min: f64, max: f64) -> Spread {
+        Spread { median, min, max }
+    }
+
+    /// A variant whose p50 at 1 connection, p99 and rate at 8 are `p50`, 3x and 20k over
+    /// its p50, each with the spread `p50` has, relative.
+    fn variant(backend: Backend, lifetime: Lifetime, p50: Spread) -> Variant {
+        let scaled = |by: f64| spread(p50.median * by, p50.min * by, p50.max * by);
+        let warm = |connections, p50: Spread, p99, per_second| Warm {
+            connections,
+            p50,
+            p99,
+            per_second,
+            ..Warm::default()
+        };
+        // The rate is the inverse of the latency: its least is at the most.
+        let per_second = spread(1e6 / p50.median, 1e6 / p50.max, 1e6 / p50.min);
+        Variant {
+            warm: vec![
+                warm(1, p50, scaled(2.0), per_second),
+                warm(8, scaled(2.0), scaled(3.0), per_second),
+            ],
+            cold: vec![Cold {
+                source: Source::Compiled,
+                millis: scaled(1e3),
+                runs: FEWEST,
+            }],
+            resident_after_init: Some(((p50.median as u64) << 20) / 10),
+            ..Variant::named(backend, Some(Compiler::Cranelift), lifetime)
+        }
+    }
+
+    fn comparison(variants: Vec<Variant>) -> Comparison {
+        Comparison {
+            conditions: Conditions {
+                hits: 10_000,
+                rounds: 10,
+                cold_runs: FEWEST,
+                ..Conditions::default()
+            },
+            variants,
+            notes: Vec::new(),
+        }
+    }
+
+    fn say(c: &Comparison) -> Vec<String> {
+        verdicts(c).iter().map(ToString::to_string).collect()
+    }
+
+    /// A winner's title as a verdict gives it alone: "fastest warm: ", "(fastest)", ...
+    fn wins(said: &str) -> bool {
+        [
+            "fastest warm:",
+            "most req/s at 8 connections (",
+            "shortest tail:",
+            "(fastest)",
+            "least memory:",
+            "(quickest with",
+        ]
+        .iter()
+        .any(|title| said.contains(title))
+    }
+
+    #[test]
+    fn spreads_apart_name_a_winner_and_overlapping_ones_never() {
+        let apart = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 21.0),
+            ),
+            variant(
+                Backend::Component,
+                Lifetime::Persistent,
+                spread(30.0, 29.0, 31.0),
+            ),
+        ]);
+        let said = say(&apart);
+        assert!(
+            said[0].starts_with(
+                "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
+                 8 connections (50k [48k–53k] req/s, persistent, cranelift); shortest tail: p99 \
+                 60 [57–63] µs at 8 connections"
+            ),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[0].contains("20 [19–21] s compiled (fastest)"),
+            "{}",
+            said[0]
+        );
+        assert!(said[0].contains("least memory: 2 MiB"), "{}", said[0]);
+        assert!(!wins(&said[1]), "{}", said[1]);
+
+        // The component's least reaches the module's most: nobody wins anything.
+        let mut overlapping = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 24.0),
+            ),
+            variant(
+                Backend::Component,
+                Lifetime::Persistent,
+                spread(23.0, 21.0, 25.0),
+            ),
+        ]);
+        // Memory read once: 3% apart is within its noise.
+        overlapping.variants[0].resident_after_init = Some(100 << 20);
+        overlapping.variants[1].resident_after_init = Some(103 << 20);
+        for said in say(&overlapping) {
+            assert!(!wins(&said), "{said}");
+            assert!(said.contains("warm, within noise of "), "{said}");
+            assert!(said.contains("s compiled (within noise of "), "{said}");
+            assert!(said.contains("; within noise of "), "{said}");
+        }
+    }
+
+    #[test]
+    fn the_same_action_against_itself_never_gets_a_verdict() {
+        for p50 in [
+            spread(20.0, 19.0, 24.0),
+            spread(20.0, 20.0, 20.0),
+            spread(2000.0, 1990.0, 2010.0),
+        ] {
+            let mut twin = variant(Backend::Component, Lifetime::Persistent, p50);
+            twin.resident_per_extra_instance = Some(300 << 10);
+            let mut one = twin.clone();
+            one.backend = Backend::Module;
+            let c = comparison(vec![one, twin]);
+            for said in say(&c) {
+                assert!(!wins(&said), "{said}");
+            }
+            for record in [
+                holder(
+                    &c,
+                    |v| v.warm_at(1).map(|w| w.p50),
+                    false,
+                    Quantity::Micros,
+                    10,
+                ),
+                holder(
+                    &c,
+                    |v| v.warm_at(8).map(|w| w.per_second),
+                    true,
+                    Quantity::PerSecond,
+                    10,
+                ),
+                holder(
+                    &c,
+                    |v| v.resident_after_init.map(memory_spread),
+                    false,
+                    Quantity::Bytes,
+                    10,
+                ),
+            ] {
+                assert!(matches!(record, Record::Tied(_)), "{record:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_fresh_instance_against_a_kept_one_twice_as_slow_costs_what_it_costs() {
+        let c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 22.0),
+            ),
+            variant(Backend::Module, Lifetime::Fresh, spread(40.0, 38.0, 44.0)),
+        ]);
+        let said = say(&c);
+        assert!(
+            said[0]
+                .contains("fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"),
+            "{}",
+            said[0]
+        );
+        // The same action as its own fresh twin: nothing measurable.
+        let c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 22.0),
+            ),
+            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
+        ]);
+        assert!(
+            said_of(&c).contains("fresh instances cost nothing measurable, within noise"),
+            "{}",
+            said_of(&c)
+        );
+    }
+
+    #[test]
+    fn compilers_whose_fresh_instances_cost_alike_are_said_once() {
+        let winch = |lifetime, p50| {
+            let mut v = variant(Backend::Module, lifetime, p50);
+            v.compiler = Some(Compiler::Winch);
+            v
+        };
+        let c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 22.0),
+            ),
+            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
+            winch(Lifetime::Persistent, spread(21.0, 20.0, 23.0)),
+            winch(Lifetime::Fresh, spread(21.0, 20.0, 23.0)),
+        ]);
+        assert!(
+            said_of(&c).contains(
+                "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
+                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)"
+            ),
+            "{}",
+            said_of(&c)
+        );
+    }
+
+    fn said_of(c: &Comparison) -> String {
+        say(c).join("\n")
+    }
+
+    #[test]
+    fn a_gap_the_printed_figures_do_not_show_is_no_gap() {
+        // Apart as measured (20.6 against 20.65), but both read "21": no winner.
+        let (a, b) = (spread(20.4, 20.1, 20.6), spread(20.8, 20.65, 20.9));
+        assert!(!a.overlaps(&b));
+        assert!(!Quantity::Micros.apart(&a, &b) && !Quantity::Micros.apart(&b, &a));
+        // 20.4 against 20.6 reads "20" against "21".
+        let c = spread(20.8, 20.6, 20.9);
+        assert!(Quantity::Micros.apart(&spread(20.0, 19.8, 20.4), &c));
+        // And as the issue saw it: a module at 20 against a component at 21 [21–21].
+        let module = variant(
+            Backend::Module,
+            Lifetime::Persistent,
+            spread(20.4, 20.0, 20.6),
+        );
+        let component = variant(Backend::Component, Lifetime::Persistent, b);
+        let said = say(&comparison(vec![module, component]));
+        assert!(!said[0].contains("fastest warm"), "{}", said[0]);
+        assert!(
+            said[0].starts_with("module: warm, within noise of component: p50 20 [20–21] µs"),
+            "{}",
+            said[0]
+        );
+        // Bytes: read once, a reading within twice its noise of another is no record.
+        let (small, large) = (memory_spread(100 << 20), memory_spread(109 << 20));
+        assert!(!Quantity::Bytes.apart(&small, &large));
+        assert!(Quantity::Bytes.apart(&small, &memory_spread(112 << 20)));
+    }
+
+    #[test]
+    fn any_variant_within_noise_of_the_top_one_makes_its_backend_level() {
+        // The component's best median is apart from the module's, but its other variant's
+        // spread reaches the module's.
+        let mut winch = variant(
+            Backend::Component,
+            Lifetime::Persistent,
+            spread(25.0, 20.0, 30.0),
+        );
+        winch.compiler = Some(Compiler::Winch);
+        let c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.0, 21.0),
+            ),
+            variant(
+                Backend::Component,
+                Lifetime::Persistent,
+                spread(24.0, 23.5, 24.5),
+            ),
+            winch,
+            variant(
+                Backend::Native,
+                Lifetime::Persistent,
+                spread(90.0, 85.0, 95.0),
+            ),
+        ]);
+        let record = holder(
+            &c,
+            |v| v.warm_at(1).map(|w| w.p50),
+            false,
+            Quantity::Micros,
+            10,
+        );
+        assert_eq!(
+            record,
+            Record::Shared(vec![Backend::Module, Backend::Component])
+        );
+        assert!(
+            say(&c)[0].starts_with("module: fastest warm with component, within noise:"),
+            "{}",
+            say(&c)[0]
+        );
+    }
+
+    #[test]
+    fn too_few_rounds_or_cold_runs_name_no_winner_and_say_why() {
+        let mut c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.5, 20.5),
+            ),
+            variant(
+                Backend::Component,
+                Lifetime::Persistent,
+                spread(30.0, 29.0, 31.0),
+            ),
+        ]);
+        assert_eq!(few_samples_notes(&c), Vec::<String>::new());
+        c.conditions.rounds = 3;
+        for v in &mut c.variants {
+            v.cold[0].runs = 2;
+        }
+        let said = say(&c);
+        assert!(
+            said[0].starts_with("module: warm p50 20 [20–20] µs"),
+            "{}",
+            said[0]
+        );
+        assert!(said.iter().all(|s| !s.contains("fastest")), "{said:#?}");
+        let notes = few_samples_notes(&c);
+        assert_eq!(notes.len(), 2, "{notes:#?}");
+        assert!(
+            notes[0].starts_with(
+                "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
+                 action would look apart by chance 1 time in 10"
+            ),
+            "{}",
+            notes[0]
+        );
+        assert!(notes[0].ends_with("give --rounds 5 or more (and --hits at least as many)."));
+        assert!(
+            notes[1].contains("by chance 1 time in 3, so no verdict names a cold winner"),
+            "{}",
+            notes[1]
+        );
+        // Fewer hits than rounds: a round per hit.
+        c.conditions.rounds = 10;
+        c.conditions.hits = 4;
+        assert!(few_samples_notes(&c)[0].contains("from 4 rounds"));
+    }
+
+    #[test]
+    fn a_host_whose_speed_moved_past_the_runs_own_spread_is_warned_of() {
+        let mut c = comparison(vec![
+            variant(
+                Backend::Module,
+                Lifetime::Persistent,
+                spread(20.0, 19.8, 20.2),
+            ),
+            variant(
+                Backend::Component,
+                Lifetime::Persistent,
+                spread(30.0, 29.7, 30.3),
+            ),
+        ]);
+        // The issue's run: 43 ms, its first runs of the task slow, then 27.
+        c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
+        c.conditions.after.reference_ms = Some(spread(27.0, 26.0, 28.0));
+        let note = host_speed_note(&c).expect("a warning for 43 against 27 ms");
+        assert!(
+            note.starts_with(
+                "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
+                 before it and 27 ms (26–28) after, 59% apart"
+            ),
+            "{note}"
+        );
+        assert!(note.contains("may not compare") && note.contains("rerun on a quiet machine"));
+        // The run's spreads are 2% wide: a 7% move is past them (and past the floor, 5%).
+        c.conditions.before.reference_ms = Some(spread(21.0, 20.8, 21.2));
+        c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
+        let note = host_speed_note(&c).expect("a warning for a 7% move");
+        assert!(
+            note.contains(
+                "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
+                 widest)"
+            ),
+            "{note}"
+        );
+        // A 4% move is within the floor.
+        c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
+        assert_eq!(host_speed_note(&c), None);
+        // With spreads 30% wide, a 7% move is within them, and 12% is past the most.
+        for v in &mut c.variants {
+            v.warm[0].p50 = spread(20.0, 17.0, 23.0);
+        }
+        c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
+        assert_eq!(host_speed_note(&c), None);
+        c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
+        let note = host_speed_note(&c).expect("a warning for a 12% move");
+        assert!(
+            note.contains("12% apart, more than 10%, past which"),
+            "{note}"
+        );
+        // And the table says it as a warning.
+        assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
+    }
 }
