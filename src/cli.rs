@@ -23,10 +23,10 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub serve: ServeArgs,
-    /// Say more, before or after the subcommand: `serve` prints the runtime's own
-    /// diagnostics on stderr (RUST_LOG gives finer control) and its hints; `run` prints what
-    /// each input cost (wall time, CPU time, the instance's memory, whether the instance was
-    /// fresh, reused or renewed, and the start's time after a cold one).
+    /// Say more, before or after the subcommand: the runtime's own diagnostics on stderr
+    /// (RUST_LOG gives finer control), `serve`'s hints, and under `run` what each input cost
+    /// (wall time, CPU time, the instance's memory, whether the instance was fresh, reused
+    /// or renewed, and the start's time after a cold one).
     #[arg(short, long, global = true)]
     pub verbose: bool,
     /// Diagnostics on stderr, and /init allowed more than once (the reference's `-debug`).

@@ -37,9 +37,7 @@ fn keep_freed_memory_for_reuse() {
 /// The runtime's own diagnostics appear only when asked for: the platform reads our
 /// stdout and stderr as the action's logs.
 fn init_tracing(cli: &Cli) {
-    // Under `run`, -v asks for each input's report, not the runtime's diagnostics.
-    let verbose = cli.verbose && !matches!(cli.command, Some(Command::Run(_)));
-    let filter = match (&cli.log_filter, verbose || cli.debug) {
+    let filter = match (&cli.log_filter, cli.verbose || cli.debug) {
         (Some(filter), _) => filter.clone(),
         (None, true) => "wasmloop=debug".to_owned(),
         (None, false) => return,

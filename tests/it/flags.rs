@@ -306,6 +306,10 @@ fn verbose_means_the_same_before_and_after_the_subcommand() {
             said.contains("ms wall"),
             "-v reports what the input cost: {said}"
         );
+        assert!(
+            said.contains("DEBUG"),
+            "-v shows the runtime's diagnostics: {said}"
+        );
     }
     assert!(!quiet.contains("ms wall"), "{quiet}");
 }

@@ -236,7 +236,7 @@ impl Source {
             }
             Source::Start => "the native process starting",
             Source::FirstAnswer => {
-                "a server started with the action built in (--protocol http; the peer: \
+                "a server started with the action built in (`wasmloop serve --protocol http`; the peer: \
                  wasmtime serve), from its start to its first answer, compiling the code"
             }
             Source::FirstCached => {

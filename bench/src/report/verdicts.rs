@@ -869,7 +869,7 @@ pub fn unmeasured(backend: Backend) -> &'static str {
              activation a request as a web action's; Rust, Python, JavaScript"
         }
         Backend::HttpPlain => {
-            "sandboxed like a component, the same file served as plain HTTP (--protocol http): \
+            "sandboxed like a component, the same file served as plain HTTP (`wasmloop serve --protocol http`): \
              the request itself on any path, as wasmtime serve gets it, no platform in front"
         }
         Backend::WasmtimeServe => {
