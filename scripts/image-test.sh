@@ -10,8 +10,13 @@
 # as a tarball in $WASMLOOP_IMAGE_CACHE: no registry is needed. The image's final stage is
 # the Dockerfile's own, around the binary the Dockerfile's build step makes on the host
 # (scripts/check-dockerfile.sh); `docker build .` builds it all from source instead.
+#
+# With --prepare it only installs what it needs and makes the base's tarball, and exits:
+# scripts/test.sh runs that in the background while it compiles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prepare_only=
+[ "${1:-}" != --prepare ] || prepare_only=yes
 cache=${WASMLOOP_IMAGE_CACHE:-/var/cache/wasmloop/images}
 image=${WASMLOOP_IMAGE:-wasmloop:test}
 base=wasmloop-base:bookworm
@@ -23,6 +28,19 @@ if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq docker.io debootstrap >/dev/null
 fi
+
+tarball=$cache/bookworm-minbase-tini.tar
+if [ ! -s "$tarball" ]; then
+  echo "making a Debian bookworm base image with debootstrap (once; cached in $cache)" >&2
+  rootfs=$(mktemp -d)
+  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  as_root debootstrap --variant=minbase --include=tini bookworm "$rootfs" \
+    "${mirror:-http://deb.debian.org/debian}" >"$cache/debootstrap.log"
+  as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  as_root tar -C "$rootfs" -c . >"$tarball.part" && mv "$tarball.part" "$tarball"
+  as_root rm -rf "$rootfs"
+fi
+[ -z "$prepare_only" ] || exit 0
 
 # dockerd writes its own pid here: `$!` would be that of the wrapper that started it.
 pidfile=$cache/dockerd.pid
@@ -47,17 +65,6 @@ if ! as_root docker info >/dev/null 2>&1; then
 fi
 
 if ! docker image inspect "$base" >/dev/null 2>&1; then
-  tarball=$cache/bookworm-minbase-tini.tar
-  if [ ! -s "$tarball" ]; then
-    echo "making a Debian bookworm base image with debootstrap (once; cached in $cache)" >&2
-    rootfs=$(mktemp -d)
-    mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-    as_root debootstrap --variant=minbase --include=tini bookworm "$rootfs" \
-      "${mirror:-http://deb.debian.org/debian}" >"$cache/debootstrap.log"
-    as_root rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    as_root tar -C "$rootfs" -c . >"$tarball.part" && mv "$tarball.part" "$tarball"
-    as_root rm -rf "$rootfs"
-  fi
   docker import "$tarball" "$base" >/dev/null
 fi
 
