@@ -769,7 +769,10 @@ mod tests {
             ),
             "{bottom}"
         );
-        assert!(bottom.contains("only where the operator&#39;s --allow-outbound lists"));
+        assert!(
+            bottom
+                .contains("only where the operator&#39;s `wasmloop serve --allow-outbound` lists")
+        );
         assert!(bottom.contains("no sandbox: a process with the container&#39;s privileges"));
         // Each backend's cold start named by its kind: a native start is no compile.
         assert!(
