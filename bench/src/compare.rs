@@ -477,15 +477,7 @@ fn plain_cold(
     // One start fills the cache; the runs then load from it.
     first(&cache_args)?;
     let cached = runs(&cache_args)?;
-    let cold = |source, millis| Cold {
-        source,
-        millis,
-        runs: options.cold_runs,
-    };
-    Ok(vec![
-        cold(Source::FirstAnswer, compiled),
-        cold(Source::FirstCached, cached),
-    ])
+    Ok(first_answers(compiled, cached, options.cold_runs))
 }
 
 /// The peer's cold starts, timed as a plain HTTP server's of ours: `wasmtime serve` from
@@ -530,15 +522,23 @@ fn peer_cold(
         expected.as_deref(),
     )?;
     let cached = runs(&cached_flags)?;
-    let cold = |source, millis| Cold {
-        source,
-        millis,
-        runs: options.cold_runs,
-    };
-    Ok(vec![
-        cold(Source::FirstAnswer, compiled),
-        cold(Source::FirstCached, cached),
-    ])
+    Ok(first_answers(compiled, cached, options.cold_runs))
+}
+
+/// A server's two cold starts to a first answer: compiling, then from a filled cache.
+fn first_answers(compiled: Spread, cached: Spread, runs: usize) -> Vec<Cold> {
+    vec![
+        Cold {
+            source: Source::FirstAnswer,
+            millis: compiled,
+            runs,
+        },
+        Cold {
+            source: Source::FirstCached,
+            millis: cached,
+            runs,
+        },
+    ]
 }
 
 /// Runs this wasmloop with `args`, failing with its output.
