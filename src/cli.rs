@@ -109,6 +109,23 @@ pub struct ServeArgs {
         requires = "action"
     )]
     pub action_main: String,
+    /// What log lines and reports call the built-in action (their `action` in json), as
+    /// OpenWhisk names an action [default: the --action file's name without its extension].
+    #[arg(
+        long,
+        env = "WASMLOOP_ACTION_NAME",
+        value_name = "NAME",
+        requires = "action"
+    )]
+    pub action_name: Option<String>,
+    /// Under --protocol http, how long requests are still served after SIGTERM, while the
+    /// readiness path answers 503 so that the platform stops routing here; then those in
+    /// flight get --shutdown-timeout. Longer than the readiness probe's period times its
+    /// failure threshold, plus a few seconds for the endpoints to catch up [default: 15s;
+    /// Ctrl-C skips it]. OpenWhisk's protocol has none: its invoker reads a 503 as "place
+    /// the activation elsewhere".
+    #[arg(long, env = "WASMLOOP_DRAIN_PERIOD", value_parser = humantime::parse_duration)]
+    pub drain_period: Option<Duration>,
     /// Threads serving HTTP and running wasm instances [default: --concurrency, at most
     /// one per CPU]. Compiles and file work run on threads of their own.
     #[arg(long, env = "WASMLOOP_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -129,7 +146,20 @@ impl ServeArgs {
             .action
             .clone()
             .map(|file| (file, self.action_main.clone()));
+        config.action.name = self.action_name.clone().or_else(|| {
+            let file = self.action.as_deref()?;
+            Some(file.file_stem()?.to_string_lossy().into_owned())
+        });
         config.protocol = self.protocol;
+        if self.protocol == config::Protocol::OpenWhisk
+            && self.drain_period.is_some_and(|d| !d.is_zero())
+        {
+            anyhow::bail!(
+                "--drain-period (WASMLOOP_DRAIN_PERIOD) applies under --protocol http only: \
+                 under OpenWhisk's protocol a stopping container answers 503 at once, which \
+                 tells the invoker to place the activation elsewhere; leave it unset there"
+            );
+        }
         if self.protocol == config::Protocol::Http {
             if self.action.is_none() {
                 anyhow::bail!(
@@ -138,6 +168,9 @@ impl ServeArgs {
                 );
             }
             config.pool.concurrency = self.concurrency();
+            config.pool.drain_period = self
+                .drain_period
+                .unwrap_or_else(|| config::duration(config::DEFAULT_HTTP_DRAIN_PERIOD));
             // The sentinels mark an activation's logs for OpenWhisk's invoker; no platform
             // reads them here.
             config.logs.sentinels = false;

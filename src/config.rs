@@ -35,6 +35,11 @@ pub const DEFAULT_BODY_READ_TIMEOUT: &str = "60s";
 pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT: &str = "30s";
 /// How long in-flight activations may finish after SIGTERM (platforms wait ~10 s, then kill).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "8s";
+/// `--drain-period` under `--protocol http`: a Kubernetes Service keeps routing to a pod
+/// for a while after SIGTERM (until its readiness probe has failed `failureThreshold`
+/// times, 3 by default, and the endpoints have caught up): with a 2 s probe, 6 s and a
+/// margin. With the shutdown timeout it fits Kubernetes' default 30 s grace period.
+pub const DEFAULT_HTTP_DRAIN_PERIOD: &str = "15s";
 /// Activations an instance (or child) serves before a fresh one replaces it: 0 is no
 /// limit, the ActionLoop's persistent model.
 pub const DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE: u32 = 0;
@@ -131,6 +136,8 @@ pub struct ActionSettings {
     pub inherited_env: Vec<(String, String)>,
     /// `--action`: the image's own action file and its `main`, installed at start-up.
     pub built_in: Option<(PathBuf, String)>,
+    /// What the built-in action is called in log lines and reports (`--action-name`).
+    pub name: Option<String>,
     /// `-debug` of the reference proxy: allow more than one `/init`.
     pub allow_reinit: bool,
     pub ack_timeout: Duration,
@@ -164,8 +171,12 @@ pub struct PoolSettings {
     pub max_queue: usize,
     /// Runtime-wide cap on one activation (the request's own deadline may be earlier).
     pub timeout: Option<Duration>,
-    /// How long in-flight activations may still run after SIGTERM.
+    /// How long in-flight activations may still run after SIGTERM (after the drain period).
     pub shutdown_timeout: Duration,
+    /// After SIGTERM, how long requests are still served while readiness answers 503
+    /// (`--drain-period`, under `--protocol http`; none under OpenWhisk's, whose invoker
+    /// reads a 503 as "place it elsewhere").
+    pub drain_period: Duration,
 }
 
 /// What goes on the container's stdout and stderr besides the action's own lines.
@@ -260,6 +271,7 @@ impl Default for ActionSettings {
             execution_env: None,
             inherited_env: Vec::new(),
             built_in: None,
+            name: None,
             allow_reinit: false,
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             start_probe: duration(DEFAULT_START_PROBE),
@@ -280,6 +292,7 @@ impl Default for PoolSettings {
             max_queue: DEFAULT_MAX_QUEUE,
             timeout: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
+            drain_period: Duration::ZERO,
         }
     }
 }

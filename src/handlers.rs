@@ -84,17 +84,40 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
 pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
     let format = runtime.config().logs.format;
-    let say = |m: &str| crate::logs::runtime_line(format, None, m);
     let limit = runtime.config().limits.max_run_bytes;
+    // What every line about this activation is filed under (in json): the id made for it,
+    // the action's name, the trace its request came in.
+    let traceparent = parts
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::logs::traceparent)
+        .map(str::to_owned);
+    let about = crate::logs::Labels {
+        activation_id: crate::local::fresh_activation_id(runtime.next_activation()),
+        namespace: String::new(),
+        action: runtime.config().action.name.clone().unwrap_or_default(),
+        trace_id: traceparent
+            .as_deref()
+            .and_then(crate::logs::trace_id)
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    let say = |m: &str| crate::logs::runtime_line(format, Some(&about), m);
     let answered = async {
         let early = runtime
             .admit()
             .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
         let ((action, admitted), body) = before_body(early, &parts.headers, body, limit).await?;
-        let id = crate::local::fresh_activation_id(runtime.next_activation());
         let timeout = runtime.config().pool.timeout;
+        let context = crate::webaction::Context {
+            about: &about,
+            traceparent: traceparent.as_deref(),
+            timeout,
+        };
         if action.serves_http() {
-            return pass_through(&runtime, &action, parts, body, id, admitted).await;
+            let context = context.line();
+            return pass_through(&runtime, &action, parts, body, context, admitted).await;
         }
         let body = read_body(&runtime, body, limit, "run").await?;
         let line = crate::webaction::activation(
@@ -102,8 +125,7 @@ pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Re
             &parts.uri,
             &parts.headers,
             &body,
-            timeout,
-            id,
+            &context,
         );
         let result = action
             .activate_to_completion(Bytes::from(line), admitted)
@@ -139,14 +161,13 @@ async fn pass_through(
     action: &crate::runtime::Action,
     parts: axum::http::request::Parts,
     body: Body,
-    id: String,
+    context: Vec<u8>,
     admitted: crate::runtime::Admitted,
 ) -> Result<Response, Error> {
     let limits = &runtime.config().limits;
     let limit = limits.max_run_bytes;
     refuse_announced_past(&body, limit, "run")?;
     let (intake, stopped) = Intake::new(body, limit, limits.body_read_timeout);
-    let context = crate::webaction::context(runtime.config().pool.timeout, id, &parts.headers);
     let request = axum::http::Request::from_parts(parts, Body::new(intake));
     let served = action.serve(request, context, admitted).await;
     match stopped.get() {

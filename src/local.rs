@@ -162,7 +162,7 @@ pub async fn run(
     let runtime = Runtime::new(config);
     let outcome = tokio::select! {
         outcome = init_and_run(&runtime, file, main, env, inputs, &context) => outcome,
-        () = crate::server::shutdown_signal() => {
+        _ = crate::server::shutdown_signal() => {
             Err(anyhow::anyhow!("stopped by a signal (Ctrl-C or SIGTERM)"))
         }
     };
@@ -191,7 +191,7 @@ async fn init_and_run(
     let main = main.to_owned();
     runtime
         .install(Init {
-            bytes: bytes.into(),
+            code: crate::runtime::Code::Upload(bytes.into()),
             main,
             env,
             name: None,

@@ -90,6 +90,8 @@ fn async_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runti
 fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
     let config = args.to_config(debug, verbose)?;
     async_runtime(Some(args.worker_threads()))?.block_on(async {
+        // Before the port opens: a platform may signal as soon as it can connect.
+        let stop = wasmloop::server::shutdown_signal();
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
             None => {
@@ -112,7 +114,7 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
                 config.logs.format,
             ));
         }
-        wasmloop::server::run(listener, config, wasmloop::server::shutdown_signal())
+        wasmloop::server::run(listener, config, stop)
             .await
             .context("the server failed")
     })

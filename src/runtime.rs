@@ -20,14 +20,23 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::error::MSG_BUILT_IN;
 
-/// What an `/init` asks for: the action's code (decoded), its entry point name and the
-/// environment it adds.
+/// What an `/init` asks for: the action's code, its entry point name and the environment
+/// it adds.
 pub struct Init {
-    pub bytes: bytes::Bytes,
+    pub code: Code,
     pub main: String,
     pub env: Vec<(String, String)>,
     /// The action's name, if the `/init` gave one: what a failed start is logged under.
     pub name: Option<String>,
+}
+
+/// Where an action's code comes from.
+pub enum Code {
+    /// Uploaded (decoded): unpacked into a folder of its own.
+    Upload(bytes::Bytes),
+    /// A file of the image's (`--action`): run where it lies when it runs as it is (see
+    /// `action::in_place`), else unpacked as an upload.
+    File(std::path::PathBuf),
 }
 
 impl Init {
@@ -66,9 +75,8 @@ impl Init {
         };
         let length = action::decode::decode_code(&mut code, binary).map_err(Error::BadBase64)?;
         code.truncate(length);
-        let bytes = code.freeze();
         Ok(Init {
-            bytes,
+            code: Code::Upload(code.freeze()),
             main,
             env,
             name,
@@ -108,6 +116,10 @@ pub struct Action {
     metrics: Option<crate::metrics::ActionMetrics>,
     sentinels: bool,
     timeout: Option<Duration>,
+    /// How the runtime's lines about its activations are written.
+    format: crate::logs::LogFormat,
+    /// `--shutdown-timeout`, which a line about an activation it stopped names.
+    grace: Duration,
     _prepared: Prepared,
 }
 
@@ -127,7 +139,9 @@ pub struct Runtime {
     action: RwLock<Option<Arc<Action>>>,
     /// Serializes `/init`s, so that two at once cannot both succeed.
     init_lock: tokio::sync::Mutex<()>,
-    /// Set by SIGTERM: requests still arriving get 503.
+    /// Set by SIGTERM: readiness answers 503 (requests are still served, see `drain`).
+    unready: AtomicBool,
+    /// Set once the drain begins: requests still arriving get 503.
     draining: AtomicBool,
     /// Activations this server made itself (`--protocol http`).
     made: std::sync::atomic::AtomicU64,
@@ -157,6 +171,7 @@ impl Runtime {
             config,
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
+            unready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             made: std::sync::atomic::AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -183,14 +198,26 @@ impl Runtime {
         self.made.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Whether it serves activations now: an action is there and it is not draining (what
+    /// Whether it serves activations now: an action is there and it is not stopping (what
     /// the readiness path answers).
     pub fn is_ready(&self) -> bool {
-        self.action().is_some() && !self.draining.load(Ordering::SeqCst)
+        self.action().is_some() && !self.is_stopping()
+    }
+
+    /// Whether it was told to stop (it may still be serving, see `stop_being_ready`).
+    pub fn is_stopping(&self) -> bool {
+        self.unready.load(Ordering::SeqCst)
+    }
+
+    /// From now on readiness answers 503, so that the platform stops sending requests;
+    /// those that still come (until its endpoints catch up) are served as before.
+    pub fn stop_being_ready(&self) {
+        self.unready.store(true, Ordering::SeqCst);
     }
 
     /// From now on requests get 503; completes once those admitted before are answered.
     pub async fn drain(&self) {
+        self.stop_being_ready();
         self.draining.store(true, Ordering::SeqCst);
         tracing::debug!("draining: new requests get 503 until the activations in flight end");
         loop {
@@ -265,7 +292,7 @@ impl Runtime {
     /// Steps 4 and 7-8: the environment, then unpack, compile and start.
     async fn install_locked(&self, init: Init) -> Result<(), Error> {
         let Init {
-            bytes,
+            code,
             main,
             env,
             name,
@@ -300,14 +327,14 @@ impl Runtime {
             _ => error,
         };
         let began = std::time::Instant::now();
-        let upload = Upload { bytes, main: &main };
         let trust = self.registry.trust();
         let counted = |succeeded: bool| {
             if let Some(metrics) = crate::metrics::get() {
                 metrics.init(succeeded, began.elapsed());
             }
         };
-        let prepared = action::prepare_as_configured(upload, &env, config, trust)
+        let prepared = self
+            .prepare(code, &main, &env, config, trust)
             .await
             .map_err(|e| {
                 counted(false);
@@ -330,11 +357,38 @@ impl Runtime {
             metrics: crate::metrics::get().map(|m| m.for_action(backend)),
             sentinels: config.logs.sentinels,
             timeout: config.pool.timeout,
+            format: config.logs.format,
+            grace: config.pool.shutdown_timeout,
             _prepared: prepared,
         });
         // With re-init allowed, the old action (and its children) goes when its last run ends.
         *self.action.write().unwrap_or_else(|e| e.into_inner()) = Some(action);
         Ok(())
+    }
+
+    /// The action's folder: `code` unpacked (and compiled) as `config` says, or a file of
+    /// the image's run where it lies.
+    async fn prepare(
+        &self,
+        code: Code,
+        main: &str,
+        env: &[(String, String)],
+        config: &Config,
+        trust: Option<crate::signing::Trust>,
+    ) -> Result<Prepared, action::PrepareError> {
+        let bytes = match code {
+            Code::Upload(bytes) => bytes,
+            Code::File(file) => {
+                if let Some(prepared) = action::in_place(&file)? {
+                    return Ok(prepared);
+                }
+                let bytes = tokio::fs::read(&file)
+                    .await
+                    .map_err(|source| action::PrepareError::Read { path: file, source })?;
+                bytes.into()
+            }
+        };
+        action::prepare_as_configured(Upload { bytes, main }, env, config, trust).await
     }
 
     /// `OW_LOG_INIT_ERROR`: the detail goes to the logs, the client gets a generic message.
@@ -402,6 +456,9 @@ impl Action {
     pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let answer = self.activate_uncounted(body).await;
+        if let Err(Error::Run(RunError::Stopped)) = &answer {
+            self.stopped(body);
+        }
         self.count(began, &answer, |result| {
             if crate::metrics::is_application_error(result) {
                 Outcome::ApplicationError
@@ -445,6 +502,26 @@ impl Action {
         within_limit(result, limit)
     }
 
+    /// Says that the shutdown stopped the activation whose request is `line`: it was still
+    /// running (or waiting) when `--shutdown-timeout` ran out.
+    fn stopped(&self, line: &[u8]) {
+        let about = crate::logs::Labels::of(line);
+        crate::logs::runtime_line(
+            self.format,
+            Some(&about),
+            &format!(
+                "wasmloop: activation {} was stopped by the shutdown: still running when \
+                 --shutdown-timeout ({}) ran out, it was answered 503",
+                if about.activation_id.is_empty() {
+                    "without an id"
+                } else {
+                    &about.activation_id
+                },
+                humantime::format_duration(self.grace)
+            ),
+        );
+    }
+
     /// Whether requests go to it as they came (`--protocol http`), not as web actions'
     /// values.
     pub fn serves_http(&self) -> bool {
@@ -463,7 +540,12 @@ impl Action {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let limit = Limit::earliest(None, self.timeout);
         let deadline = limit.as_ref().map(|l| l.0);
+        // Kept for the line about it should the shutdown stop it (a few dozen bytes).
+        let line = context.clone();
         let served = self.executor.serve(request, context, deadline).await;
+        if let Err(RunError::Stopped) = &served {
+            self.stopped(&line);
+        }
         let response = within_limit(served, limit);
         // Counted once the response's head is there: its status is the component's answer.
         self.count(began, &response, |_| Outcome::Success);

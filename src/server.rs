@@ -25,22 +25,46 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
             .route("/init", post(handlers::init).fallback(handlers::post_only))
             .route("/run", post(handlers::run).fallback(handlers::post_only))
             .fallback(handlers::other),
-        Protocol::Http => probes.fallback(handlers::web),
+        Protocol::Http => {
+            probes
+                .fallback(handlers::web)
+                .layer(axum::middleware::map_response_with_state(
+                    runtime.clone(),
+                    close_when_stopping,
+                ))
+        }
     };
     routes.with_state(runtime)
 }
 
-/// Serves until `shutdown` completes; then answers new requests with 503 while in-flight
+/// Once the server is stopping, every answer closes its connection: a client (or a proxy)
+/// that keeps connections open would otherwise go on sending here over them after the
+/// platform's endpoints have moved on; its next request opens one where they point.
+async fn close_when_stopping(
+    axum::extract::State(runtime): axum::extract::State<Arc<Runtime>>,
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    if runtime.is_stopping() {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
+/// Serves until `shutdown` completes; then, under `--protocol http` on SIGTERM, goes on
+/// serving for `--drain-period` while readiness answers 503 (the platform's endpoints take
+/// that long to stop routing here); then answers new requests with 503 while in-flight
 /// activations finish for up to `--shutdown-timeout`, and stops the action (killing its
 /// children). The settings are fitted to the host first (`Config::fit_to_host`), and the
 /// log format they name is what every line of the action's and the runtime's is written in.
 pub async fn run(
     listener: TcpListener,
     mut config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = Stop> + Send + 'static,
 ) -> std::io::Result<()> {
     config.fit_to_host();
-    let grace = config.pool.shutdown_timeout;
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
     let built_in = config.action.built_in.clone();
     let runtime = Arc::new(Runtime::new(config));
@@ -51,20 +75,17 @@ pub async fn run(
     if let Some((file, main)) = built_in {
         // Before accepting: the platform's first request waits in the backlog, then finds
         // the action compiled and started.
-        let bytes = tokio::fs::read(&file).await.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot read the action {}: {e}", file.display()),
-            )
-        })?;
         let init = crate::runtime::Init {
-            bytes: bytes.into(),
+            code: crate::runtime::Code::File(file.clone()),
             main,
             env: Vec::new(),
-            name: None,
+            name: runtime.config().action.name.clone(),
         };
-        runtime.install(init).await.map_err(|e| {
-            std::io::Error::other(format!("cannot start the action {}: {e}", file.display()))
+        runtime.install(init).await.map_err(|e| match e {
+            crate::error::Error::Prepare(e @ crate::action::PrepareError::Read { .. }) => {
+                std::io::Error::other(e)
+            }
+            e => std::io::Error::other(format!("cannot start the action {}: {e}", file.display())),
         })?;
     }
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -79,9 +100,20 @@ pub async fn run(
             let _ = serving_stopped.await;
         },
     ));
-    tokio::select! {
+    let stop = tokio::select! {
         served = &mut serving => return served,
-        () = shutdown => {}
+        stop = shutdown => stop,
+    };
+    let pool = &runtime.config().pool;
+    let (drain_for, grace) = (stop.drain_period(runtime.config()), pool.shutdown_timeout);
+    let say = |m: &str| crate::logs::runtime_line(runtime.config().logs.format, None, m);
+    say(&stop.announce(drain_for, grace));
+    runtime.stop_being_ready();
+    if !drain_for.is_zero() {
+        tokio::select! {
+            () = tokio::time::sleep(drain_for) => {}
+            served = &mut serving => return served,
+        }
     }
     // Still listening: what arrives now gets 503, which tells the platform to place it
     // elsewhere, instead of a refused connection it may retry here.
@@ -92,13 +124,56 @@ pub async fn run(
     if !drained {
         tracing::debug!("in-flight activations outlived the shutdown grace period");
     }
-    // Activations still running are stopped here, and answer 503.
+    // Activations still running are stopped here, and answer 503 (each says so).
     runtime.shutdown().await;
     let _ = stop_serving.send(());
     // Their answers (and any request mid-way) get a moment to go out.
     tokio::time::timeout(std::time::Duration::from_secs(1), serving)
         .await
         .unwrap_or(Ok(()))
+}
+
+/// What told the server to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM: how a platform stops a container, while its endpoints may still route here.
+    Terminate,
+    /// Ctrl-C: a person at a terminal, who wants it gone now.
+    Interrupt,
+}
+
+impl Stop {
+    /// How long requests are still served: `--drain-period` on SIGTERM under
+    /// `--protocol http` (OpenWhisk's has none); none on Ctrl-C.
+    fn drain_period(self, config: &Config) -> std::time::Duration {
+        match (self, config.protocol) {
+            (Stop::Terminate, Protocol::Http) => config.pool.drain_period,
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
+    /// The line an operator reads when the stop begins: what happens next, and for how long.
+    fn announce(self, drain_for: std::time::Duration, grace: std::time::Duration) -> String {
+        let signal = match self {
+            Stop::Terminate => "SIGTERM",
+            Stop::Interrupt => "interrupted",
+        };
+        let said = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        let then = format!(
+            "activations in flight then have {} to finish (--shutdown-timeout) before they are \
+             stopped",
+            said(grace)
+        );
+        if drain_for.is_zero() {
+            return format!("wasmloop: {signal}: stopping; new requests get 503, {then}");
+        }
+        format!(
+            "wasmloop: {signal}: stopping; readiness answers 503 from now on, requests are \
+             still served for {} (--drain-period) while the platform stops routing here, \
+             then new ones get 503; {then}",
+            said(drain_for)
+        )
+    }
 }
 
 /// How long a scrape's request head may take on the metrics listener where
@@ -211,8 +286,8 @@ fn refused(
     );
 }
 
-/// Completes on SIGTERM (how platforms stop containers) or Ctrl-C.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+/// Completes on SIGTERM (how platforms stop containers) or Ctrl-C, saying which.
+pub fn shutdown_signal() -> impl Future<Output = Stop> + Send + 'static {
     use tokio::signal::unix::{Signal, SignalKind, signal};
     // Installed now, not at the first poll: a SIGTERM that came between (the server may
     // be answering by then) would end the process at once, without its drain.
@@ -227,10 +302,11 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
                 None => std::future::pending::<()>().await,
             }
         };
-        tokio::select! {
-            () = received(terminate) => {}
-            () = received(interrupt) => {}
-        }
-        tracing::debug!("shutting down");
+        let stop = tokio::select! {
+            () = received(terminate) => Stop::Terminate,
+            () = received(interrupt) => Stop::Interrupt,
+        };
+        tracing::debug!(?stop, "shutting down");
+        stop
     }
 }

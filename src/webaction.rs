@@ -21,15 +21,13 @@ use crate::executor::http::web::{
     is_base64_on_the_wire, is_json_family, media_type, result_body_is_base64,
 };
 
-/// The request line of one activation: the request as its value, and the context the
-/// platform would have sent (a fresh activation id, the deadline `timeout` from now).
+/// The request line of one activation: the request as its value, and its `context`.
 pub fn activation(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
-    timeout: Option<std::time::Duration>,
-    activation_id: String,
+    context: &Context<'_>,
 ) -> Vec<u8> {
     let mut value = Map::new();
     let query = uri.query().unwrap_or_default();
@@ -80,52 +78,47 @@ pub fn activation(
         };
         value.insert("__ow_body".to_owned(), Value::String(text));
     }
-    let mut line = context_of(timeout, activation_id, headers);
+    let mut line = context.fields();
     line.insert("value".to_owned(), Value::Object(value));
     Value::Object(line).to_string().into_bytes()
 }
 
-/// The request line of an activation whose request goes to the action as it came: its
-/// context only (a fresh activation id, the deadline `timeout` from now, the request's
-/// `traceparent`).
-pub fn context(
-    timeout: Option<std::time::Duration>,
-    activation_id: String,
-    headers: &HeaderMap,
-) -> Vec<u8> {
-    Value::Object(context_of(timeout, activation_id, headers))
-        .to_string()
-        .into_bytes()
+/// What an activation made here carries beside its value, as the platform would send it:
+/// its id, the action's name, the W3C `traceparent` its request came with (which the logs
+/// read its trace id from, and a launcher makes `__OW_TRACEPARENT`; none is invented where
+/// none came), and its deadline `timeout` from now.
+pub struct Context<'a> {
+    pub about: &'a crate::logs::Labels,
+    pub traceparent: Option<&'a str>,
+    pub timeout: Option<std::time::Duration>,
 }
 
-/// What an activation carries beside its value: its id, its deadline, and the W3C
-/// `traceparent` its request came with (which the logs read its trace id from, and a
-/// launcher makes `__OW_TRACEPARENT`); none is invented where none came.
-fn context_of(
-    timeout: Option<std::time::Duration>,
-    activation_id: String,
-    headers: &HeaderMap,
-) -> Map<String, Value> {
-    let mut line = Map::new();
-    line.insert("activation_id".to_owned(), Value::String(activation_id));
-    let traceparent = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::logs::traceparent);
-    if let Some(traceparent) = traceparent {
-        line.insert(
-            "traceparent".to_owned(),
-            Value::String(traceparent.to_owned()),
-        );
+impl Context<'_> {
+    /// The request line of an activation whose request goes to the action as it came: its
+    /// context only.
+    pub fn line(&self) -> Vec<u8> {
+        Value::Object(self.fields()).to_string().into_bytes()
     }
-    if let Some(t) = timeout {
-        let at = std::time::SystemTime::now() + t;
-        let ms = at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        line.insert("deadline".to_owned(), Value::String(ms.to_string()));
+
+    fn fields(&self) -> Map<String, Value> {
+        let mut line = Map::new();
+        let text = |s: &str| Value::String(s.to_owned());
+        line.insert("activation_id".to_owned(), text(&self.about.activation_id));
+        if !self.about.action.is_empty() {
+            line.insert("action_name".to_owned(), text(&self.about.action));
+        }
+        if let Some(traceparent) = self.traceparent {
+            line.insert("traceparent".to_owned(), text(traceparent));
+        }
+        if let Some(t) = self.timeout {
+            let at = std::time::SystemTime::now() + t;
+            let ms = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            line.insert("deadline".to_owned(), Value::String(ms.to_string()));
+        }
+        line
     }
-    line
 }
 
 /// Why a result cannot be the response: the action's mistake, a 502 naming it.
@@ -236,20 +229,28 @@ mod tests {
         serde_json::from_slice::<Value>(line).unwrap()["value"].clone()
     }
 
+    /// An activation's line with the id `id`, of the action `hello`, no trace and no limit.
+    fn line_of(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8], id: &str) -> Vec<u8> {
+        let about = crate::logs::Labels {
+            activation_id: id.to_owned(),
+            action: "hello".to_owned(),
+            ..Default::default()
+        };
+        let context = Context {
+            about: &about,
+            traceparent: None,
+            timeout: None,
+        };
+        activation(method, uri, headers, body, &context)
+    }
+
     #[test]
     fn a_request_is_a_web_actions_value_both_parsed_and_raw() {
         let mut headers = HeaderMap::new();
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         headers.insert("traceparent", HeaderValue::from_static("00-ab-cd-01"));
         let uri: Uri = "/greet/me?name=Mike&x=1".parse().unwrap();
-        let line = activation(
-            &Method::POST,
-            &uri,
-            &headers,
-            br#"{"age":7}"#,
-            None,
-            "id1".into(),
-        );
+        let line = line_of(&Method::POST, &uri, &headers, br#"{"age":7}"#, "id1");
         let got = value(&line);
         assert_eq!(got["name"], "Mike");
         assert_eq!(got["age"], 7);
@@ -261,6 +262,10 @@ mod tests {
         assert_eq!(got["__ow_body"], "eyJhZ2UiOjd9");
         let line: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(line["activation_id"], "id1");
+        assert_eq!(
+            line["action_name"], "hello",
+            "what the logs file its lines under"
+        );
     }
 
     #[test]
@@ -268,24 +273,10 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("content-type", HeaderValue::from_static("text/plain"));
         let uri: Uri = "/".parse().unwrap();
-        let text = value(&activation(
-            &Method::PUT,
-            &uri,
-            &headers,
-            b"hello",
-            None,
-            "a".into(),
-        ));
+        let text = value(&line_of(&Method::PUT, &uri, &headers, b"hello", "a"));
         assert_eq!(text["__ow_body"], "hello");
         headers.insert("content-type", HeaderValue::from_static("image/png"));
-        let png = value(&activation(
-            &Method::PUT,
-            &uri,
-            &headers,
-            &[0, 255],
-            None,
-            "a".into(),
-        ));
+        let png = value(&line_of(&Method::PUT, &uri, &headers, &[0, 255], "a"));
         assert_eq!(png["__ow_body"], "AP8=");
     }
 

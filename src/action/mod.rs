@@ -35,6 +35,13 @@ pub enum PrepareError {
     /// The compiler hook was stopped at its limit.
     #[error("{}", crate::config::compile_timed_out(*.0))]
     CompileTimedOut(std::time::Duration),
+    /// The action's file (`--action`) cannot be read.
+    #[error("cannot read the action {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot prepare the action folder {path}: {source}")]
     Folder {
         path: PathBuf,
@@ -54,10 +61,11 @@ pub enum Entry {
     Signed(crate::signing::SignedCode),
 }
 
-/// An unpacked action: its folder lives (and is removed) with this value.
+/// An unpacked action: its folder lives (and is removed) with this value. A file run
+/// where it lies (`in_place`) has none.
 #[derive(Debug)]
 pub struct Prepared {
-    pub folder: tempfile::TempDir,
+    pub folder: Option<tempfile::TempDir>,
     pub bin_dir: PathBuf,
     pub entry: Entry,
     /// The upload was a zip or tar.gz (its folder may hold data the action reads).
@@ -103,6 +111,37 @@ pub async fn prepare_as_configured(
     };
     let base = &config.action.dir;
     prepare(upload, base, limits, compiler.as_ref(), trust).await
+}
+
+/// A file that runs as it is, run where it lies: a WebAssembly module or component, or an
+/// executable (its mode says so) that is a program or a script. Nothing is written, so a
+/// built-in action starts on a read-only file system with no writable folder. `None` for
+/// anything to unpack or compile (an archive, source), or a file to be made executable:
+/// those are prepared as an upload is.
+pub fn in_place(file: &Path) -> Result<Option<Prepared>, PrepareError> {
+    let unreadable = |source| PrepareError::Read {
+        path: file.to_owned(),
+        source,
+    };
+    let meta = fs::metadata(file).map_err(unreadable)?;
+    let file = std::path::absolute(file).map_err(unreadable)?;
+    let runs = if starts_with(&file, &[WASM_MAGIC]) {
+        true
+    } else {
+        meta.permissions().mode() & 0o111 != 0 && starts_with(&file, &[b"\x7fELF", b"#!"])
+    };
+    if !meta.is_file() || !runs {
+        return Ok(None);
+    }
+    Ok(Some(Prepared {
+        folder: None,
+        bin_dir: file
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_owned),
+        entry: Entry::File(file),
+        archive: false,
+        wasm_sha256: None,
+    }))
 }
 
 /// Unpacks (and, with a compiler, compiles) an upload into a fresh folder under `base`; a
@@ -172,7 +211,7 @@ pub async fn prepare(
         fs::set_permissions(exec, fs::Permissions::from_mode(0o755)).map_err(folder_error(exec))?;
     }
     Ok(Prepared {
-        folder,
+        folder: Some(folder),
         bin_dir: bin,
         entry,
         archive,

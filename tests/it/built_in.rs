@@ -3,11 +3,41 @@
 
 use serde_json::json;
 
-use crate::support::Server;
+use crate::support::{Backend, Server};
 
 const OK: &str = "{\"ok\":true}\n";
 
 each_backend! {
+    /// A container whose root is read-only and that has no writable folder (Knative's
+    /// manifest): the built-in action runs where it lies, nothing is unpacked, and a
+    /// compile cache that cannot be written is off with one line saying so.
+    fn a_built_in_action_runs_where_it_lies_without_a_writable_folder(backend: Backend) {
+        let guest = backend.guest("counter");
+        // Folders that cannot be made, even by root.
+        let server = Server::builder()
+            .env("WASMLOOP_ACTION", guest.to_str().unwrap())
+            .env("WASMLOOP_ACTION_DIR", "/proc/wasmloop-nowhere/actions")
+            .env("WASMLOOP_CACHE_DIR", "/proc/wasmloop-nowhere/cache")
+            .process()
+            .start();
+        server
+            .init(&json!({"value": {"main": "main"}}))
+            .assert(200, OK);
+        server.run(json!({})).assert(200, "{\"count\":1}\n");
+        let stderr = server.stderr();
+        let said = stderr.matches("the compile cache is off").count();
+        if backend == Backend::Native {
+            assert_eq!(said, 0, "no compile, no word of its cache: {stderr}");
+        } else {
+            assert_eq!(said, 1, "{stderr}");
+            assert!(
+                stderr.contains("/proc/wasmloop-nowhere/cache cannot be made")
+                    && stderr.contains("give --cache-dir (WASMLOOP_CACHE_DIR) a folder"),
+                "{stderr}"
+            );
+        }
+    }
+
     /// An image derived `FROM wasmloop` with its action copied in: OpenWhisk starts it and
     /// sends an `/init` without code, which finds the action started already.
     fn a_built_in_action_serves_after_an_init_without_code(backend: Backend) {

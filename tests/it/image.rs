@@ -303,14 +303,79 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// How a manifest in deploy/ runs its container, as `docker run` can reproduce it: read by
+/// PyYAML (which the deploy tests use too).
+#[derive(serde::Deserialize, Debug)]
+struct Settings {
+    name: String,
+    user: Option<String>,
+    read_only: bool,
+    drop_all: bool,
+    /// Where the manifest mounts an emptyDir volume (nothing else is writable).
+    volumes: Vec<String>,
+    env: Vec<(String, String)>,
+    /// The platform sets PORT where the manifest does not.
+    port: u16,
+    /// The metrics port the manifest names, if any.
+    metrics: Option<u16>,
+    grace: u64,
+}
+
+fn manifests() -> Vec<Settings> {
+    let script = r#"
+import json, sys, yaml
+out = []
+for path in sys.argv[1:]:
+    doc = next(d for d in yaml.safe_load_all(open(path)) if "template" in d["spec"])
+    meta = doc["spec"]["template"].get("metadata", {})
+    pod = doc["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    sc = {**pod.get("securityContext", {}), **c.get("securityContext", {})}
+    user = None
+    if "runAsUser" in sc:
+        user = f'{sc["runAsUser"]}:{sc.get("runAsGroup", sc["runAsUser"])}'
+    env = [(e["name"], e["value"]) for e in c.get("env", [])]
+    port = next((int(v) for n, v in env if n == "PORT"), 8080)
+    mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+    metrics = next((int(v.rsplit(":", 1)[1]) for n, v in env if n == "WASMLOOP_METRICS_LISTEN"), None)
+    if doc["apiVersion"].startswith("apps/"):
+        grace = pod.get("terminationGracePeriodSeconds", 30)
+    elif any(k.startswith("run.googleapis.com/") for k in meta.get("annotations", {})):
+        grace = 10
+    else:
+        grace = pod.get("timeoutSeconds", 300)
+    out.append(dict(name=path.rsplit("/", 1)[1], user=user,
+        read_only=sc.get("readOnlyRootFilesystem", False),
+        drop_all="ALL" in sc.get("capabilities", {}).get("drop", []),
+        volumes=mounts, env=env, port=port, metrics=metrics, grace=grace))
+print(json.dumps(out))
+"#;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
+    let read = std::process::Command::new("python3")
+        .args(["-c", script])
+        .args(["kubernetes.yaml", "knative.yaml", "cloudrun.yaml"].map(|f| format!("{dir}/{f}")))
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    serde_json::from_slice(&read.stdout).unwrap()
+}
+
+/// The image deploy/Dockerfile.action documents (FROM this build's sandboxed image, the
+/// echo guest as its hello.wasm), run under each manifest's container settings and nothing
+/// more: its user, its read-only root, only the volumes it declares, its env, PORT where
+/// the platform sets it. Each answers on every path and on its probes, counts in its
+/// metrics, and stops on SIGTERM with 0 within its grace period, drain and all.
 #[test]
 #[ignore = "needs the image: scripts/image-test.sh"]
-fn plain_http_runs_as_kubernetes_runs_it_port_probes_read_only_root_and_sigterm() {
+fn the_image_starts_and_stops_as_each_manifest_runs_it() {
     let sandboxed = std::env::var("WASMLOOP_TEST_SANDBOXED_IMAGE")
         .ok()
         .filter(|i| !i.is_empty())
         .expect(NEEDS_IMAGE);
-    // The two-line Dockerfile deploy/ documents, from this build's sandboxed image.
     let context = tempfile::tempdir().unwrap();
     std::fs::copy(
         Backend::Wasm.guest("echo"),
@@ -333,62 +398,98 @@ fn plain_http_runs_as_kubernetes_runs_it_port_probes_read_only_root_and_sigterm(
     .unwrap();
     let derived = format!("{sandboxed}-hello");
     build_image(context.path(), &derived);
-    // As deploy/kubernetes.yaml runs it: PORT set, root read-only, /tmp writable.
-    let id = docker(&[
-        "run",
-        "-d",
-        "--read-only",
-        "--tmpfs",
-        "/tmp",
-        "--cap-drop",
-        "ALL",
-        "-e",
-        "PORT=9000",
-        "-e",
-        "WASMLOOP_PROTOCOL=http",
-        "-e",
-        "WASMLOOP_ACTION=/action/hello.wasm",
-        "-e",
-        "WASMLOOP_CACHE_DIR=/tmp/wasmloop-cache",
-        "-e",
-        "WASMLOOP_ACTION_DIR=/tmp",
-        "-e",
-        "WASMLOOP_METRICS_LISTEN=0.0.0.0:9090",
-        &derived,
-        "serve",
-    ]);
-    let ip = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]);
-    let addr: std::net::SocketAddr = format!("{ip}:9000").parse().unwrap();
-    let started = std::time::Instant::now();
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "nothing on $PORT: {}",
-            docker(&["logs", &id])
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    // Side by side: each stop takes its drain.
+    std::thread::scope(|scope| {
+        for settings in manifests() {
+            let derived = &derived;
+            scope.spawn(move || run_as_the_manifest_says(&settings, derived));
+        }
+    });
+}
+
+fn run_as_the_manifest_says(settings: &Settings, image: &str) {
+    let name = &settings.name;
+    let mut args: Vec<String> = ["run", "-d"].map(String::from).to_vec();
+    if settings.read_only {
+        args.push("--read-only".into());
     }
-    assert_eq!(get(addr, "/.well-known/wasmloop/health").0, 200);
-    assert_eq!(get(addr, "/.well-known/wasmloop/ready").0, 200);
+    if let Some(user) = &settings.user {
+        args.extend(["--user".into(), user.clone()]);
+    }
+    if settings.drop_all {
+        args.extend(["--cap-drop".into(), "ALL".into()]);
+    }
+    for path in &settings.volumes {
+        // An emptyDir: writable by the pod's user.
+        args.extend(["--tmpfs".into(), format!("{path}:mode=1777")]);
+    }
+    let mut env = settings.env.clone();
+    if !env.iter().any(|(n, _)| n == "PORT") {
+        env.push(("PORT".into(), settings.port.to_string()));
+    }
+    for (n, v) in &env {
+        args.extend(["-e".into(), format!("{n}={v}")]);
+    }
+    args.extend([image.to_owned(), "serve".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = docker(&args);
+    let logs = || docker(&["logs", &id]);
+    let ip = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]);
+    let addr: std::net::SocketAddr = format!("{ip}:{}", settings.port).parse().unwrap();
+    let started = std::time::Instant::now();
+    while get_or_nothing(addr, "/.well-known/wasmloop/ready") != Some(200) {
+        let running = docker(&["inspect", "-f", "{{.State.Running}}", &id]);
+        assert!(
+            running == "true" && started.elapsed() < Duration::from_secs(60),
+            "{name}: not ready (running: {running}): {}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(get(addr, "/.well-known/wasmloop/health").0, 200, "{name}");
     let (status, body) = get(addr, "/hello?name=Mike");
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 200, "{name}: {body}");
     let value: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(value["name"], "Mike", "{body}");
-    assert_eq!(value["__ow_path"], "/hello", "{body}");
-    // Its metrics, on the port the manifest names for them.
-    let metrics: std::net::SocketAddr = format!("{ip}:9090").parse().unwrap();
-    let (status, exposition) = get(metrics, "/metrics");
-    assert_eq!(status, 200);
-    assert!(
-        exposition.contains(r#"wasmloop_activations_total{backend="wasm",outcome="success"} 1"#),
-        "{exposition}"
+    assert_eq!(value["name"], "Mike", "{name}: {body}");
+    assert_eq!(value["__ow_path"], "/hello", "{name}: {body}");
+    if let Some(port) = settings.metrics {
+        let metrics: std::net::SocketAddr = format!("{ip}:{port}").parse().unwrap();
+        let (status, exposition) = get(metrics, "/metrics");
+        assert_eq!(status, 200, "{name}");
+        assert!(
+            exposition
+                .contains(r#"wasmloop_activations_total{backend="wasm",outcome="success"} 1"#),
+            "{name}: {exposition}"
+        );
+    }
+    let cache_off = logs().contains("the compile cache is off");
+    let cache_dir = settings.env.iter().any(|(n, _)| n == "WASMLOOP_CACHE_DIR");
+    assert_eq!(
+        cache_off,
+        !cache_dir,
+        "{name}: a compile cache where one was given, one line saying it is off otherwise: {}",
+        logs()
     );
-    // SIGTERM, as a platform stops a pod: a clean exit well within the grace period.
+    // SIGTERM, as the platform stops it: a clean exit within the grace period.
     let stopping = std::time::Instant::now();
-    docker(&["stop", "-t", "20", &id]);
+    docker(&["stop", "-t", &settings.grace.to_string(), &id]);
     let took = stopping.elapsed();
     let code = docker(&["inspect", "-f", "{{.State.ExitCode}}", &id]);
+    let said = logs();
     let _ = docker(&["rm", &id]);
-    assert_eq!(code, "0");
-    assert!(took < Duration::from_secs(15), "SIGTERM took {took:?}");
+    assert_eq!(code, "0", "{name}: {said}");
+    assert!(
+        took < Duration::from_secs(settings.grace),
+        "{name}: SIGTERM took {took:?}: {said}"
+    );
+    assert!(
+        said.contains("wasmloop: SIGTERM: stopping"),
+        "{name}: {said}"
+    );
+}
+
+/// A GET's status, or nothing while no connection is taken.
+fn get_or_nothing(addr: std::net::SocketAddr, path: &str) -> Option<u16> {
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    Some(get(addr, path).0)
 }

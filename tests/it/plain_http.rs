@@ -276,7 +276,14 @@ fn a_body_that_arrives_too_slowly_is_408_and_the_server_serves_on() {
 fn readiness_turns_503_once_sigterm_starts_the_drain() {
     let server = plain(
         &http_guest(),
-        &["--shutdown-timeout", "2s", "--timeout", "20s"],
+        &[
+            "--drain-period",
+            "0s",
+            "--shutdown-timeout",
+            "2s",
+            "--timeout",
+            "20s",
+        ],
     );
     let addr = server.addr;
     // An activation still running holds the drain open.
@@ -300,6 +307,143 @@ fn readiness_turns_503_once_sigterm_starts_the_drain() {
     );
     // The stopped activation is answered, not lost.
     assert_eq!(busy.join().unwrap(), 503);
+}
+
+/// A rolling update, as Kubernetes makes one: SIGTERM comes while the Service still routes
+/// here. Readiness fails at once; every request sent during the drain is served; then the
+/// server exits 0, having said what it was doing.
+#[test]
+fn requests_that_come_during_the_drain_after_sigterm_are_all_served() {
+    let server = plain(
+        &http_guest(),
+        &["--drain-period", "4s", "--shutdown-timeout", "2s"],
+    );
+    let addr = server.addr;
+    assert_eq!(send(addr, "GET /status?200 HTTP/1.1", b"").0, 200);
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    let signalled = Instant::now();
+    // Clients keep sending for most of the drain (the rest is slack for a busy machine).
+    let until = Duration::from_secs(3);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(move || {
+                    let mut got = Vec::new();
+                    while signalled.elapsed() < until {
+                        got.push(send(addr, "GET /status?200 HTTP/1.1", b"").0);
+                    }
+                    got
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect()
+    });
+    let refused = statuses.iter().filter(|s| **s != 200).count();
+    assert!(statuses.len() > 20, "only {} requests sent", statuses.len());
+    assert_eq!(refused, 0, "{refused} of {} refused", statuses.len());
+    let (ready, headers, _) = send(addr, "GET /.well-known/wasmloop/ready HTTP/1.1", b"");
+    assert_eq!(ready, 503, "readiness must fail for the whole drain");
+    assert_eq!(header(&headers, "connection"), Some("close"));
+    assert_eq!(server.wait_exit(), Some(0));
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains(
+            "wasmloop: SIGTERM: stopping; readiness answers 503 from now on, requests are still \
+             served for 4s (--drain-period)"
+        ),
+        "{stderr}"
+    );
+}
+
+/// An activation still running when `--shutdown-timeout` runs out is stopped, answered
+/// 503, and a line under its id says so.
+#[test]
+fn an_activation_the_shutdown_stops_is_answered_and_named_in_the_log() {
+    let guest = http_guest();
+    let server = plain(
+        &guest,
+        &[
+            "--drain-period",
+            "0s",
+            "--shutdown-timeout",
+            "300ms",
+            "--timeout",
+            "20s",
+            "--log-format",
+            "json",
+        ],
+    );
+    let addr = server.addr;
+    let busy = std::thread::spawn(move || send(addr, "GET /spin HTTP/1.1", b"").0);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    assert_eq!(busy.join().unwrap(), 503);
+    assert_eq!(server.wait_exit(), Some(0));
+    let stderr = server.stderr();
+    let stopped: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("was stopped by the shutdown"))
+        })
+        .unwrap_or_else(|| panic!("no line for the stopped activation: {stderr}"));
+    let id = stopped["activationId"].as_str().unwrap();
+    assert_eq!(id.len(), 32, "{stopped}");
+    let name = guest.file_stem().unwrap().to_str().unwrap();
+    assert_eq!(stopped["action"], name, "{stopped}");
+    let message = stopped["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("activation {id} was stopped by the shutdown"))
+            && message.contains("--shutdown-timeout (300ms)")
+            && message.contains("answered 503"),
+        "{message}"
+    );
+}
+
+/// Ctrl-C is a person at a terminal: no drain, whatever --drain-period says.
+#[test]
+fn ctrl_c_stops_at_once_without_the_drain() {
+    let server = plain(&http_guest(), &["--drain-period", "1m"]);
+    let (ready, _, _) = send(server.addr, "GET /.well-known/wasmloop/ready HTTP/1.1", b"");
+    assert_eq!(ready, 200);
+    let began = Instant::now();
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGINT) };
+    assert_eq!(server.wait_exit(), Some(0));
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        began.elapsed()
+    );
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("wasmloop: interrupted: stopping; new requests get 503"),
+        "{stderr}"
+    );
+}
+
+/// Under OpenWhisk's protocol a stopping container answers 503 at once (the invoker's
+/// signal to place the activation elsewhere): a drain period there is a mistake to say.
+#[test]
+fn a_drain_period_under_openwhisks_protocol_is_refused_with_the_reason() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--drain-period", "5s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("--drain-period (WASMLOOP_DRAIN_PERIOD) applies under --protocol http only"),
+        "{stderr}"
+    );
 }
 
 /// A connection to write a request on by hand, whose reads give up after 20 s.
@@ -534,7 +678,14 @@ fn a_body_left_unfinished_when_handle_returns_is_cut_at_once_under_the_activatio
 fn a_response_cut_by_the_shutdown_is_said() {
     let server = plain(
         &http_guest(),
-        &["--shutdown-timeout", "300ms", "--timeout", "20s"],
+        &[
+            "--drain-period",
+            "0s",
+            "--shutdown-timeout",
+            "300ms",
+            "--timeout",
+            "20s",
+        ],
     );
     // Its head and first piece go out; its request's body never ends, so it never does.
     let mut stream = a_stream_never_ended(server.addr);

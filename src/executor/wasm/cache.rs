@@ -13,9 +13,25 @@ use super::engine::WasmEngine;
 pub struct CompileCache(PathBuf);
 
 impl CompileCache {
-    /// The cache in `dir`, if it can be trusted with code that is loaded unchecked.
-    pub fn at(dir: &Path) -> Option<CompileCache> {
-        usable_cache_dir(dir).then(|| CompileCache(dir.to_owned()))
+    /// The cache in `dir`, if it can be trusted with code that is loaded unchecked; else
+    /// why not, said in one line (every start then compiles).
+    pub fn at(dir: &Path, format: crate::logs::LogFormat) -> Option<CompileCache> {
+        match usable_cache_dir(dir) {
+            Ok(()) => Some(CompileCache(dir.to_owned())),
+            Err(why) => {
+                crate::logs::runtime_line(
+                    format,
+                    None,
+                    &format!(
+                        "wasmloop: the compile cache is off: {} {why}, so each start compiles \
+                         the action; give --cache-dir (WASMLOOP_CACHE_DIR) a folder only this \
+                         user can write, or --no-cache to go without and say so",
+                        dir.display()
+                    ),
+                );
+                None
+            }
+        }
     }
 
     /// Where `engine`'s code for the wasm with `digest` is kept: a cache entry is only
@@ -67,9 +83,9 @@ impl WasmDigest {
 /// Whether `dir` can be trusted to hold compiled code, which is loaded and run unchecked:
 /// ours (or root's), and writable by nobody else. Made (private) if missing. The default
 /// folder is under the shared temp dir, where anyone could have made it first.
-fn usable_cache_dir(dir: &Path) -> bool {
+fn usable_cache_dir(dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new()
+    let made = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir);
@@ -80,16 +96,16 @@ fn usable_cache_dir(dir: &Path) -> bool {
                 && (meta.uid() == me || meta.uid() == 0)
                 && meta.mode() & 0o022 == 0 =>
         {
-            true
+            // A read-only file system (a container's root) says so here, not at each store.
+            rustix::fs::access(dir, rustix::fs::Access::WRITE_OK)
+                .map_err(|e| format!("cannot be written ({e})"))
         }
-        Ok(_) => {
-            tracing::debug!(dir = %dir.display(), "not using the compile cache: others could write to it");
-            false
-        }
-        Err(e) => {
-            tracing::debug!(dir = %dir.display(), error = %e, "not using the compile cache");
-            false
-        }
+        Ok(meta) if !meta.is_dir() => Err("is no folder".to_owned()),
+        Ok(_) => Err("could be written by other users".to_owned()),
+        Err(e) => Err(match made {
+            Err(made) => format!("cannot be made ({made})"),
+            Ok(()) => format!("cannot be read ({e})"),
+        }),
     }
 }
 

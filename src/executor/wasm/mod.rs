@@ -383,7 +383,11 @@ pub async fn start<W: World>(
             .await?
         }
     };
-    let cache = config.wasm.cache_dir.as_deref().and_then(CompileCache::at);
+    let cache = config
+        .wasm
+        .cache_dir
+        .as_deref()
+        .and_then(|dir| CompileCache::at(dir, config.logs.format));
     let lookup = |engine: &Arc<WasmEngine>| {
         let (engine, digest, cache) = (engine.clone(), digest.clone(), cache.clone());
         blocking(move || Ok(cache.and_then(|cache| cache.load(&engine, &digest))))
