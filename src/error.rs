@@ -52,6 +52,23 @@ pub enum Error {
     /// `/init` or `/run` with another method than POST, the only one OpenWhisk sends.
     #[error("{path} takes POST only (as OpenWhisk's invoker sends it), not {method}")]
     MethodNotAllowed { path: String, method: String },
+    /// The runtime's own paths (`/.well-known/wasmloop/*`) with another method than GET
+    /// or HEAD: never the action's, under either protocol.
+    #[error("{path} is the runtime's own probe and takes GET or HEAD only, not {method}")]
+    ProbeMethod { path: String, method: String },
+    /// A path under `/.well-known/wasmloop/` that is none of the runtime's.
+    #[error(
+        "no such path: {0} (the runtime's own paths are {health} and {ready})",
+        health = crate::config::HEALTH_PATH,
+        ready = crate::config::READY_PATH
+    )]
+    NoSuchProbe(String),
+    /// An HTTP/1.1 request without the Host header HTTP/1.1 requires: the client's to fix.
+    #[error(
+        "the request has no Host header, which HTTP/1.1 requires (RFC 9112, section 3.2): send \
+         one (any name of this server), or speak HTTP/1.0"
+    )]
+    NoHost,
     /// A GET on a path that is not ours: never an empty 200 a probe would take for health.
     #[error("no such path: {0} (the runtime serves POST /init and POST /run)")]
     NotFound(String),
@@ -102,7 +119,7 @@ impl Error {
             Error::AlreadyInitialized | Error::MissingCode | Error::BuiltIn => {
                 StatusCode::FORBIDDEN
             }
-            Error::BadRequest(_) | Error::BodyRead(_) | Error::BadBase64(_) => {
+            Error::BadRequest(_) | Error::BodyRead(_) | Error::BadBase64(_) | Error::NoHost => {
                 StatusCode::BAD_REQUEST
             }
             Error::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -111,8 +128,10 @@ impl Error {
                 StatusCode::BAD_GATEWAY
             }
             Error::NoAction | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Error::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed { .. } | Error::ProbeMethod { .. } => {
+                StatusCode::METHOD_NOT_ALLOWED
+            }
+            Error::NotFound(_) | Error::NoSuchProbe(_) => StatusCode::NOT_FOUND,
             Error::TimedOut(_)
             | Error::NeverStarted { .. }
             | Error::Run(RunError::TimedOut | RunError::NeverStarted(_)) => {
@@ -138,10 +157,11 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = json_response(status, protocol::error_body(&self.to_string()));
-        let header = match status {
+        let header = match &self {
             // A slot frees up within an activation's time; one second is a fair first guess.
-            StatusCode::TOO_MANY_REQUESTS => Some((axum::http::header::RETRY_AFTER, "1")),
-            StatusCode::METHOD_NOT_ALLOWED => Some((axum::http::header::ALLOW, "POST")),
+            Error::Run(RunError::Busy(_)) => Some((axum::http::header::RETRY_AFTER, "1")),
+            Error::MethodNotAllowed { .. } => Some((axum::http::header::ALLOW, "POST")),
+            Error::ProbeMethod { .. } => Some((axum::http::header::ALLOW, "GET, HEAD")),
             _ => None,
         };
         if let Some((name, value)) = header {

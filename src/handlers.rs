@@ -82,7 +82,10 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
 /// the request itself for an action that takes requests (an HTTP component), a web
 /// action's value for the others, whose result is the response.
 pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Request) -> Response {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    if let Err(refused) = authority(&mut parts) {
+        return refused.into_response();
+    }
     let format = runtime.config().logs.format;
     let limit = runtime.config().limits.max_run_bytes;
     // What every line about this activation is filed under (in json): the id made for it,
@@ -152,6 +155,26 @@ pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Re
     }
 }
 
+/// Every request the action gets names its authority, as HTTP/1.1 requires of a client:
+/// one without `Host` is the client's mistake (400) under HTTP/1.1; HTTP/1.0 needs none,
+/// and gets the address its connection was made to.
+fn authority(parts: &mut axum::http::request::Parts) -> Result<(), Error> {
+    use axum::http::{Version, header::HOST};
+    if parts.headers.contains_key(HOST) || parts.uri.authority().is_some() {
+        return Ok(());
+    }
+    let local = parts.extensions.get::<crate::linger::LocalAddr>();
+    match (parts.version, local) {
+        (Version::HTTP_09 | Version::HTTP_10, Some(local)) => {
+            let host = axum::http::HeaderValue::from_str(&local.0.to_string())
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            parts.headers.insert(HOST, host);
+            Ok(())
+        }
+        _ => Err(Error::NoHost),
+    }
+}
+
 /// The request handed to an action that takes requests themselves, its body read as the
 /// action reads it (within the same cap and time as any body); the response as soon as
 /// its head is there. A body the runtime's limits stopped gets the runtime's answer,
@@ -178,6 +201,19 @@ async fn pass_through(
         Some(IntakeError::TimedOut(within)) => Err(Error::BodyTimedOut(within)),
         Some(IntakeError::Read(_)) | None => served,
     }
+}
+
+/// A probe path with another method than GET or HEAD: 405, and never the action's.
+pub async fn probe_method(method: Method, uri: Uri) -> Error {
+    Error::ProbeMethod {
+        path: uri.path().to_owned(),
+        method: method.to_string(),
+    }
+}
+
+/// A path under the runtime's own prefix that is none of its probes.
+pub async fn no_such_probe(uri: Uri) -> Error {
+    Error::NoSuchProbe(uri.path().to_owned())
 }
 
 /// `/init` or `/run` with another method than POST: refused before anything is read, so

@@ -64,6 +64,11 @@ impl axum::serve::Listener for LingeringListener {
     }
 }
 
+/// The address a request's connection was made to: the authority of an HTTP/1.0 request
+/// that names none.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalAddr(pub std::net::SocketAddr);
+
 /// A connection that, dropped, lingers (see the module's comment).
 pub struct Lingering {
     /// Always there until dropped.
@@ -72,6 +77,14 @@ pub struct Lingering {
 }
 
 impl Lingering {
+    /// The address the connection was made to.
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        match &self.stream {
+            Some(stream) => stream.local_addr(),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
     fn stream(&mut self) -> Pin<&mut TcpStream> {
         Pin::new(
             self.stream

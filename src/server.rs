@@ -8,6 +8,9 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 use crate::config::{Config, HEALTH_PATH, Protocol, READY_PATH};
+
+/// Every other path under the runtime's own prefix: never the action's.
+const PROBES: &str = "/.well-known/wasmloop/{*rest}";
 use crate::handlers;
 use crate::runtime::Runtime;
 
@@ -15,11 +18,19 @@ use crate::runtime::Runtime;
 /// reference takes any, so a stray GET /init could replace an action or run it); a GET
 /// elsewhere is 404, any other method there the reference's empty 200.
 /// Under `--protocol http` every other path is the action's. The health and readiness
-/// paths are the runtime's under both.
+/// paths (GET and HEAD only), and any other under `/.well-known/wasmloop/`, are the
+/// runtime's under both.
 pub fn app(runtime: Arc<Runtime>) -> Router {
     let probes = Router::new()
-        .route(HEALTH_PATH, get(handlers::health).fallback(handlers::other))
-        .route(READY_PATH, get(handlers::ready).fallback(handlers::other));
+        .route(
+            HEALTH_PATH,
+            get(handlers::health).fallback(handlers::probe_method),
+        )
+        .route(
+            READY_PATH,
+            get(handlers::ready).fallback(handlers::probe_method),
+        )
+        .route(PROBES, axum::routing::any(handlers::no_such_probe));
     let routes = match runtime.config().protocol {
         Protocol::OpenWhisk => probes
             .route("/init", post(handlers::init).fallback(handlers::post_only))
@@ -232,7 +243,10 @@ impl Connections {
                 accepted = listener.accept() => accepted,
                 () = &mut stop => break,
             };
-            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let service = WithLocalAddr {
+                app: hyper_util::service::TowerToHyperService::new(app.clone()),
+                local: io.local_addr().ok().map(crate::linger::LocalAddr),
+            };
             let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
             let connection = graceful.watch(connection);
             let format = self.format;
@@ -249,6 +263,31 @@ impl Connections {
     }
 }
 
+/// The router, with each request told its connection's `LocalAddr`.
+struct WithLocalAddr {
+    app: hyper_util::service::TowerToHyperService<Router>,
+    local: Option<crate::linger::LocalAddr>,
+}
+
+impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for WithLocalAddr {
+    type Response = <hyper_util::service::TowerToHyperService<Router> as hyper::service::Service<
+        axum::http::Request<hyper::body::Incoming>,
+    >>::Response;
+    type Error = <hyper_util::service::TowerToHyperService<Router> as hyper::service::Service<
+        axum::http::Request<hyper::body::Incoming>,
+    >>::Error;
+    type Future = <hyper_util::service::TowerToHyperService<Router> as hyper::service::Service<
+        axum::http::Request<hyper::body::Incoming>,
+    >>::Future;
+
+    fn call(&self, mut request: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(local) = self.local {
+            request.extensions_mut().insert(local);
+        }
+        self.app.call(request)
+    }
+}
+
 /// Says why a connection ended without an exchange: what its client sent was no request
 /// (hyper answered it 400, 414 or 431), or its head never came whole in time. A client
 /// that just went away is only a debug line.
@@ -258,14 +297,19 @@ fn refused(
     head_within: Option<std::time::Duration>,
     error: &hyper::Error,
 ) {
-    let why = if error.is_parse_too_large() {
+    // hyper tells a URI too long (answered 414) from a head too large (431) only in its
+    // words: both are `is_parse_too_large`.
+    let uri_too_long = error.to_string().contains("URI too long");
+    let why = if error.is_parse_too_large() && uri_too_long {
+        "its request's URI is longer than the server takes (answered 414: a shorter path and \
+         query; send large values in the body)"
+            .to_owned()
+    } else if error.is_parse_too_large() {
         "its request's head is larger than the server takes (answered 431: fewer or \
          shorter headers)"
             .to_owned()
     } else if error.is_parse() {
-        format!(
-            "what it sent is no HTTP/1.1 request (answered 400, 414 for a URI too long): {error}"
-        )
+        format!("what it sent is no HTTP/1.1 request (answered 400): {error}")
     } else if error.is_timeout() {
         format!(
             "its request's head did not arrive within {} (see --header-read-timeout): the \

@@ -123,6 +123,63 @@ fn an_http_component_gets_the_request_and_its_response_is_the_answer() {
     assert_eq!(seen["body"], "hi");
 }
 
+/// HTTP/1.1 requires a Host header of every request: without one it is the client's
+/// mistake (400, saying so), never the action's failure. HTTP/1.0 requires none: the
+/// request is served, its authority the address it was sent to.
+#[test]
+fn a_request_without_host_is_the_clients_mistake_under_http_1_1_and_served_under_1_0() {
+    let server = plain(&http_guest(), &[]);
+    let answer = exchange(
+        server.addr,
+        b"GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("the request has no Host header, which HTTP/1.1 requires"),
+        "{answer}"
+    );
+    let answer = exchange(server.addr, b"GET /echo HTTP/1.0\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    let body = answer.split_once("\r\n\r\n").unwrap().1;
+    let seen: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(seen["authority"], server.addr.to_string(), "{seen}");
+    let stderr = server.stderr();
+    assert!(!stderr.contains("the action failed"), "{stderr}");
+}
+
+/// The runtime's own paths take GET and HEAD only, and no other path under their prefix
+/// is the action's: a POST to readiness must not run it.
+#[test]
+fn the_runtimes_own_paths_take_get_and_head_only_and_never_reach_the_action() {
+    let http = plain(&http_guest(), &[]);
+    let openwhisk = Server::builder().start();
+    for addr in [http.addr, openwhisk.addr] {
+        for path in [
+            "/.well-known/wasmloop/health",
+            "/.well-known/wasmloop/ready",
+        ] {
+            let (status, headers, body) = send(addr, &format!("POST {path} HTTP/1.1"), b"{}");
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(status, 405, "{path}: {body}");
+            assert_eq!(header(&headers, "allow"), Some("GET, HEAD"), "{path}");
+            assert!(
+                body.contains("is the runtime's own probe and takes GET or HEAD only, not POST"),
+                "{body}"
+            );
+            let (status, _, body) = send(addr, &format!("HEAD {path} HTTP/1.1"), b"");
+            assert!(status == 200 || status == 503, "{path}: {status}");
+            assert!(body.is_empty());
+        }
+        let (status, _, body) = send(addr, "PUT /.well-known/wasmloop/other HTTP/1.1", b"");
+        assert_eq!(status, 404);
+        assert!(
+            String::from_utf8_lossy(&body).contains("the runtime's own paths are"),
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
+
 #[test]
 fn health_and_readiness_are_the_runtimes_own_paths_under_both_protocols() {
     let server = plain(&Backend::Wasm.guest("echo"), &[]);
@@ -751,9 +808,22 @@ fn a_head_past_hypers_limits_or_too_slow_is_told_to_the_client_and_in_the_logs()
     let answer = exchange(server.addr, big.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
     server.wait_stderr("its request's head is larger than the server takes (answered 431");
+    // A URI past what hyper takes is 414, and the log says the same status.
+    let long = format!("GET /?q={} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(70_000));
+    let answer = exchange(server.addr, long.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 414"), "{answer}");
+    server.wait_stderr("its request's URI is longer than the server takes (answered 414");
     let answer = exchange(server.addr, b"NOT HTTP AT ALL\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    server.wait_stderr("is no HTTP/1.1 request");
+    server.wait_stderr("is no HTTP/1.1 request (answered 400)");
+    assert!(
+        !server
+            .stderr()
+            .contains("answered 431: fewer or shorter headers)\n")
+            || server.stderr().matches("answered 431").count() == 1,
+        "one 431 only: {}",
+        server.stderr()
+    );
     // Half a head, then nothing: the connection is closed at the limit.
     let started = Instant::now();
     let answer = exchange(server.addr, b"GET /status?200 HTTP/1.1\r\nHost: t\r\n");

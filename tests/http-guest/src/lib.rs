@@ -18,6 +18,7 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let handled = HANDLED.fetch_add(1, Ordering::Relaxed) + 1;
         let path = request.path_with_query().unwrap_or_default();
+        let authority = request.authority();
         let (route, query) = path.split_once('?').unwrap_or((&path, ""));
         let headers = request.headers().entries();
         let header = |name: &str| {
@@ -60,6 +61,7 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
                 let text = json!({
                     "method": method,
                     "path": path,
+                    "authority": authority,
                     "headers": headers,
                     "body": String::from_utf8_lossy(&body),
                     "handled": handled,
