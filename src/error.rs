@@ -132,23 +132,12 @@ impl Error {
                 StatusCode::METHOD_NOT_ALLOWED
             }
             Error::NotFound(_) | Error::NoSuchProbe(_) => StatusCode::NOT_FOUND,
-            Error::TimedOut(_)
-            | Error::NeverStarted { .. }
-            | Error::Run(RunError::TimedOut | RunError::NeverStarted(_)) => {
-                StatusCode::GATEWAY_TIMEOUT
+            Error::TimedOut(_) | Error::NeverStarted { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            // The activation's own table, as OpenWhisk's protocol answers it.
+            Error::Run(e) => {
+                StatusCode::from_u16(e.status(false)).unwrap_or(StatusCode::BAD_GATEWAY)
             }
-            Error::ShuttingDown | Error::Run(RunError::Stopped) => StatusCode::SERVICE_UNAVAILABLE,
-            // Not 503: the platform would take the container for dying and destroy it.
-            Error::Run(RunError::Busy(_)) => StatusCode::TOO_MANY_REQUESTS,
-            Error::Run(RunError::Exited(_) | RunError::BadInput(_)) => StatusCode::BAD_REQUEST,
-            Error::Run(
-                RunError::NotAnObject(_)
-                | RunError::NotJson(_)
-                | RunError::NoAnswer(_)
-                | RunError::ResultTooLong(_)
-                | RunError::BodyTooLong(_)
-                | RunError::Restart(_),
-            ) => StatusCode::BAD_GATEWAY,
         }
     }
 }

@@ -40,7 +40,8 @@ impl Outcome {
         Outcome::Refused,
     ];
 
-    fn label(self) -> &'static str {
+    /// Its name: the metrics' `outcome` label and a report's `outcome`.
+    pub fn label(self) -> &'static str {
         match self {
             Outcome::Success => "success",
             Outcome::ApplicationError => "application_error",

@@ -558,10 +558,8 @@ impl Action {
 fn outcome_of(error: &Error) -> Outcome {
     match error {
         Error::TimedOut(_) | Error::NeverStarted { .. } => Outcome::Timeout,
-        Error::BadRequest(_)
-        | Error::Run(RunError::Busy(_) | RunError::Stopped | RunError::BadInput(_)) => {
-            Outcome::Refused
-        }
+        Error::BadRequest(_) => Outcome::Refused,
+        Error::Run(e) => e.outcome(),
         _ => Outcome::ActionError,
     }
 }

@@ -92,24 +92,28 @@ pub type ServeFuture<'a> =
 /// told to whoever waits for the activation's end.
 pub struct Respond {
     head: tokio::sync::oneshot::Sender<HttpResponse>,
-    sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The status sent, once the head has gone out (0 before).
+    sent: std::sync::Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl Respond {
     /// The sender, and the receiver of the head.
     pub fn new() -> (Respond, tokio::sync::oneshot::Receiver<HttpResponse>) {
         let (head, receiver) = tokio::sync::oneshot::channel();
-        let sent = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(0));
         (Respond { head, sent }, receiver)
     }
 
-    /// Set once the head has gone out: a failure after it cuts the response short.
-    pub fn head_sent(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    /// Its status, set once the head has gone out (0 before): a failure after it cuts the
+    /// response short.
+    pub fn head_sent(&self) -> std::sync::Arc<std::sync::atomic::AtomicU16> {
         self.sent.clone()
     }
 
     pub fn send(self, response: HttpResponse) {
-        self.sent.store(true, std::sync::atomic::Ordering::Release);
+        let status = response.status().as_u16();
+        self.sent
+            .store(status, std::sync::atomic::Ordering::Release);
         // A client that went away takes no answer; the activation still ends as it would.
         let _ = self.head.send(response);
     }
@@ -311,6 +315,38 @@ pub enum RunError {
     /// request): the caller's to fix; the action never saw it.
     #[error("{0}")]
     BadInput(String),
+}
+
+impl RunError {
+    /// The status a client gets for it: under OpenWhisk's protocol the reference's (an
+    /// exit is 400, which the platform reads as the action's failure); as a plain HTTP
+    /// response (`web`) a gateway's 502.
+    pub fn status(&self, web: bool) -> u16 {
+        match self {
+            RunError::TimedOut | RunError::NeverStarted(_) => 504,
+            RunError::Stopped => 503,
+            // Not 503: the platform would take the container for dying and destroy it.
+            RunError::Busy(_) => 429,
+            RunError::Exited(_) if web => 502,
+            RunError::Exited(_) | RunError::BadInput(_) => 400,
+            RunError::NotAnObject(_)
+            | RunError::NotJson(_)
+            | RunError::NoAnswer(_)
+            | RunError::ResultTooLong(_)
+            | RunError::BodyTooLong(_)
+            | RunError::Restart(_) => 502,
+        }
+    }
+
+    /// How the activation ended, as the metrics and its report count it.
+    pub fn outcome(&self) -> crate::metrics::Outcome {
+        use crate::metrics::Outcome;
+        match self {
+            RunError::TimedOut | RunError::NeverStarted(_) => Outcome::Timeout,
+            RunError::Busy(_) | RunError::Stopped | RunError::BadInput(_) => Outcome::Refused,
+            _ => Outcome::ActionError,
+        }
+    }
 }
 
 /// What every backend needs to start an action.

@@ -158,6 +158,9 @@ pub struct Reporting {
     pub format: crate::logs::LogFormat,
     /// Whether each activation's logs end with its report (`LogSettings::reports`).
     pub reports: bool,
+    /// Whether answers go out as plain HTTP responses (`--protocol http`), which a
+    /// report's status follows.
+    pub web: bool,
 }
 
 impl Reporting {
@@ -171,6 +174,7 @@ impl Reporting {
             hints: config.logs.hints,
             format: config.logs.format,
             reports: config.logs.reports,
+            web: config.protocol == crate::config::Protocol::Http,
         }
     }
 }
@@ -184,6 +188,7 @@ impl From<End> for Reporting {
             hints: false,
             format: crate::logs::LogFormat::Text,
             reports: false,
+            web: false,
         }
     }
 }
@@ -268,12 +273,15 @@ enum Job {
     Serve(Box<HttpRequest>, Respond),
 }
 
-/// What an activation leaves to its end: the permit it holds until then, and whether its
-/// worker has written the end already.
+/// What an activation leaves to its end: the permit it holds until then, whether its
+/// worker has written the end already, and what its report and lines need: when it began
+/// (taken only for a report) and its labels (only in json).
 #[derive(Default)]
 struct Ending {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     written: bool,
+    began: Option<std::time::Instant>,
+    labels: Option<crate::logs::Labels>,
 }
 
 /// Up to `workers` workers of one action, made on demand; activations beyond that wait
@@ -723,10 +731,22 @@ impl<W: Worker> Pool<W> {
         deadline: Option<Instant>,
     ) -> Result<Bytes, RunError> {
         let mut stopping = self.stopping.subscribe();
-        let mut ending = Ending::default();
         let head_sent = match &job {
             Job::Serve(_, respond) => Some(respond.head_sent()),
             Job::Run => None,
+        };
+        // Read only for the activation's report.
+        let began = self.reporting.reports.then(std::time::Instant::now);
+        // Parsing the request line costs a few µs: only when the lines carry its labels.
+        let labels = self
+            .reporting
+            .format
+            .is_json()
+            .then(|| crate::logs::Labels::of(&line));
+        let mut ending = Ending {
+            began,
+            labels: labels.clone(),
+            ..Ending::default()
         };
         let result = tokio::select! {
             // First, so that an activation that starts after `stop` starts no worker.
@@ -735,12 +755,26 @@ impl<W: Worker> Pool<W> {
             _ = stopping.wait_for(|stop| *stop) => {
                 // `activate`, which says so for every other failure, was dropped: its
                 // worker (and the labels it held) with it.
-                if head_sent.is_some_and(|sent| sent.load(Ordering::Acquire)) {
+                let sent = head_sent.as_ref().map_or(0, |sent| sent.load(Ordering::Acquire));
+                if sent != 0 {
                     crate::logs::runtime_line(
                         self.reporting.format,
-                        None,
+                        labels.as_ref(),
                         &format!("wasmloop: the response was cut short: {}", RunError::Stopped),
                     );
+                }
+                if let Some(began) = began {
+                    let report = Report {
+                        verdict: self.verdict(&Err(RunError::Stopped), sent, None),
+                        wall: began.elapsed(),
+                        cpu: None,
+                        memory: None,
+                        instance: None,
+                        init: None,
+                    };
+                    let mut rendered = Vec::new();
+                    report.render(self.reporting.format, labels.as_ref(), &mut rendered);
+                    crate::logs::Stream::Stderr.write(&rendered);
                 }
                 Err(RunError::Stopped)
             }
@@ -752,6 +786,48 @@ impl<W: Worker> Pool<W> {
         // Only now may the next activation start on these workers.
         drop(ending);
         result
+    }
+
+    /// How an activation that ended with `result` went, as its report says it: for a
+    /// request served as it came, `sent` is the status its response went out with (0 if
+    /// none did); a stdio action's result is the response's under `--protocol http` (its
+    /// `statusCode`).
+    fn verdict(
+        &self,
+        result: &Result<Bytes, RunError>,
+        sent: u16,
+        statuses: Option<&[u8]>,
+    ) -> super::report::Verdict {
+        use crate::metrics::Outcome;
+        let (outcome, status, error) = match result {
+            Err(e) => (
+                e.outcome(),
+                e.status(self.reporting.web),
+                Some(e.to_string()),
+            ),
+            Ok(_) if sent != 0 => (Outcome::Success, sent, None),
+            Ok(result) => {
+                let outcome = if crate::metrics::is_application_error(result) {
+                    Outcome::ApplicationError
+                } else {
+                    Outcome::Success
+                };
+                let status = statuses.and_then(web_status).unwrap_or(200);
+                (outcome, status, None)
+            }
+        };
+        // A response cut short went out with the status it had.
+        let status = if sent != 0 { sent } else { status };
+        // An answer of 5xx is the action's own word that it failed, as an `error` field is.
+        let outcome = match outcome {
+            Outcome::Success if status >= 500 => Outcome::ApplicationError,
+            outcome => outcome,
+        };
+        super::report::Verdict {
+            outcome,
+            status,
+            error,
+        }
     }
 
     /// A line of the runtime's about `worker`'s activation: under its labels in JSON.
@@ -769,11 +845,10 @@ impl<W: Worker> Pool<W> {
         job: Job,
         line: Vec<u8>,
         deadline: Option<Instant>,
-        head_sent: Option<&std::sync::atomic::AtomicBool>,
+        head_sent: Option<&std::sync::atomic::AtomicU16>,
         ending: &mut Ending,
     ) -> Result<Bytes, RunError> {
-        // Read only for the activation's report.
-        let began = self.reporting.reports.then(std::time::Instant::now);
+        let began = ending.began;
         // Only activations that find every worker busy count against the queue's bound.
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -855,15 +930,14 @@ impl<W: Worker> Pool<W> {
             lines::report_stray(&say, &stray);
         }
         worker.others_queued(self.waiting.load(Ordering::Relaxed) > 0);
-        // Parsing the request line costs a few µs: only when the lines carry the result.
         let Reporting {
             hints,
             format,
             reports,
             ..
         } = self.reporting;
-        if format.is_json() {
-            worker.attribute(crate::logs::Labels::of(&line));
+        if let Some(labels) = ending.labels.take() {
+            worker.attribute(labels);
         }
         let cpu_before = if reports { worker.cpu_time() } else { None };
         let mut polled = std::time::Duration::ZERO;
@@ -883,10 +957,11 @@ impl<W: Worker> Pool<W> {
         // canonical case sends, and without a word the 502 would leave its author guessing.
         match &result {
             // Under the activation's labels: the client saw a body cut, and this says why.
-            Err(e) if head_sent.is_some_and(|sent| sent.load(Ordering::Acquire)) => self.say_about(
-                worker,
-                &format!("wasmloop: the response was cut short: {e}"),
-            ),
+            Err(e) if head_sent.is_some_and(|sent| sent.load(Ordering::Acquire) != 0) => self
+                .say_about(
+                    worker,
+                    &format!("wasmloop: the response was cut short: {e}"),
+                ),
             Err(RunError::NotJson(line)) => {
                 lines::report_not_json(&|m| self.say_about(worker, m), line, hints)
             }
@@ -901,11 +976,18 @@ impl<W: Worker> Pool<W> {
                 Some(before) => worker.cpu_time().map(|after| after.saturating_sub(before)),
                 None => Some(polled),
             };
+            let sent = head_sent.map_or(0, |sent| sent.load(Ordering::Acquire));
+            let web_result = self.reporting.web.then_some(());
+            let result_line = match (&result, web_result) {
+                (Ok(line), Some(())) => Some(&line[..]),
+                _ => None,
+            };
             let report = Report {
+                verdict: self.verdict(&result, sent, result_line),
                 wall: began.elapsed(),
                 cpu,
                 memory: worker.peak_memory_bytes(),
-                instance,
+                instance: Some(instance),
                 init: lock(&self.cold).take(),
             };
             let labels = worker.attribution().and_then(|a| a.labels());
@@ -948,6 +1030,17 @@ impl<W: Worker> Pool<W> {
         }
         result
     }
+}
+
+/// The status a web action's result asks for (`statusCode`), as `--protocol http` sends
+/// it; none for a result that names none.
+fn web_status(result: &[u8]) -> Option<u16> {
+    #[derive(serde::Deserialize)]
+    struct Response {
+        #[serde(rename = "statusCode")]
+        status_code: Option<u16>,
+    }
+    serde_json::from_slice::<Response>(result).ok()?.status_code
 }
 
 #[cfg(test)]

@@ -28,9 +28,19 @@ impl InstanceUse {
     }
 }
 
+/// How an activation ended, as its report says it: what the metrics count it as, the
+/// status its client was sent, and the failure's message.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub outcome: crate::metrics::Outcome,
+    pub status: u16,
+    pub error: Option<String>,
+}
+
 /// One activation's figures.
 #[derive(Debug, Clone)]
 pub struct Report {
+    pub verdict: Verdict,
     /// From its arrival at the pool (queueing included) to its answer.
     pub wall: Duration,
     /// The CPU it used: an in-process instance's time on the runtime's threads while it
@@ -39,7 +49,8 @@ pub struct Report {
     /// The instance's memory: a WebAssembly instance's linear memory (which never
     /// shrinks: its peak), a native child's peak resident set.
     pub memory: Option<u64>,
-    pub instance: InstanceUse,
+    /// None for one that never had an instance (the shutdown stopped it as it waited).
+    pub instance: Option<InstanceUse>,
     /// The action's start, on the first activation after its `/init`.
     pub init: Option<Duration>,
 }
@@ -49,9 +60,16 @@ fn ms(d: Duration) -> f64 {
 }
 
 impl Report {
-    /// The figures as JSON: `wallMs`, `cpuMs`, `memoryBytes`, `instance`, `initMs`.
+    /// The figures as JSON: `outcome`, `status`, `error`, `wallMs`, `cpuMs`,
+    /// `memoryBytes`, `instance`, `initMs`.
     pub fn to_json(&self) -> Value {
         let mut fields = Map::new();
+        let verdict = &self.verdict;
+        fields.insert("outcome".to_owned(), Value::from(verdict.outcome.label()));
+        fields.insert("status".to_owned(), Value::from(verdict.status));
+        if let Some(error) = &verdict.error {
+            fields.insert("error".to_owned(), Value::from(error.as_str()));
+        }
         fields.insert("wallMs".to_owned(), Value::from(ms(self.wall)));
         if let Some(cpu) = self.cpu {
             fields.insert("cpuMs".to_owned(), Value::from(ms(cpu)));
@@ -59,7 +77,9 @@ impl Report {
         if let Some(memory) = self.memory {
             fields.insert("memoryBytes".to_owned(), Value::from(memory));
         }
-        fields.insert("instance".to_owned(), Value::from(self.instance.name()));
+        if let Some(instance) = self.instance {
+            fields.insert("instance".to_owned(), Value::from(instance.name()));
+        }
         if let Some(init) = self.init {
             fields.insert("initMs".to_owned(), Value::from(ms(init)));
         }
@@ -68,7 +88,11 @@ impl Report {
 
     /// The figures as a sentence, for a person.
     pub fn sentence(&self) -> String {
-        let mut parts = vec![format!("{:.3} ms wall", ms(self.wall))];
+        let verdict = &self.verdict;
+        let mut parts = vec![
+            format!("{} ({})", verdict.outcome.label(), verdict.status),
+            format!("{:.3} ms wall", ms(self.wall)),
+        ];
         if let Some(cpu) = self.cpu {
             parts.push(format!("{:.3} ms CPU", ms(cpu)));
         }
@@ -78,11 +102,18 @@ impl Report {
                 memory as f64 / (1024.0 * 1024.0)
             ));
         }
-        parts.push(format!("{} instance", self.instance.name()));
+        if let Some(instance) = self.instance {
+            parts.push(format!("{} instance", instance.name()));
+        }
         if let Some(init) = self.init {
             parts.push(format!("after a {:.1} ms init", ms(init)));
         }
-        format!("wasmloop: report: {}", parts.join(", "))
+        let error = verdict
+            .error
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        format!("wasmloop: report: {}{error}", parts.join(", "))
     }
 
     /// Renders it for stderr: a record under the activation's labels in JSON (its
@@ -131,31 +162,46 @@ mod tests {
 
     #[test]
     fn a_report_says_each_figure_and_leaves_out_what_is_unknown() {
+        use crate::metrics::Outcome;
         let report = Report {
+            verdict: Verdict {
+                outcome: Outcome::Success,
+                status: 200,
+                error: None,
+            },
             wall: Duration::from_micros(1234),
             cpu: Some(Duration::from_micros(800)),
             memory: Some(3 << 20),
-            instance: InstanceUse::Fresh,
+            instance: Some(InstanceUse::Fresh),
             init: Some(Duration::from_millis(45)),
         };
         assert_eq!(
             report.to_json(),
-            serde_json::json!({"wallMs": 1.234, "cpuMs": 0.8, "memoryBytes": 3145728, "instance": "fresh", "initMs": 45.0})
+            serde_json::json!({"outcome": "success", "status": 200, "wallMs": 1.234, "cpuMs": 0.8, "memoryBytes": 3145728, "instance": "fresh", "initMs": 45.0})
         );
         assert_eq!(
             report.sentence(),
-            "wasmloop: report: 1.234 ms wall, 0.800 ms CPU, 3.0 MiB memory, fresh instance, after a 45.0 ms init"
+            "wasmloop: report: success (200), 1.234 ms wall, 0.800 ms CPU, 3.0 MiB memory, fresh instance, after a 45.0 ms init"
         );
-        let bare = Report {
+        let failed = Report {
+            verdict: Verdict {
+                outcome: Outcome::ActionError,
+                status: 502,
+                error: Some("command exited: it trapped".to_owned()),
+            },
             cpu: None,
             memory: None,
             init: None,
-            instance: InstanceUse::Reused,
+            instance: Some(InstanceUse::Reused),
             ..report
         };
         assert_eq!(
-            bare.to_json(),
-            serde_json::json!({"wallMs": 1.234, "instance": "reused"})
+            failed.to_json(),
+            serde_json::json!({"outcome": "action_error", "status": 502, "error": "command exited: it trapped", "wallMs": 1.234, "instance": "reused"})
+        );
+        assert_eq!(
+            failed.sentence(),
+            "wasmloop: report: action_error (502), 1.234 ms wall, reused instance: command exited: it trapped"
         );
     }
 

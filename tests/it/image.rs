@@ -433,7 +433,18 @@ fn run_as_the_manifest_says(settings: &Settings, image: &str) {
     args.extend([image.to_owned(), "serve".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let id = docker(&args);
-    let logs = || docker(&["logs", &id]);
+    // Both streams: the runtime's lines are on stderr.
+    let logs = || {
+        let out = std::process::Command::new("docker")
+            .args(["logs", &id])
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
     let ip = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]);
     let addr: std::net::SocketAddr = format!("{ip}:{}", settings.port).parse().unwrap();
     let started = std::time::Instant::now();

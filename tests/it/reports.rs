@@ -190,3 +190,155 @@ fn run_v_prints_each_inputs_report() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("report"));
 }
+
+/// Each report says how its activation ended (the outcome the metrics count it as), the
+/// status its client got, and a failure's message: a success, the action's own error, a
+/// crash and a timeout under OpenWhisk's protocol; a crash, a component's own status and
+/// a stopped activation under plain HTTP.
+#[test]
+fn a_report_says_how_its_activation_ended_what_its_client_got_and_why() {
+    let server = Server::builder()
+        .args(&["--log-format", "json", "--timeout", "1s"])
+        .start();
+    server
+        .init(&Backend::Wasm.init_guest("exits_when_asked"))
+        .assert(200, "{\"ok\":true}\n");
+    run_as(&server, "fine", json!({"n": 1}));
+    run_as(&server, "own-error", json!({"error": "no such user"}));
+    let body = json!({"value": {"exit": 3}, "activation_id": "crashed"});
+    let crashed = server.post("/run", body.to_string().as_bytes());
+    assert_eq!(crashed.status, 400, "{}", crashed.text());
+    server.wait_sentinels(3);
+    let only = |id: &str| {
+        let reports = reports_of(&server, id);
+        assert_eq!(reports.len(), 1, "{id}: {}", server.stderr());
+        reports[0].clone()
+    };
+    let fine = only("fine");
+    assert_eq!(
+        (&fine["outcome"], &fine["status"]),
+        (&json!("success"), &json!(200))
+    );
+    assert!(fine.get("error").is_none(), "{fine}");
+    let own = only("own-error");
+    assert_eq!(
+        (&own["outcome"], &own["status"]),
+        (&json!("application_error"), &json!(200)),
+        "{own}"
+    );
+    let crash = only("crashed");
+    assert_eq!(
+        (&crash["outcome"], &crash["status"]),
+        (&json!("action_error"), &json!(400)),
+        "{crash}"
+    );
+    assert_eq!(
+        crash["error"],
+        crashed.error(),
+        "the message its client got"
+    );
+
+    let slow = Server::builder()
+        .args(&["--log-format", "json", "--timeout", "300ms"])
+        .start();
+    slow.init(&Backend::Wasm.init_guest("slow"))
+        .assert(200, "{\"ok\":true}\n");
+    let body = json!({"value": {"sleep_ms": 5000}, "activation_id": "late"});
+    let late = slow.post("/run", body.to_string().as_bytes());
+    assert_eq!(late.status, 504, "{}", late.text());
+    slow.wait_sentinels(1);
+    let report = reports_of(&slow, "late");
+    assert_eq!(report.len(), 1, "{}", slow.stderr());
+    assert_eq!(
+        (&report[0]["outcome"], &report[0]["status"]),
+        (&json!("timeout"), &json!(504)),
+        "{}",
+        report[0]
+    );
+    assert!(
+        report[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish in time"),
+        "{}",
+        report[0]
+    );
+}
+
+/// Under plain HTTP a failure line carries its activation's id and trace id, and names the
+/// action; its report has the 502 the client got, a component's report its own status.
+#[test]
+fn under_plain_http_a_failure_is_filed_under_its_request_and_reported_with_its_status() {
+    let guest = crate::support::http_guest();
+    let server = Server::builder()
+        .args(&["--log-format", "json", "--protocol", "http", "--action"])
+        .args(&[guest.to_str().unwrap()])
+        .start();
+    let send = |path: &str| {
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: t\r\ntraceparent: {TRACEPARENT}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+    };
+    assert!(send("/status?404").starts_with("HTTP/1.1 404"));
+    assert!(send("/trap").starts_with("HTTP/1.1 502"));
+    let name = guest.file_stem().unwrap().to_str().unwrap();
+    let started = std::time::Instant::now();
+    let (failed, reported) = loop {
+        let records = records(&server);
+        let failed = records
+            .iter()
+            .find(|r| {
+                r["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("wasmloop: the action failed"))
+            })
+            .cloned();
+        let reports: Vec<Value> = records
+            .iter()
+            .filter(|r| r.get("report").is_some())
+            .cloned()
+            .collect();
+        if let (Some(failed), 2) = (&failed, reports.len()) {
+            break (failed.clone(), reports);
+        }
+        assert!(started.elapsed().as_secs() < 10, "{}", server.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let id = failed["activationId"].as_str().unwrap();
+    assert_eq!(id.len(), 32, "{failed}");
+    assert_eq!(failed["traceId"], TRACE_ID, "{failed}");
+    assert_eq!(failed["action"], name, "{failed}");
+    let mut statuses: Vec<(Value, Value)> = reported
+        .iter()
+        .map(|r| {
+            (
+                r["report"]["outcome"].clone(),
+                r["report"]["status"].clone(),
+            )
+        })
+        .collect();
+    statuses.sort_by_key(|(_, status)| status.as_u64());
+    assert_eq!(
+        statuses,
+        [
+            (json!("success"), json!(404)),
+            (json!("action_error"), json!(502))
+        ],
+        "{reported:?}"
+    );
+    let crash = reported
+        .iter()
+        .find(|r| r["report"]["status"] == 502)
+        .unwrap();
+    assert_eq!(
+        crash["activationId"], id,
+        "the failure and its report, one activation"
+    );
+    assert_eq!(crash["action"], name);
+}
