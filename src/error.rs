@@ -113,6 +113,19 @@ impl Error {
         }
     }
 
+    /// Why the request never reached the action, for a refusal the metrics count.
+    pub fn refusal(&self) -> Option<crate::metrics::Refusal> {
+        use crate::metrics::Refusal;
+        Some(match self {
+            Error::BodyTooLarge { .. } => Refusal::BodyTooLarge,
+            Error::BodyTimedOut(_) => Refusal::BodyTimeout,
+            Error::Run(RunError::Busy(_)) => Refusal::Busy,
+            Error::ShuttingDown => Refusal::ShuttingDown,
+            Error::NoHost => Refusal::BadRequest,
+            _ => return None,
+        })
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             Error::InitDeadline { source, .. } => source.status(),
@@ -145,6 +158,9 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
+        if let (Some(metrics), Some(why)) = (crate::metrics::get(), self.refusal()) {
+            metrics.refused(why);
+        }
         let mut response = json_response(status, protocol::error_body(&self.to_string()));
         let header = match &self {
             // A slot frees up within an activation's time; one second is a fair first guess.

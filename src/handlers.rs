@@ -82,6 +82,14 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
 /// the request itself for an action that takes requests (an HTTP component), a web
 /// action's value for the others, whose result is the response.
 pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Request) -> Response {
+    let response = answer_plainly(runtime, request).await;
+    if let Some(metrics) = crate::metrics::get() {
+        metrics.http_request(response.status().as_u16());
+    }
+    response
+}
+
+async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) -> Response {
     let (mut parts, body) = request.into_parts();
     if let Err(refused) = authority(&mut parts) {
         return refused.into_response();

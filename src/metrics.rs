@@ -116,20 +116,190 @@ struct ResultLabels {
     result: &'static str,
 }
 
-type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// Activation times: 50 µs to about 100 s.
-fn activation_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.00005, 2.5, 16,
-    ))
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CodeLabels {
+    /// The status class: `2xx` ... `5xx`.
+    code: &'static str,
 }
 
-/// Compile and start-up times: 1 ms to about 10 min.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Activation times, in bounds a person reads at a glance (and a dashboard's quantiles
+/// interpolate between): 0.5 ms to 30 s.
+const ACTIVATION_BOUNDS: [f64; 15] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Compile and start-up times: 1 ms to 10 min.
+const SLOW_BOUNDS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+fn activation_histogram() -> Histogram {
+    Histogram::new(ACTIVATION_BOUNDS)
+}
+
 fn slow_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.001, 2.5, 15,
-    ))
+    Histogram::new(SLOW_BOUNDS)
+}
+
+/// Why a request was refused before (or instead of) reaching the action, as
+/// `wasmloop_refusals_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// 413: its body past `--max-init-bytes` or `--max-run-bytes`.
+    BodyTooLarge,
+    /// 408: its body slower than `--body-read-timeout`.
+    BodyTimeout,
+    /// 429: every instance busy and the queue full.
+    Busy,
+    /// 503: the runtime is stopping.
+    ShuttingDown,
+    /// 431: a request head past what the server reads.
+    HeadTooLarge,
+    /// 414: a URI past what the server reads.
+    UriTooLong,
+    /// 408 at the connection: its head slower than `--header-read-timeout`.
+    HeadTimeout,
+    /// 400: no HTTP request, or no Host under HTTP/1.1.
+    BadRequest,
+}
+
+impl Refusal {
+    fn label(self) -> &'static str {
+        match self {
+            Refusal::BodyTooLarge => "body_too_large",
+            Refusal::BodyTimeout => "body_timeout",
+            Refusal::Busy => "busy",
+            Refusal::ShuttingDown => "shutting_down",
+            Refusal::HeadTooLarge => "head_too_large",
+            Refusal::UriTooLong => "uri_too_long",
+            Refusal::HeadTimeout => "head_timeout",
+            Refusal::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// The process's own figures, as Prometheus' client libraries name them, read at each
+/// scrape from /proc.
+struct Process {
+    cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// What `cpu_seconds` has counted so far (it only goes up by the difference).
+    cpu_counted: std::sync::Mutex<f64>,
+    resident_bytes: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    start_time: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl Process {
+    fn register(registry: &mut Registry) -> Process {
+        let process = Process {
+            cpu_seconds: Counter::default(),
+            cpu_counted: std::sync::Mutex::new(0.0),
+            resident_bytes: Gauge::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
+            start_time: Gauge::default(),
+        };
+        registry.register_with_unit(
+            "process_cpu",
+            "User and system CPU time the process has spent",
+            Unit::Seconds,
+            process.cpu_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "process_resident_memory",
+            "Resident memory of the process (its instances' memory among it)",
+            Unit::Bytes,
+            process.resident_bytes.clone(),
+        );
+        registry.register(
+            "process_open_fds",
+            "Open file descriptors",
+            process.open_fds.clone(),
+        );
+        registry.register(
+            "process_max_fds",
+            "The most file descriptors the process may open (RLIMIT_NOFILE)",
+            process.max_fds.clone(),
+        );
+        registry.register_with_unit(
+            "process_start_time",
+            "When the process started, in seconds since the Unix epoch",
+            Unit::Seconds,
+            process.start_time.clone(),
+        );
+        process.start_time.set(started_at().unwrap_or(0.0));
+        process
+    }
+
+    /// Reads the figures now.
+    fn sample(&self) {
+        if let Some(cpu) = cpu_seconds() {
+            let mut counted = self.cpu_counted.lock().unwrap_or_else(|e| e.into_inner());
+            if cpu > *counted {
+                self.cpu_seconds.inc_by(cpu - *counted);
+                *counted = cpu;
+            }
+        }
+        if let Some(resident) = resident_bytes() {
+            self.resident_bytes.set(resident);
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            // The directory's own descriptor, open while it is read, is one of them.
+            self.open_fds
+                .set(i64::try_from(fds.count()).unwrap_or(i64::MAX) - 1);
+        }
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        if let Some(max) = limit.current {
+            self.max_fds.set(i64::try_from(max).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Clock ticks per second as /proc counts them (`USER_HZ`: 100 on every Linux port).
+const USER_HZ: f64 = 100.0;
+
+/// The fields of /proc/self/stat after the command's name (which may hold spaces).
+fn stat_fields() -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// utime + stime (fields 14 and 15; 12 and 13 after the name), in seconds.
+fn cpu_seconds() -> Option<f64> {
+    let fields = stat_fields()?;
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / USER_HZ)
+}
+
+/// The resident set (/proc/self/statm's second field, in pages).
+fn resident_bytes() -> Option<i64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: i64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * i64::try_from(rustix::param::page_size()).ok()?)
+}
+
+/// The process's start: the boot time (/proc/stat's `btime`) plus its start in ticks
+/// after boot (/proc/self/stat field 22; 20 after the name).
+fn started_at() -> Option<f64> {
+    let boot: f64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let ticks: f64 = stat_fields()?.get(19)?.parse().ok()?;
+    Some(boot + ticks / USER_HZ)
 }
 
 /// `metric`, registered under `name` (with its unit, if any): the registry keeps one
@@ -163,6 +333,9 @@ pub struct Metrics {
     compile_seconds: Histograms<CompileLabels>,
     tier_ups: Counter,
     cache: Family<ResultLabels, Counter>,
+    http_requests: Family<CodeLabels, Counter>,
+    refusals: Family<ReasonLabels, Counter>,
+    process: Process,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -179,9 +352,38 @@ pub fn enable() -> &'static Metrics {
 
 impl Metrics {
     fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("wasmloop");
-        let r = &mut registry;
+        let mut registry = Registry::default();
+        let process = Process::register(&mut registry);
+        let r = registry.sub_registry_with_prefix("wasmloop");
+        let build: Family<BuildLabels, Gauge> = registered(
+            r,
+            "build_info",
+            "The running build: its version and commit, as labels of a constant 1",
+            None,
+            Family::default(),
+        );
+        build
+            .get_or_create(&BuildLabels {
+                version: crate::config::PROXY_VERSION,
+                commit: option_env!("WASMLOOP_COMMIT").unwrap_or("unknown"),
+            })
+            .set(1);
         Metrics {
+            http_requests: registered(
+                r,
+                "http_requests",
+                "Requests to the action under --protocol http, by the status class they were answered with (2xx, 3xx, 4xx, 5xx)",
+                None,
+                Family::default(),
+            ),
+            refusals: registered(
+                r,
+                "refusals",
+                "Requests refused before or instead of reaching the action, by reason (body_too_large 413, body_timeout 408, busy 429, shutting_down 503, head_too_large 431, uri_too_long 414, head_timeout, bad_request 400)",
+                None,
+                Family::default(),
+            ),
+            process,
             activations: registered(
                 r,
                 "activations",
@@ -279,6 +481,7 @@ impl Metrics {
 
     /// The exposition: OpenMetrics text, which Prometheus and its parsers read.
     pub fn encode(&self) -> String {
+        self.process.sample();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String does not fail");
@@ -348,6 +551,26 @@ impl Metrics {
 
     pub fn tiered_up(&self) {
         self.tier_ups.inc();
+    }
+
+    /// A request to the action under `--protocol http`, answered with `status`.
+    pub fn http_request(&self, status: u16) {
+        let code = match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        self.http_requests.get_or_create(&CodeLabels { code }).inc();
+    }
+
+    pub fn refused(&self, why: Refusal) {
+        self.refusals
+            .get_or_create(&ReasonLabels {
+                reason: why.label(),
+            })
+            .inc();
     }
 
     pub fn cache_lookup(&self, hit: bool) {

@@ -547,8 +547,15 @@ impl Action {
             self.stopped(&line);
         }
         let response = within_limit(served, limit);
-        // Counted once the response's head is there: its status is the component's answer.
-        self.count(began, &response, |_| Outcome::Success);
+        // Counted once the response's head is there: its status is the component's answer,
+        // a 5xx its own word that it failed.
+        self.count(began, &response, |response| {
+            if response.status().is_server_error() {
+                Outcome::ApplicationError
+            } else {
+                Outcome::Success
+            }
+        });
         let response = response?;
         Ok(response.map(|body| executor::intake::Holding::body(body, admitted)))
     }

@@ -300,6 +300,23 @@ fn refused(
     // hyper tells a URI too long (answered 414) from a head too large (431) only in its
     // words: both are `is_parse_too_large`.
     let uri_too_long = error.to_string().contains("URI too long");
+    if let Some(metrics) = crate::metrics::get() {
+        use crate::metrics::Refusal;
+        let why = if error.is_parse_too_large() && uri_too_long {
+            Some(Refusal::UriTooLong)
+        } else if error.is_parse_too_large() {
+            Some(Refusal::HeadTooLarge)
+        } else if error.is_parse() {
+            Some(Refusal::BadRequest)
+        } else if error.is_timeout() {
+            Some(Refusal::HeadTimeout)
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            metrics.refused(why);
+        }
+    }
     let why = if error.is_parse_too_large() && uri_too_long {
         "its request's URI is longer than the server takes (answered 414: a shorter path and \
          query; send large values in the body)"

@@ -197,6 +197,10 @@ fn refusals_timeouts_and_failures_are_counted_as_the_clients_saw_them() {
     };
     assert_eq!(count("refused"), refused);
     assert_eq!(value(&samples, "wasmloop_queue_full_total{}"), refused);
+    assert_eq!(
+        value(&samples, r#"wasmloop_refusals_total{reason="busy"}"#),
+        refused
+    );
     assert_eq!(count("success"), served);
     assert_eq!(count("timeout"), 1.0);
     // The timed-out instance was dropped, and the next activation made another.
@@ -292,4 +296,181 @@ fn a_metrics_connection_that_never_sends_its_request_is_closed_at_the_head_bound
     server.wait_stderr("did not arrive within 500ms (see --header-read-timeout)");
     let (head, _) = scrape_raw(addr, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+/// One request written by hand on a fresh connection: the status it got (0 for none).
+fn status_of(addr: SocketAddr, request: &[u8]) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What an SRE alerts on under plain HTTP: every request by the status class its client
+/// got, each refusal by its reason (those hyper answers itself too), the process's own
+/// figures and the build, and histogram bounds a person can read.
+#[test]
+fn under_plain_http_every_answer_is_counted_by_status_and_every_refusal_by_reason() {
+    let guest = crate::support::http_guest();
+    let (server, metrics) = with_metrics(&[
+        "--protocol",
+        "http",
+        "--action",
+        guest.to_str().unwrap(),
+        "--max-run-bytes",
+        "1000",
+        "--drain-period",
+        "0s",
+        "--shutdown-timeout",
+        "5s",
+        "--timeout",
+        "20s",
+    ]);
+    let addr = server.addr;
+    let get = |path: &str| {
+        status_of(
+            addr,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+    };
+    assert_eq!(get("/status?200"), 200);
+    assert_eq!(get("/status?204"), 204);
+    assert_eq!(get("/status?404"), 404);
+    assert_eq!(get("/trap"), 502);
+    let big = "x".repeat(2000);
+    let announced = format!(
+        "POST /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{big}",
+        big.len()
+    );
+    assert_eq!(status_of(addr, announced.as_bytes()), 413);
+    let chunked = format!(
+        "POST /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n",
+        big.len()
+    );
+    assert_eq!(status_of(addr, chunked.as_bytes()), 413);
+    assert_eq!(
+        status_of(addr, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n"),
+        400
+    );
+    let long = format!("GET /?q={} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(70_000));
+    assert_eq!(status_of(addr, long.as_bytes()), 414);
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1_500_000)
+    );
+    assert_eq!(status_of(addr, head.as_bytes()), 431);
+
+    let samples = scrape(metrics);
+    let class = |code: &str| {
+        value(
+            &samples,
+            &format!(r#"wasmloop_http_requests_total{{code="{code}"}}"#),
+        )
+    };
+    assert_eq!(class("2xx"), 2.0);
+    assert_eq!(class("4xx"), 4.0, "404, two 413s, the Host-less 400");
+    assert_eq!(class("5xx"), 1.0);
+    let refused = |reason: &str| {
+        value(
+            &samples,
+            &format!(r#"wasmloop_refusals_total{{reason="{reason}"}}"#),
+        )
+    };
+    assert_eq!(
+        refused("body_too_large"),
+        2.0,
+        "announced and chunked alike"
+    );
+    assert_eq!(refused("bad_request"), 1.0);
+    assert_eq!(refused("uri_too_long"), 1.0);
+    assert_eq!(refused("head_too_large"), 1.0);
+    let activations = |outcome: &str| {
+        value(
+            &samples,
+            &format!(r#"wasmloop_activations_total{{backend="http",outcome="{outcome}"}}"#),
+        )
+    };
+    assert_eq!(activations("action_error"), 1.0, "the trap");
+
+    // The process and the build.
+    assert!(value(&samples, "process_cpu_seconds_total{}") > 0.0);
+    let resident = value(&samples, "process_resident_memory_bytes{}");
+    assert!((1e6..1e10).contains(&resident), "{resident}");
+    let fds = value(&samples, "process_open_fds{}");
+    assert!((4.0..10_000.0).contains(&fds), "{fds}");
+    assert!(value(&samples, "process_max_fds{}") >= fds);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value(&samples, "process_start_time_seconds{}");
+    assert!(
+        now - started >= 0.0 && now - started < 600.0,
+        "{started} vs {now}"
+    );
+    let build = samples
+        .iter()
+        .find(|(k, _)| k.starts_with("wasmloop_build_info{"))
+        .unwrap_or_else(|| panic!("no build info: {samples:#?}"));
+    assert_eq!(*build.1, 1.0);
+    assert!(
+        build
+            .0
+            .contains(&format!(r#"version="{}""#, env!("CARGO_PKG_VERSION"))),
+        "{}",
+        build.0
+    );
+    // Bounds a person reads at a glance.
+    let mut bounds: Vec<String> = samples
+        .keys()
+        .filter(|k| k.starts_with("wasmloop_activation_duration_seconds_bucket{"))
+        .filter_map(|k| {
+            k.split("le=\"")
+                .nth(1)?
+                .split('"')
+                .next()
+                .map(str::to_owned)
+        })
+        .collect();
+    bounds.sort_by(|a, b| {
+        let n = |s: &str| s.parse::<f64>().unwrap_or(f64::INFINITY);
+        n(a).total_cmp(&n(b))
+    });
+    bounds.dedup();
+    let readable = [
+        "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0",
+        "2.5", "5.0", "10.0", "30.0", "+Inf",
+    ];
+    assert_eq!(bounds, readable);
+
+    // A stopping server's 503s are counted too.
+    let busy = std::thread::spawn(move || {
+        status_of(
+            addr,
+            b"GET /spin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    server.wait_stderr("SIGTERM: stopping");
+    assert_eq!(get("/status?200"), 503);
+    let samples = scrape(metrics);
+    assert_eq!(
+        value(
+            &samples,
+            r#"wasmloop_refusals_total{reason="shutting_down"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&samples, r#"wasmloop_http_requests_total{code="5xx"}"#),
+        2.0
+    );
+    assert_eq!(busy.join().unwrap(), 503);
 }
