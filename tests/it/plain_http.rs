@@ -462,6 +462,19 @@ fn an_activation_the_shutdown_stops_is_answered_and_named_in_the_log() {
             && message.contains("answered 503"),
         "{message}"
     );
+    // And its report, under the same id, says how it ended.
+    let report = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["activationId"] == id && l.get("report").is_some())
+        .unwrap_or_else(|| panic!("no report for {id}: {stderr}"));
+    assert_eq!(report["report"]["outcome"], "refused", "{report}");
+    assert_eq!(report["report"]["status"], 503, "{report}");
+    assert_eq!(
+        report["report"]["error"],
+        "the runtime is shutting down; the activation was stopped",
+        "{report}"
+    );
 }
 
 /// Ctrl-C is a person at a terminal: no drain, whatever --drain-period says.
