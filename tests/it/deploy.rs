@@ -7,6 +7,23 @@ fn deploy(file: &str) -> String {
     format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Runs a check written in Python (PyYAML reads the manifests) with `args`; its failure,
+/// with what it printed, fails the test.
+fn python(script: &str, args: &[&str]) {
+    let checked = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
 #[test]
 fn the_kubernetes_manifests_pass_the_api_schemas_strictly() {
     // PyPI's kubernetes-validate bundles the API's schemas: scripts/test.sh installs it.
@@ -41,20 +58,7 @@ for path in sys.argv[1:]:
     assert "/.well-known/wasmloop/health" in probes, path
     assert "/.well-known/wasmloop/ready" in probes, path
 "#;
-    let checked = Command::new("python3")
-        .args([
-            "-c",
-            script,
-            &deploy("knative.yaml"),
-            &deploy("cloudrun.yaml"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "{}",
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    python(script, &[&deploy("knative.yaml"), &deploy("cloudrun.yaml")]);
 }
 
 /// Each manifest's numbers fit together for a rolling update that loses nothing: the drain
@@ -101,22 +105,14 @@ for path in sys.argv[3:]:
         f"of {grace}s: the container would be killed with requests in flight")
     print(f"{path}: drain {drain}s, shutdown {shutdown}s, grace {grace}s")
 "#;
-    let checked = Command::new("python3")
-        .args([
-            "-c",
-            script,
+    python(
+        script,
+        &[
             wasmloop::config::DEFAULT_HTTP_DRAIN_PERIOD,
             wasmloop::config::DEFAULT_SHUTDOWN_TIMEOUT,
             &deploy("kubernetes.yaml"),
             &deploy("knative.yaml"),
             &deploy("cloudrun.yaml"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
+        ],
     );
 }

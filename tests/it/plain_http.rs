@@ -331,23 +331,9 @@ fn a_body_that_arrives_too_slowly_is_408_and_the_server_serves_on() {
 
 #[test]
 fn readiness_turns_503_once_sigterm_starts_the_drain() {
-    let server = plain(
-        &http_guest(),
-        &[
-            "--drain-period",
-            "0s",
-            "--shutdown-timeout",
-            "2s",
-            "--timeout",
-            "20s",
-        ],
-    );
-    let addr = server.addr;
     // An activation still running holds the drain open.
-    let busy = std::thread::spawn(move || send(addr, "GET /spin HTTP/1.1", b"").0);
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) on the server this test started.
-    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    let (server, busy) = sigterm_while_spinning(&http_guest(), "2s", &[]);
+    let addr = server.addr;
     let started = Instant::now();
     let (status, body) = loop {
         let (status, _, body) = send(addr, "GET /.well-known/wasmloop/ready HTTP/1.1", b"");
@@ -364,6 +350,31 @@ fn readiness_turns_503_once_sigterm_starts_the_drain() {
     );
     // The stopped activation is answered, not lost.
     assert_eq!(busy.join().unwrap(), 503);
+}
+
+/// A plain HTTP server without a drain (`--shutdown-timeout grace`, `args` besides), sent
+/// SIGTERM while one activation spins: the server, and the thread that has its status.
+fn sigterm_while_spinning(
+    action: &std::path::Path,
+    grace: &str,
+    args: &[&str],
+) -> (Server, std::thread::JoinHandle<u16>) {
+    let mut all = vec![
+        "--drain-period",
+        "0s",
+        "--shutdown-timeout",
+        grace,
+        "--timeout",
+        "20s",
+    ];
+    all.extend_from_slice(args);
+    let server = plain(action, &all);
+    let addr = server.addr;
+    let busy = std::thread::spawn(move || send(addr, "GET /spin HTTP/1.1", b"").0);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the server this test started.
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    (server, busy)
 }
 
 /// A rolling update, as Kubernetes makes one: SIGTERM comes while the Service still routes
@@ -421,24 +432,7 @@ fn requests_that_come_during_the_drain_after_sigterm_are_all_served() {
 #[test]
 fn an_activation_the_shutdown_stops_is_answered_and_named_in_the_log() {
     let guest = http_guest();
-    let server = plain(
-        &guest,
-        &[
-            "--drain-period",
-            "0s",
-            "--shutdown-timeout",
-            "300ms",
-            "--timeout",
-            "20s",
-            "--log-format",
-            "json",
-        ],
-    );
-    let addr = server.addr;
-    let busy = std::thread::spawn(move || send(addr, "GET /spin HTTP/1.1", b"").0);
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) on the server this test started.
-    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    let (server, busy) = sigterm_while_spinning(&guest, "300ms", &["--log-format", "json"]);
     assert_eq!(busy.join().unwrap(), 503);
     assert_eq!(server.wait_exit(), Some(0));
     let stderr = server.stderr();
@@ -471,8 +465,7 @@ fn an_activation_the_shutdown_stops_is_answered_and_named_in_the_log() {
     assert_eq!(report["report"]["outcome"], "refused", "{report}");
     assert_eq!(report["report"]["status"], 503, "{report}");
     assert_eq!(
-        report["report"]["error"],
-        "the runtime is shutting down; the activation was stopped",
+        report["report"]["error"], "the runtime is shutting down; the activation was stopped",
         "{report}"
     );
 }
