@@ -118,8 +118,9 @@ pub struct Action {
     timeout: Option<Duration>,
     /// How the runtime's lines about its activations are written.
     format: crate::logs::LogFormat,
-    /// `--shutdown-timeout`, which a line about an activation it stopped names.
-    grace: Duration,
+    /// `--shutdown-timeout`, which a line about an activation the server stopped names;
+    /// none for `wasmloop run`, which has no grace period.
+    grace: Option<Duration>,
     _prepared: Prepared,
 }
 
@@ -358,7 +359,7 @@ impl Runtime {
             sentinels: config.logs.sentinels,
             timeout: config.pool.timeout,
             format: config.logs.format,
-            grace: config.pool.shutdown_timeout,
+            grace: (!config.action.one_shot).then_some(config.pool.shutdown_timeout),
             _prepared: prepared,
         });
         // With re-init allowed, the old action (and its children) goes when its last run ends.
@@ -506,20 +507,20 @@ impl Action {
     /// running (or waiting) when `--shutdown-timeout` ran out.
     fn stopped(&self, line: &[u8]) {
         let about = crate::logs::Labels::of(line);
-        crate::logs::runtime_line(
-            self.format,
-            Some(&about),
-            &format!(
-                "wasmloop: activation {} was stopped by the shutdown: still running when \
+        let id = if about.activation_id.is_empty() {
+            "without an id"
+        } else {
+            &about.activation_id
+        };
+        let message = match self.grace {
+            Some(grace) => format!(
+                "wasmloop: activation {id} was stopped by the shutdown: still running when \
                  --shutdown-timeout ({}) ran out, it was answered 503",
-                if about.activation_id.is_empty() {
-                    "without an id"
-                } else {
-                    &about.activation_id
-                },
-                humantime::format_duration(self.grace)
+                humantime::format_duration(grace)
             ),
-        );
+            None => format!("wasmloop: activation {id} was stopped: the run was interrupted"),
+        };
+        crate::logs::runtime_line(self.format, Some(&about), &message);
     }
 
     /// Whether requests go to it as they came (`--protocol http`), not as web actions'

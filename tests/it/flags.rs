@@ -31,6 +31,11 @@ const SERVER_ONLY: &[(&str, &str)] = &[
         "--recycle-above-memory",
         "named only when it is set, which run cannot do",
     ),
+    (
+        "--shutdown-timeout",
+        "named only by a server's shutdown: an interrupted run has no grace period, and its \
+         line says so without the flag",
+    ),
 ];
 
 /// Other programs whose flags messages quote: a flag after one of these in a literal is
