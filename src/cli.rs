@@ -210,8 +210,8 @@ impl ServeArgs {
 
     /// One thread per activation that can run at once: with one, every hop between the
     /// connection, the activation and the instance stays on one thread (a second idle
-    /// worker gets woken by each of them: 2.5 context switches per request instead of 1.1
-    /// in `perf stat`, and ~50% more CPU per activation on a 2-core machine).
+    /// worker gets woken by each of them: many more context switches per request in
+    /// `perf stat`, and more CPU per activation on a 2-core machine).
     pub fn worker_threads(&self) -> usize {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         match self.threads {

@@ -19,7 +19,8 @@ pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 512 * 1024 * 1024;
 pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
 /// How long a child without an ack must stay alive to count as started. The reference
 /// waits 5 ms; spawn errors are reported at once anyway, so this only catches children that
-/// die straight away, and 2 ms does that while keeping a native /init under 5 ms.
+/// die straight away, and 2 ms does that while keeping a native /init shorter than the
+/// reference's wait alone.
 pub const DEFAULT_START_PROBE: &str = "2ms";
 /// How long the `OW_COMPILER` hook, or compiling a wasm module, may run.
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";

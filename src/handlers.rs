@@ -318,9 +318,9 @@ async fn read_body_capped(body: Body, limit: usize, route: &'static str) -> Resu
     let size = http_body::Body::size_hint(&body);
     // With a Content-Length, each piece is copied once into a buffer of the final size, and
     // dropped as it arrives: collecting them all first (to_bytes) holds the body twice at
-    // its peak, and a 27 MB upload's fresh pages cost more than the copy (measured: with
-    // the borrowed base64, this took a cached /init of a 20 MB component from 63-110 ms to
-    // 56-61).
+    // its peak, and a large upload's fresh pages cost more than the copy (measured: with
+    // the borrowed base64, this made a cached /init of a large component faster and
+    // steadier).
     if let Some(length) = size.exact() {
         return read_exact_length(body, length as usize).await;
     }

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
 }
 
 /// Request and result buffers of a megabyte or more would otherwise be fresh `mmap`s (or
-/// trimmed heap) on every activation, each page faulted in and zeroed again: a tenth of a
+/// trimmed heap) on every activation, each page faulted in and zeroed again: a good share of a
 /// 1 MiB echo. Keeping up to 32 MiB of freed heap per arena for reuse removes that cost
 /// (the compiler, whose peaks would then stay, runs in child processes).
 fn keep_freed_memory_for_reuse() {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 /// instance's compiled code and tables, request buffers. A quarter of the limit, and at
 /// least this.
 const MIN_RESERVE: u64 = 48 << 20;
-/// The smallest cap worth giving an instance, whatever the limit (one Rust hello needs ~1 MiB).
+/// The smallest cap worth giving an instance, whatever the limit (a Rust hello needs far less).
 const MIN_CAP: u64 = 16 << 20;
 /// Linear memory grows in 64 KiB pages.
 const WASM_PAGE: u64 = 64 << 10;

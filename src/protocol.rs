@@ -49,8 +49,8 @@ pub struct InitValue<'a> {
 }
 
 /// The action's code, borrowed from the body unless it holds escapes: a 20 MB component is
-/// 27 MB of base64, and a copy costs its fresh pages as well as the copy (~2 ms of the Go
-/// hello's cold /init). serde borrows a `Cow<str>` only as a field of its own: inside an
+/// 27 MB of base64, and a copy costs its fresh pages as well as the copy (a share even of
+/// the Go hello's cold /init). serde borrows a `Cow<str>` only as a field of its own: inside an
 /// `Option` it always copies, hence this wrapper.
 #[derive(Debug, Deserialize)]
 pub struct CodeField<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);

@@ -81,7 +81,7 @@ pub async fn run(
     let runtime = Arc::new(Runtime::new(config));
     // Made now, off the async workers, so that the first /init does not pay for it (the
     // wasm engines: see each backend's `warm`). Only the backends `--backends` allows: a
-    // native-only image keeps the ~2 MiB and the address space an engine's pool reserves.
+    // native-only image keeps an engine's memory and the address space its pool reserves.
     runtime.registry().warm().await;
     if let Some((file, main)) = built_in {
         // Before accepting: the platform's first request waits in the backlog, then finds

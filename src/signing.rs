@@ -8,8 +8,8 @@
 //!
 //! The code is cut in slices of 1 MiB, each an LZ4 frame, so that a runtime inflates it on
 //! every core it has. `lz4 -d` unpacks it all the same. Artifacts of the formats before are
-//! still read: v3 packed the slices as zstd frames (`exec.cwasm.zst`), a quarter smaller and
-//! three times slower to inflate; v2 signed the inflated code, the BLAKE3 of its slices'
+//! still read: v3 packed the slices as zstd frames (`exec.cwasm.zst`), smaller but much
+//! slower to inflate; v2 signed the inflated code, the BLAKE3 of its slices'
 //! BLAKE3s: a runtime inflates and hashes those first, letting each slice go, and inflates
 //! them again once they check.
 
@@ -39,9 +39,9 @@ const CONTEXT_V2: &[u8] = b"wasmloop signed artifact v2\0";
 const FORMAT: u32 = 4;
 /// The code is compressed and hashed in slices of this many bytes.
 const SLICE: usize = 1 << 20;
-/// LZ4 HC's level for the code: the Python component's 34 MB pack to 13.6 (zstd's level 9,
-/// v3: 10.9), and inflate three times as fast as zstd's, at 4.6 GB/s on one core here:
-/// of a cold `/init`, the inflating weighs more than the upload's extra quarter.
+/// LZ4 HC's level for the code: it packs somewhat larger than zstd's level 9 (v3) but
+/// inflates much faster, and of a cold `/init` the inflating weighs more than the upload's
+/// extra bytes.
 const LEVEL: i32 = 9;
 
 /// `wasmloop keygen DIR`: `DIR/sign.key` (secret, mode 0600) and `DIR/verify.key`.
@@ -179,8 +179,8 @@ fn lz4_header(size: u64) -> [u8; LZ4_HEADER] {
     header
 }
 
-/// A v2 signature's code digest, from all its slices' BLAKE3s in order (BLAKE3 hashes
-/// 5 MiB in 0.5 ms here where SHA-256 takes 2.5).
+/// A v2 signature's code digest, from all its slices' BLAKE3s in order (BLAKE3 because
+/// it hashes much faster than SHA-256 here).
 fn digest_of_slices(digests: &[u8]) -> [u8; 32] {
     *blake3::hash(digests).as_bytes()
 }
@@ -371,10 +371,10 @@ pub fn is_artifact<R: Read + Seek>(archive: &zip::ZipArchive<R>) -> bool {
 }
 
 /// Precompiled code is at most this many times its module, plus `CODE_SLACK` (code has
-/// a fixed part, large beside a tiny module): measured, 0.9x (Python component) to 4x (Go).
+/// a fixed part, large beside a tiny module), well above what real code measures.
 const CODE_PER_MODULE: u64 = 16;
 const CODE_SLACK: u64 = 4 << 20;
-/// Code inflates from its packed bytes at most this many times (real code: ~3.5x).
+/// Code inflates from its packed bytes at most this many times (real code far less).
 const CODE_PER_PACKED: u64 = 64;
 
 /// The code of a signed artifact, checked against `trust` before any of it is kept (at
@@ -665,8 +665,8 @@ impl Inflater {
 }
 
 /// Inflates every frame in turn on two threads, each into a buffer of one slice that it
-/// reuses (fresh pages are dear here: touching 10 MB of new memory costs 4-6 ms on this
-/// VM), and hands each slice to `take` with its index while it is in the cache.
+/// reuses (fresh pages are dear on this VM: a new buffer would fault in every page
+/// again), and hands each slice to `take` with its index while it is in the cache.
 fn inflate_each<T: Send>(
     frames: &Frames,
     take: impl Fn(usize, &[u8]) -> Result<T, String> + Sync,

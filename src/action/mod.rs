@@ -229,7 +229,7 @@ struct Unpacked {
 }
 
 /// Writes the upload out; for raw WebAssembly, also gives its SHA-256 (hashed on a second
-/// thread meanwhile: for the Python hello component, ~8 ms of a cached /init).
+/// thread meanwhile: for the Python hello component, a good part of a cached /init).
 fn unpack_upload(
     bytes: &[u8],
     kind: Kind,

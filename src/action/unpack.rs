@@ -125,8 +125,8 @@ pub(super) fn unzip(
     };
     let mut unpacked = Unpacked::default();
     // A signed artifact's code and signature are for the runtime, not the guest; and once
-    // its code is loaded, its module is not needed either (inflating the Go hello's took
-    // 7 of the 58 ms of its /init).
+    // its code is loaded, its module is not needed either (inflating the Go hello's was a
+    // noticeable part of its /init).
     let artifact = signing::is_artifact(&archive);
     let mut code_loaded = false;
     if artifact && let Some(trust) = trust {

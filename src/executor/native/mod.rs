@@ -107,7 +107,7 @@ pub struct NativeSpec {
 
 /// The pipe capacity for a pool of `workers` children. A 64 KiB pipe (the default) moves
 /// a 1 MiB request in 16 turns of writer and reader; 1 MiB (the default `pipe-max-size`)
-/// in one, which took ~6% off a 1 MiB echo here. The pages are only used while data is in
+/// in one, which made a 1 MiB echo faster. The pages are only used while data is in
 /// the pipe, but capacity counts against the user's `pipe-user-pages-soft` (64 MiB), past
 /// which the user's new pipes get a page or two: a pool takes at most 16 MiB of it.
 pub fn pipe_size(workers: usize) -> usize {
@@ -297,8 +297,8 @@ impl Process {
     async fn probe(&mut self, probe: Duration) -> Result<(), StartError> {
         let pid = self.child.pid();
         let waited = async {
-            // tokio's timer counts whole milliseconds and rounds up, which made a 2 ms
-            // probe take 3 ms or more: half the cost of a native /init. A blocking-pool
+            // tokio's timer counts whole milliseconds and rounds up, which made the probe
+            // overrun, and the probe is much of a native /init's cost. A blocking-pool
             // thread sleeps to the microsecond.
             let _ = tokio::task::spawn_blocking(move || std::thread::sleep(probe)).await;
             let ready = tokio::time::Instant::now() + READY_WAIT.saturating_sub(probe);
@@ -356,10 +356,10 @@ impl Process {
         // it. A parked thread takes tens of microseconds to wake on a loaded small machine.
         // When nothing queues behind it, the first look also yields the CPU: the child our
         // write woke is often queued on this very CPU, and the scheduler does not always
-        // let it preempt us, so it waited out all the looks (pinned to one CPU, one
-        // activation in ten took 93-100 µs instead of 28; with the yield the 95th
-        // percentile is 30-31 µs). Under load it would hand the CPU to other threads
-        // instead, which cost a fifth of the pipe's requests per second at 8 connections.
+        // let it preempt us, so it waited out all the looks (pinned to one CPU, some
+        // activations took far longer; with the yield that slow tail is gone). Under load it
+        // would hand the CPU to other threads instead, which cut the pipe's requests per
+        // second at 8 connections.
         for poll in 0..SPIN_POLLS {
             match self.results.try_read_line_now(max) {
                 Ok(Some(result)) => return Ok(result),

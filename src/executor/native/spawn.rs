@@ -1,8 +1,8 @@
 //! Starting an action's process with `posix_spawn`, its stdin and fd 3 wired to our pipes.
 //!
 //! `std::process::Command` can only put a descriptor on fd 3 from a `pre_exec` hook, which
-//! makes it fork the whole server (page tables and all, ~0.7 ms here) instead of using
-//! `posix_spawn` (~0.2 ms): a tenth of a native `/init`, and more on every restart.
+//! makes it fork the whole server (page tables and all) instead of using `posix_spawn`:
+//! the difference is a visible share of a native `/init`, and more on every restart.
 
 use std::ffi::{CString, OsStr};
 use std::io;

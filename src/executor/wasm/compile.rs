@@ -60,7 +60,7 @@ pub struct CompileChild {
 impl CompileChild {
     /// Compiles the module in `wasm` (whose digest is `digest`) for `engine` in this child
     /// process, which keeps the compiler's memory and code pages out of this one (a long-lived server
-    /// would otherwise keep ~9 MiB of them for a single compile) and survives a compiler
+    /// would otherwise keep them long after a single compile) and survives a compiler
     /// crash. With a `cache`, the result is kept there (best effort).
     pub async fn compile(
         self,

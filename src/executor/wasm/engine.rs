@@ -95,8 +95,8 @@ impl Engines {
         })
     }
 
-    /// Makes the engines of every tier, before the server accepts: measured, 1.9-2.4 ms
-    /// for a hello from the compile cache against 2.7-3.2 ms made on demand. A failure is
+    /// Makes the engines of every tier, before the server accepts, so that the first
+    /// `/init` (a hello from the compile cache, say) does not wait for them. A failure is
     /// the first `/init`'s to report.
     pub fn warm(&self) {
         let (first, then) = self.tiers();

@@ -25,13 +25,11 @@ pub fn linker(engine: &Engine) -> wasmtime::Result<Linker<ModuleHost>> {
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut ModuleHost| &mut host.wasi)?;
     // The stock WASI functions, with our streams behind fds 0-2. A direct path of our
     // own for fd_read and fd_write on them (re-implementing wasmtime-wasi's glue) was
-    // measured against this, pinned to one CPU, 30,000 hello activations, twice each:
-    // 47,313 and 47,707 req/s against 46,718 and 46,259 (about 0.5 µs, 2%, of a 20 µs
-    // activation); not worth owning wasmtime-wasi's internals. In instructions it is
-    // more (callgrind, server side of a warm hello activation: 35,400 with the direct
-    // path, 43,600 without; ~4,000 of them in the two fd_writes' blocking_write_and_flush,
-    // which boxes a future per readiness check and copies each buffer): where the
-    // microseconds get scarcer than the code, fd_write on fds 1 and 2 is the place.
+    // measured against this: it gained too little of a hello activation's time to be
+    // worth owning wasmtime-wasi's internals. In instructions it gains more (callgrind;
+    // much of it in the two fd_writes' blocking_write_and_flush, which boxes a future per
+    // readiness check and copies each buffer): where the microseconds get scarcer than
+    // the code, fd_write on fds 1 and 2 is the place.
     count_opened_files(&mut linker)?;
     super::environ::serve_to_modules(&mut linker, |host| &host.environ)?;
     Ok(linker)

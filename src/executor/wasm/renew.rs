@@ -1,8 +1,8 @@
 //! Renewing a module's instance in place: the exports a compile adds, and the reset to the state it was made in.
 
 // A fresh instance per activation costs what wasmtime takes to make and end an instance
-// (a store, its pool slot's reset, the instance's set-up and end: +7 to +10 µs for a
-// hello), not what the guest does. An instance whose only state is its memories and
+// (a store, its pool slot's reset, the instance's set-up and end: dear beside a hello's
+// own work), not what the guest does. An instance whose only state is its memories and
 // mutable globals is made as good as new without any of that: its guest's call is
 // abandoned, the pages it wrote are copied back from the state it was instantiated in
 // (found with PAGEMAP_SCAN), its globals are set back, and its `_start` runs again with a

@@ -67,8 +67,7 @@ impl WasmSettings {
 }
 
 /// How WebAssembly becomes machine code. A cold `/init` is almost all compiling, and
-/// wasmtime's two compilers trade its time against the speed of the code (the Rust hello:
-/// ~55-70 ms against ~20 ms here).
+/// wasmtime's two compilers trade its time against the speed of the code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum WasmCompiler {
     /// Winch first, so that `/init` answers soon; Cranelift meanwhile, in the background.

@@ -3,7 +3,7 @@
 // A reactor module that exports `wizer-initialize` and `wasmloop-serve` (the Go SDK's
 // guests built with -buildmode=c-shared: docs/protocol.md, "Start-up in a snapshot") is
 // instantiated once as it is compiled;
-// `_initialize` (a reactor's runtime start: Go's, 0.5 ms per instance) runs, then
+// `_initialize` (a reactor's runtime start: Go's is dear on every instance) runs, then
 // `wizer-initialize`, and the memory and globals they leave become the module's initial
 // state, with `wasmloop-serve` as its `_start`. Every instance then begins there, in the
 // compile child, the compile cache and a signed artifact alike, and none runs start-up
@@ -59,8 +59,8 @@ pub fn take(engine: &Engine, bytes: &[u8], settings: EngineSettings) -> Result<V
     let (cx, instrumented) = wizer
         .instrument(bytes)
         .map_err(|e| format!("cannot snapshot the module's start-up: {e:#}"))?;
-    // Run once, the initializer needs no optimized code: Winch's takes a fifth of the
-    // time to make (the compile that follows is the one that counts). Cranelift's, where
+    // Run once, the initializer needs no optimized code: Winch's is much quicker to
+    // make (the compile that follows is the one that counts). Cranelift's, where
     // Winch lacks a proposal the module uses.
     let quick = Engine::new(&engine_config(
         EngineSettings {
@@ -142,7 +142,7 @@ pub fn take(engine: &Engine, bytes: &[u8], settings: EngineSettings) -> Result<V
 /// module's own (so that `memory.init` and `data.drop` keep their indices), when the
 /// module has no DataCount section, without which no code can name a segment. wasmtime
 /// gives each instance's context an entry per passive segment: Go's 44,000 made every
-/// instance of its snapshot cost 137 µs instead of 7. Anything unexpected keeps the
+/// instance of its snapshot many times dearer. Anything unexpected keeps the
 /// snapshot as it is.
 fn without_dead_segments(original: &[u8], snapshot: Vec<u8>) -> Vec<u8> {
     rebuilt_without_dead_segments(original, &snapshot).unwrap_or(snapshot)
