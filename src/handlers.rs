@@ -105,7 +105,7 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
         .and_then(crate::logs::traceparent)
         .map(str::to_owned);
     let about = crate::logs::Labels {
-        activation_id: crate::local::fresh_activation_id(runtime.next_activation()),
+        activation_id: crate::protocol::fresh_activation_id(runtime.next_activation()),
         namespace: String::new(),
         action: runtime.config().action.name.clone().unwrap_or_default(),
         trace_id: traceparent

@@ -43,14 +43,15 @@
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
 //! - `local`: `wasmloop run`, the same path without HTTP; `template`: `wasmloop new`.
+//! - `signals`: SIGTERM and Ctrl-C, told apart, for the server and a local run alike.
 //! - `webaction`: `--protocol http`, a plain request as a web action's activation and its
 //!   result as the response.
 //!
 //! The arrows point one way (no module uses one that uses it):
 //! `server` → `linger`, `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
 //! beside `runtime` and names `action`'s and `executor`'s errors; `config`, `protocol`,
-//! `logs`, `outbound` and `memory` are used from above and use nothing above them; `local`
-//! and `cli` are at the top, beside `main`.
+//! `logs`, `outbound`, `memory` and `signals` are used from above and use nothing above
+//! them; `local` and `cli` are at the top, beside `main`.
 
 pub mod action;
 pub mod cli;
@@ -68,6 +69,7 @@ pub mod outbound;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
+pub mod signals;
 pub mod signing;
 pub mod template;
 pub mod webaction;

@@ -36,7 +36,7 @@ impl RequestContext {
         let activation_id = self
             .activation_id
             .clone()
-            .unwrap_or_else(|| fresh_activation_id(made));
+            .unwrap_or_else(|| crate::protocol::fresh_activation_id(made));
         Ok(json!({
             "value": value,
             "activation_id": activation_id,
@@ -47,16 +47,6 @@ impl RequestContext {
         .to_string()
         .into_bytes())
     }
-}
-
-/// An id shaped as the platform's (32 hex digits), different for every activation.
-pub fn fresh_activation_id(made: u64) -> String {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&std::process::id().to_le_bytes());
-    hasher.update(&made.to_le_bytes());
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    hasher.update(&now.map_or(0, |d| d.as_nanos()).to_le_bytes());
-    crate::hex(&hasher.finalize().as_bytes()[..16])
 }
 
 /// Where the inputs come from.
@@ -162,7 +152,7 @@ pub async fn run(
     let runtime = Runtime::new(config);
     let outcome = tokio::select! {
         outcome = init_and_run(&runtime, file, main, env, inputs, &context) => outcome,
-        _ = crate::server::shutdown_signal() => {
+        _ = crate::signals::stopped() => {
             Err(anyhow::anyhow!("stopped by a signal (Ctrl-C or SIGTERM)"))
         }
     };

@@ -91,7 +91,7 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
     let config = args.to_config(debug, verbose)?;
     async_runtime(Some(args.worker_threads()))?.block_on(async {
         // Before the port opens: a platform may signal as soon as it can connect.
-        let stop = wasmloop::server::shutdown_signal();
+        let stop = wasmloop::signals::stopped();
         let listener = match args.listen_fd {
             Some(fd) => inherited_listener(fd)?,
             None => {

@@ -176,6 +176,16 @@ pub fn log_stderr(format: crate::logs::LogFormat, message: &str) {
     crate::logs::runtime_line(format, None, message);
 }
 
+/// An id shaped as the platform's (32 hex digits), different for every activation.
+pub fn fresh_activation_id(made: u64) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&std::process::id().to_le_bytes());
+    hasher.update(&made.to_le_bytes());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hasher.update(&now.map_or(0, |d| d.as_nanos()).to_le_bytes());
+    crate::hex(&hasher.finalize().as_bytes()[..16])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ use crate::config::{Config, HEALTH_PATH, Protocol, READY_PATH};
 const PROBES: &str = "/.well-known/wasmloop/{*rest}";
 use crate::handlers;
 use crate::runtime::Runtime;
+use crate::signals::Stop;
 
 /// The routes: `/init` and `/run` take POST, the only method OpenWhisk sends them (the
 /// reference takes any, so a stray GET /init could replace an action or run it); a GET
@@ -142,15 +143,6 @@ pub async fn run(
     tokio::time::timeout(std::time::Duration::from_secs(1), serving)
         .await
         .unwrap_or(Ok(()))
-}
-
-/// What told the server to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// SIGTERM: how a platform stops a container, while its endpoints may still route here.
-    Terminate,
-    /// Ctrl-C: a person at a terminal, who wants it gone now.
-    Interrupt,
 }
 
 impl Stop {
@@ -345,29 +337,4 @@ fn refused(
         None,
         &format!("wasmloop: a connection from {peer}: {why}"),
     );
-}
-
-/// Completes on SIGTERM (how platforms stop containers) or Ctrl-C, saying which.
-pub fn shutdown_signal() -> impl Future<Output = Stop> + Send + 'static {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    // Installed now, not at the first poll: a SIGTERM that came between (the server may
-    // be answering by then) would end the process at once, without its drain.
-    let terminate = signal(SignalKind::terminate()).ok();
-    let interrupt = signal(SignalKind::interrupt()).ok();
-    async move {
-        let received = |handler: Option<Signal>| async move {
-            match handler {
-                Some(mut handler) => {
-                    handler.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        let stop = tokio::select! {
-            () = received(terminate) => Stop::Terminate,
-            () = received(interrupt) => Stop::Interrupt,
-        };
-        tracing::debug!(?stop, "shutting down");
-        stop
-    }
 }

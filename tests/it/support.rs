@@ -413,7 +413,7 @@ impl InProcess {
                 // any worker being made ahead) before its folder goes.
                 let stop = async {
                     let _ = stopped.await;
-                    wasmloop::server::Stop::Interrupt
+                    wasmloop::signals::Stop::Interrupt
                 };
                 wasmloop::server::run(listener, config, stop)
                     .await
