@@ -128,7 +128,11 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
         };
         if action.serves_http() {
             let context = context.line();
-            return pass_through(&runtime, &action, parts, body, context, admitted).await;
+            let served = pass_through(&runtime, &action, parts, body, context, admitted).await;
+            if let Err(Error::Run(RunError::Stopped)) = &served {
+                action.stopped(&about);
+            }
+            return served;
         }
         let body = read_body(&runtime, body, limit, "run").await?;
         let line = crate::webaction::activation(

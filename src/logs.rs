@@ -132,8 +132,8 @@ impl Attribution {
         self.format
     }
 
-    pub fn set(&self, labels: Labels) {
-        *lock(&self.labels) = Arc::new(labels);
+    pub fn set(&self, labels: Arc<Labels>) {
+        *lock(&self.labels) = labels;
     }
 
     /// Writes a line of the runtime's own about this worker's activation (what it answered,
@@ -630,7 +630,7 @@ mod tests {
     #[test]
     fn json_pieces_are_marked_partial_but_the_last() {
         let attribution = Attribution::new(LogFormat::Json);
-        attribution.set(Labels::of(br#"{"activation_id":"a1"}"#));
+        attribution.set(Arc::new(Labels::of(br#"{"activation_id":"a1"}"#)));
         let labels = attribution.get().unwrap();
         let mut out = Vec::new();
         render_piece(
@@ -662,9 +662,9 @@ mod tests {
     #[test]
     fn json_lines_carry_the_activation_and_the_stream() {
         let attribution = Attribution::new(LogFormat::Json);
-        attribution.set(Labels::of(
+        attribution.set(Arc::new(Labels::of(
             br#"{"value":{"x":[1]},"activation_id":"a1","namespace":"ns","action_name":"/ns/hello"}"#,
-        ));
+        )));
         let labels = attribution.get().unwrap();
         let mut out = Vec::new();
         render(b"said \"hi\"\r", Stream::Stdout, Some(&labels), &mut out);

@@ -458,7 +458,7 @@ impl Action {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let answer = self.activate_uncounted(body).await;
         if let Err(Error::Run(RunError::Stopped)) = &answer {
-            self.stopped(body);
+            self.stopped(&crate::logs::Labels::of(body));
         }
         self.count(began, &answer, |result| {
             if crate::metrics::is_application_error(result) {
@@ -503,10 +503,9 @@ impl Action {
         within_limit(result, limit)
     }
 
-    /// Says that the shutdown stopped the activation whose request is `line`: it was still
-    /// running (or waiting) when `--shutdown-timeout` ran out.
-    fn stopped(&self, line: &[u8]) {
-        let about = crate::logs::Labels::of(line);
+    /// Says that the shutdown stopped the activation `about`: it was still running (or
+    /// waiting) when `--shutdown-timeout` ran out.
+    pub fn stopped(&self, about: &crate::logs::Labels) {
         let id = if about.activation_id.is_empty() {
             "without an id"
         } else {
@@ -520,7 +519,7 @@ impl Action {
             ),
             None => format!("wasmloop: activation {id} was stopped: the run was interrupted"),
         };
-        crate::logs::runtime_line(self.format, Some(&about), &message);
+        crate::logs::runtime_line(self.format, Some(about), &message);
     }
 
     /// Whether requests go to it as they came (`--protocol http`), not as web actions'
@@ -541,12 +540,7 @@ impl Action {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let limit = Limit::earliest(None, self.timeout);
         let deadline = limit.as_ref().map(|l| l.0);
-        // Kept for the line about it should the shutdown stop it (a few dozen bytes).
-        let line = context.clone();
         let served = self.executor.serve(request, context, deadline).await;
-        if let Err(RunError::Stopped) = &served {
-            self.stopped(&line);
-        }
         let response = within_limit(served, limit);
         // Counted once the response's head is there: its status is the component's answer,
         // a 5xx its own word that it failed.

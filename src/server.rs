@@ -289,48 +289,40 @@ fn refused(
     head_within: Option<std::time::Duration>,
     error: &hyper::Error,
 ) {
+    use crate::metrics::Refusal;
     // hyper tells a URI too long (answered 414) from a head too large (431) only in its
     // words: both are `is_parse_too_large`.
-    let uri_too_long = error.to_string().contains("URI too long");
-    if let Some(metrics) = crate::metrics::get() {
-        use crate::metrics::Refusal;
-        let why = if error.is_parse_too_large() && uri_too_long {
-            Some(Refusal::UriTooLong)
-        } else if error.is_parse_too_large() {
-            Some(Refusal::HeadTooLarge)
-        } else if error.is_parse() {
-            Some(Refusal::BadRequest)
-        } else if error.is_timeout() {
-            Some(Refusal::HeadTimeout)
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            metrics.refused(why);
-        }
-    }
-    let why = if error.is_parse_too_large() && uri_too_long {
-        "its request's URI is longer than the server takes (answered 414: a shorter path and \
-         query; send large values in the body)"
-            .to_owned()
+    let refusal = if error.is_parse_too_large() && error.to_string().contains("URI too long") {
+        Refusal::UriTooLong
     } else if error.is_parse_too_large() {
-        "its request's head is larger than the server takes (answered 431: fewer or \
-         shorter headers)"
-            .to_owned()
+        Refusal::HeadTooLarge
     } else if error.is_parse() {
-        format!("what it sent is no HTTP/1.1 request (answered 400): {error}")
+        Refusal::BadRequest
     } else if error.is_timeout() {
-        format!(
+        Refusal::HeadTimeout
+    } else {
+        tracing::debug!(%peer, %error, "a connection ended early");
+        return;
+    };
+    if let Some(metrics) = crate::metrics::get() {
+        metrics.refused(refusal);
+    }
+    let why = match refusal {
+        Refusal::UriTooLong => "its request's URI is longer than the server takes (answered \
+             414: a shorter path and query; send large values in the body)"
+            .to_owned(),
+        Refusal::HeadTooLarge => "its request's head is larger than the server takes \
+             (answered 431: fewer or shorter headers)"
+            .to_owned(),
+        Refusal::HeadTimeout => format!(
             "its request's head did not arrive within {} (see --header-read-timeout): the \
              connection was closed",
             head_within.map_or_else(
                 || "its limit".to_owned(),
                 |d| humantime::format_duration(d).to_string()
             )
-        )
-    } else {
-        tracing::debug!(%peer, %error, "a connection ended early");
-        return;
+        ),
+        _ => format!("what it sent is no HTTP/1.1 request (answered 400): {error}"),
     };
     crate::logs::runtime_line(
         format,

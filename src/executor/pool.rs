@@ -79,7 +79,7 @@ pub trait Worker: Sized + Send + 'static {
 
     /// Told before each activation which one it is, when log lines carry it
     /// (`--log-format json`).
-    fn attribute(&mut self, _labels: crate::logs::Labels) {}
+    fn attribute(&mut self, _labels: std::sync::Arc<crate::logs::Labels>) {}
 
     /// Where its logs' labels are, if they are kept: the runtime's lines about the worker's
     /// activation (an answer that was not an object, output after it) go under them.
@@ -281,7 +281,7 @@ struct Ending {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     written: bool,
     began: Option<std::time::Instant>,
-    labels: Option<crate::logs::Labels>,
+    labels: Option<Arc<crate::logs::Labels>>,
 }
 
 /// Up to `workers` workers of one action, made on demand; activations beyond that wait
@@ -742,7 +742,7 @@ impl<W: Worker> Pool<W> {
             .reporting
             .format
             .is_json()
-            .then(|| crate::logs::Labels::of(&line));
+            .then(|| Arc::new(crate::logs::Labels::of(&line)));
         let mut ending = Ending {
             began,
             labels: labels.clone(),
@@ -759,13 +759,13 @@ impl<W: Worker> Pool<W> {
                 if sent != 0 {
                     crate::logs::runtime_line(
                         self.reporting.format,
-                        labels.as_ref(),
+                        labels.as_deref(),
                         &format!("wasmloop: the response was cut short: {}", RunError::Stopped),
                     );
                 }
                 if let Some(began) = began {
                     let report = Report {
-                        verdict: self.verdict(&Err(RunError::Stopped), sent, None),
+                        verdict: self.verdict(&Err(RunError::Stopped), sent),
                         wall: began.elapsed(),
                         cpu: None,
                         memory: None,
@@ -773,7 +773,7 @@ impl<W: Worker> Pool<W> {
                         init: None,
                     };
                     let mut rendered = Vec::new();
-                    report.render(self.reporting.format, labels.as_ref(), &mut rendered);
+                    report.render(self.reporting.format, labels.as_deref(), &mut rendered);
                     crate::logs::Stream::Stderr.write(&rendered);
                 }
                 Err(RunError::Stopped)
@@ -790,14 +790,9 @@ impl<W: Worker> Pool<W> {
 
     /// How an activation that ended with `result` went, as its report says it: for a
     /// request served as it came, `sent` is the status its response went out with (0 if
-    /// none did); a stdio action's result is the response's under `--protocol http` (its
-    /// `statusCode`).
-    fn verdict(
-        &self,
-        result: &Result<Bytes, RunError>,
-        sent: u16,
-        statuses: Option<&[u8]>,
-    ) -> super::report::Verdict {
+    /// none did), which stands even for one cut short; a stdio action's result is the
+    /// response under `--protocol http`, with its `statusCode`.
+    fn verdict(&self, result: &Result<Bytes, RunError>, sent: u16) -> super::report::Verdict {
         use crate::metrics::Outcome;
         let (outcome, status, error) = match result {
             Err(e) => (
@@ -812,11 +807,10 @@ impl<W: Worker> Pool<W> {
                 } else {
                     Outcome::Success
                 };
-                let status = statuses.and_then(web_status).unwrap_or(200);
-                (outcome, status, None)
+                let asked = self.reporting.web.then(|| web_status(result)).flatten();
+                (outcome, asked.unwrap_or(200), None)
             }
         };
-        // A response cut short went out with the status it had.
         let status = if sent != 0 { sent } else { status };
         // An answer of 5xx is the action's own word that it failed, as an `error` field is.
         let outcome = match outcome {
@@ -977,13 +971,8 @@ impl<W: Worker> Pool<W> {
                 None => Some(polled),
             };
             let sent = head_sent.map_or(0, |sent| sent.load(Ordering::Acquire));
-            let web_result = self.reporting.web.then_some(());
-            let result_line = match (&result, web_result) {
-                (Ok(line), Some(())) => Some(&line[..]),
-                _ => None,
-            };
             let report = Report {
-                verdict: self.verdict(&result, sent, result_line),
+                verdict: self.verdict(&result, sent),
                 wall: began.elapsed(),
                 cpu,
                 memory: worker.peak_memory_bytes(),

@@ -129,7 +129,7 @@ impl Worker for HttpInstance {
         Some(self.memory.load(Ordering::Relaxed) as u64)
     }
 
-    fn attribute(&mut self, labels: crate::logs::Labels) {
+    fn attribute(&mut self, labels: std::sync::Arc<crate::logs::Labels>) {
         self.attribution.set(labels);
     }
 

@@ -155,7 +155,7 @@ impl Worker for Process {
         Some(pages * rustix::param::page_size() as u64)
     }
 
-    fn attribute(&mut self, labels: crate::logs::Labels) {
+    fn attribute(&mut self, labels: std::sync::Arc<crate::logs::Labels>) {
         self.attribution.set(labels);
     }
 

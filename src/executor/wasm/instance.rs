@@ -71,7 +71,7 @@ impl Worker for Instance {
         result
     }
 
-    fn attribute(&mut self, labels: crate::logs::Labels) {
+    fn attribute(&mut self, labels: std::sync::Arc<crate::logs::Labels>) {
         self.attribution.set(labels);
     }
 
