@@ -330,6 +330,10 @@ fn under_plain_http_every_answer_is_counted_by_status_and_every_refusal_by_reaso
         "5s",
         "--timeout",
         "20s",
+        "--body-read-timeout",
+        "500ms",
+        "--header-read-timeout",
+        "2s",
     ]);
     let addr = server.addr;
     let get = |path: &str| {
@@ -364,9 +368,14 @@ fn under_plain_http_every_answer_is_counted_by_status_and_every_refusal_by_reaso
         "a".repeat(1_500_000)
     );
     assert_eq!(status_of(addr, head.as_bytes()), 431);
+    // A body that never comes is 408; a head that never ends closes its connection.
+    let slow = b"POST /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 10\r\n\r\n";
+    assert_eq!(status_of(addr, slow), 408);
+    assert_eq!(status_of(addr, b"GET / HTTP/1.1\r\nHost: t\r\n"), 0);
     // hyper's own refusals are counted as their connections end, just before their lines.
     server.wait_stderr("(answered 414");
     server.wait_stderr("(answered 431");
+    server.wait_stderr("did not arrive within 2s (see --header-read-timeout)");
 
     let samples = scrape(metrics);
     let class = |code: &str| {
@@ -376,7 +385,11 @@ fn under_plain_http_every_answer_is_counted_by_status_and_every_refusal_by_reaso
         )
     };
     assert_eq!(class("2xx"), 2.0);
-    assert_eq!(class("4xx"), 4.0, "404, two 413s, the Host-less 400");
+    assert_eq!(
+        class("4xx"),
+        5.0,
+        "404, two 413s, the Host-less 400, the 408"
+    );
     assert_eq!(class("5xx"), 1.0);
     let refused = |reason: &str| {
         value(
@@ -392,6 +405,8 @@ fn under_plain_http_every_answer_is_counted_by_status_and_every_refusal_by_reaso
     assert_eq!(refused("bad_request"), 1.0);
     assert_eq!(refused("uri_too_long"), 1.0);
     assert_eq!(refused("head_too_large"), 1.0);
+    assert_eq!(refused("body_timeout"), 1.0);
+    assert_eq!(refused("head_timeout"), 1.0);
     let activations = |outcome: &str| {
         value(
             &samples,

@@ -272,7 +272,7 @@ fn under_plain_http_a_failure_is_filed_under_its_request_and_reported_with_its_s
     let guest = crate::support::http_guest();
     let server = Server::builder()
         .args(&["--log-format", "json", "--protocol", "http", "--action"])
-        .args(&[guest.to_str().unwrap()])
+        .args(&[guest.to_str().unwrap(), "--action-name", "greeter"])
         .start();
     let send = |path: &str| {
         let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
@@ -287,7 +287,7 @@ fn under_plain_http_a_failure_is_filed_under_its_request_and_reported_with_its_s
     };
     assert!(send("/status?404").starts_with("HTTP/1.1 404"));
     assert!(send("/trap").starts_with("HTTP/1.1 502"));
-    let name = guest.file_stem().unwrap().to_str().unwrap();
+    let name = "greeter";
     let started = std::time::Instant::now();
     let (failed, reported) = loop {
         let records = records(&server);
