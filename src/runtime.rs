@@ -216,10 +216,15 @@ impl Runtime {
         self.unready.store(true, Ordering::SeqCst);
     }
 
-    /// From now on requests get 503; completes once those admitted before are answered.
-    pub async fn drain(&self) {
+    /// From now on requests get 503 (and readiness too).
+    pub fn refuse_new(&self) {
         self.stop_being_ready();
         self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// From now on requests get 503; completes once those admitted before are answered.
+    pub async fn drain(&self) {
+        self.refuse_new();
         tracing::debug!("draining: new requests get 503 until the activations in flight end");
         loop {
             let idle = self.idle.notified();

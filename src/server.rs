@@ -119,8 +119,14 @@ pub async fn run(
     let pool = &runtime.config().pool;
     let (drain_for, grace) = (stop.drain_period(runtime.config()), pool.shutdown_timeout);
     let say = |m: &str| crate::logs::runtime_line(runtime.config().logs.format, None, m);
+    // The state changes before the line is said, so that whoever reads the line (an
+    // operator, a test) sees what it says already true.
+    if drain_for.is_zero() {
+        runtime.refuse_new();
+    } else {
+        runtime.stop_being_ready();
+    }
     say(&stop.announce(drain_for, grace));
-    runtime.stop_being_ready();
     if !drain_for.is_zero() {
         tokio::select! {
             () = tokio::time::sleep(drain_for) => {}
