@@ -44,9 +44,9 @@ pub enum Command {
     /// Run an action locally, without HTTP: each input gives one result line on stdout.
     #[command(after_help = RUN_EXIT_STATUS)]
     Run(RunArgs),
-    /// Compile a WebAssembly module ahead of time (load it with --allow-precompiled, or sign
-    /// it with --sign-key for runtimes that --trust-key the signer).
-    Compile(CompileArgs),
+    /// The backends' own subcommands (`wasmloop compile`).
+    #[command(flatten)]
+    Backend(registry::BackendCommand),
     /// Make a key pair for signed artifacts: DIR/sign.key (keep it secret) and
     /// DIR/verify.key (give it to runtimes as --trust-key).
     Keygen(KeygenArgs),
@@ -70,7 +70,7 @@ pub struct OwCompileArgs {
     pub env_json: Option<String>,
     /// With --sign-key, a WebAssembly upload's precompiled code is signed into the zip.
     #[command(flatten)]
-    pub sign: SignArgs,
+    pub sign: crate::signing::SignArgs,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
 }
@@ -238,7 +238,7 @@ pub struct RuntimeArgs {
     #[command(flatten)]
     pub logs: LogArgs,
     #[command(flatten)]
-    pub wasm: crate::executor::wasm::WasmArgs,
+    pub backends: registry::BackendArgs,
 }
 
 /// What HTTP bodies and answers may weigh (`Config::limits`, with `UploadArgs`' caps).
@@ -313,11 +313,6 @@ pub struct StartArgs {
     /// When non-empty, /init errors are written to the logs and the client gets a generic message.
     #[arg(long, env = "OW_LOG_INIT_ERROR", num_args = 0..=1, default_missing_value = "1")]
     pub log_init_error: Option<String>,
-    /// How long a native action without ack must stay alive after spawning to count as
-    /// started; after that, it has started once it reads its stdin (or after 1 s alive).
-    #[arg(long, env = "WASMLOOP_START_PROBE", value_parser = humantime::parse_duration,
-          default_value = config::DEFAULT_START_PROBE)]
-    pub start_probe: Duration,
 }
 
 /// How long an activation may run and how many one instance serves: the same flags for
@@ -381,16 +376,6 @@ pub struct LogArgs {
     pub hints: bool,
 }
 
-/// Signing precompiled code into an artifact: the same flag for `compile` and `-compile`.
-#[derive(Debug, Clone, Args)]
-pub struct SignArgs {
-    /// Write a signed artifact: a zip of the module, its precompiled code and a signature
-    /// with this key (from `wasmloop keygen`). Runtimes that --trust-key its verify key
-    /// load the code without compiling; others compile the module inside.
-    #[arg(long, env = "WASMLOOP_SIGN_KEY", value_name = "FILE")]
-    pub sign_key: Option<PathBuf>,
-}
-
 /// `wasmloop run --help`'s last words: what its exit status says.
 pub(crate) const RUN_EXIT_STATUS: &str = "Exit status: 0 when every input succeeded; 3 when an answer \
     was an application error (a result with an \"error\" key); 4 when an activation failed \
@@ -442,7 +427,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub upload: UploadArgs,
     #[command(flatten)]
-    pub wasm: crate::executor::wasm::WasmArgs,
+    pub backends: registry::BackendArgs,
 }
 
 impl RunArgs {
@@ -481,7 +466,7 @@ impl RunArgs {
         config.logs.reports = verbose;
         self.upload.apply(&mut config.action, &mut config.limits);
         self.activations.apply(&mut config, timeout);
-        self.wasm.apply(&mut config.wasm)?;
+        self.backends.read(&mut config.backends, true)?;
         config.action.wait_for_ack = self.wait_for_ack.then(|| "1".to_owned());
         config.action.one_shot = true;
         config.pool.timeout = Some(timeout);
@@ -510,41 +495,6 @@ pub struct NewArgs {
 pub struct KeygenArgs {
     /// The folder to write sign.key and verify.key into (an existing key is never replaced).
     pub dir: PathBuf,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct CompileArgs {
-    /// The WebAssembly module to compile.
-    pub input: PathBuf,
-    /// Where to write the precompiled module.
-    #[arg(short, long)]
-    pub output: PathBuf,
-    #[command(flatten)]
-    pub compiler: crate::executor::wasm::CompilerArgs,
-    /// Set by a server that compiles in a child process: the module goes to stdout, errors
-    /// are printed bare, the child dies with the server, and `background` lowers its
-    /// priority and compiles on one core.
-    #[arg(long, hide = true, value_enum)]
-    pub for_server: Option<crate::executor::wasm::ChildRole>,
-    /// The server's pid (with --for-server): a child whose server is gone gives up.
-    #[arg(long, hide = true)]
-    pub parent_pid: Option<u32>,
-    #[command(flatten)]
-    pub sign: SignArgs,
-}
-
-impl CompileArgs {
-    /// The memory cap is the server's business: it leaves the machine code unchanged
-    /// (a module compiled under a 1 MiB cap and one under 256 MiB are the same bytes), so
-    /// compiling takes no cap.
-    pub fn engine_settings(&self) -> crate::executor::wasm::EngineSettings {
-        crate::executor::wasm::EngineSettings {
-            memory_cap: crate::executor::wasm::DEFAULT_MAX_MEMORY_BYTES,
-            codegen: self.compiler.wasm_compiler.final_tier(),
-            // Compiling makes no instances.
-            instances: 1,
-        }
-    }
 }
 
 fn listen_addr(listen: Option<SocketAddr>, port: Option<String>) -> anyhow::Result<SocketAddr> {
@@ -647,14 +597,16 @@ impl RuntimeArgs {
     /// The runtime's settings; fails on a trusted key that cannot be read (a mistake to
     /// hear about at start-up, not at the first signed `/init`).
     pub fn to_config(&self) -> anyhow::Result<Config> {
-        let mut config = self.to_config_untrusting();
-        config.wasm.trust_keys = crate::signing::read_trusted(&self.wasm.trust_keys)?;
-        Ok(config)
+        self.config(true)
     }
 
     /// The settings without the trusted keys, which `-compile` (only packing an upload)
     /// never reads.
-    pub fn to_config_untrusting(&self) -> Config {
+    pub fn to_config_untrusting(&self) -> anyhow::Result<Config> {
+        self.config(false)
+    }
+
+    fn config(&self, trusting: bool) -> anyhow::Result<Config> {
         let mut config = Config::default();
         let LimitArgs {
             max_init_bytes,
@@ -672,7 +624,6 @@ impl RuntimeArgs {
         let start = &self.start;
         config.action.wait_for_ack = non_empty(&start.wait_for_ack);
         config.action.execution_env = non_empty(&start.execution_env);
-        config.action.start_probe = start.start_probe;
         config.logs.log_init_error = non_empty(&start.log_init_error).is_some();
         self.activations
             .apply(&mut config, config::duration(config::DEFAULT_ACK_TIMEOUT));
@@ -685,8 +636,8 @@ impl RuntimeArgs {
         config.logs.hints = self.logs.hints || self.logs.log_format == crate::logs::LogFormat::Json;
         // A text log keeps to the action's own lines, as the platform's tests want it.
         config.logs.reports = self.logs.log_format == crate::logs::LogFormat::Json;
-        self.wasm.apply_untrusting(&mut config.wasm);
-        config
+        self.backends.read(&mut config.backends, trusting)?;
+        Ok(config)
     }
 }
 
@@ -861,9 +812,11 @@ mod tests {
             };
             assert!(run.to_config(cli.verbose).unwrap().logs.reports, "{args:?}");
         }
+        let wasm = config.backends.get::<crate::executor::wasm::WasmSettings>();
         assert_eq!(
-            config.wasm.compiler,
-            crate::executor::wasm::WasmCompiler::Tiered
+            wasm.map(|w| w.compiler),
+            Some(crate::executor::wasm::WasmCompiler::Tiered),
+            "the wasm folder's flags were read"
         );
         assert!(!config.logs.sentinels);
         assert!(Cli::try_parse_from(["wasmloop", "run", "a.wasm", "--max-queue", "3"]).is_err());

@@ -17,11 +17,6 @@ pub const DEFAULT_MAX_ARCHIVE_ENTRIES: usize = 10_000;
 pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 512 * 1024 * 1024;
 /// How long a child may take to write its ack (the reference waits forever).
 pub const DEFAULT_ACK_TIMEOUT: &str = "60s";
-/// How long a child without an ack must stay alive to count as started. The reference
-/// waits 5 ms; spawn errors are reported at once anyway, so this only catches children that
-/// die straight away, and 2 ms does that while keeping a native /init shorter than the
-/// reference's wait alone.
-pub const DEFAULT_START_PROBE: &str = "2ms";
 /// How long the `OW_COMPILER` hook, or compiling a wasm module, may run.
 pub const DEFAULT_COMPILE_TIMEOUT: &str = "10m";
 /// The platform may send up to 500 activations at once to one container: queue twice that.
@@ -82,9 +77,9 @@ pub struct Config {
     pub limits: Limits,
     /// How an upload becomes a started action.
     pub action: ActionSettings,
-    /// WebAssembly: compilers, the compile cache, trust, and each instance's caps (the
-    /// WebAssembly backends' own settings).
-    pub wasm: crate::executor::wasm::WasmSettings,
+    /// Each backend folder's own settings, read from its own flags: the config names none
+    /// of them.
+    pub backends: Backends,
     /// The instances (or children) of an action and the activations that wait for them.
     pub pool: PoolSettings,
     /// What the runtime writes on the container's streams besides the action's lines.
@@ -104,6 +99,64 @@ pub enum Protocol {
     /// Kubernetes, Knative Serving and Cloud Run send it: an OpenWhisk web action's value
     /// in, its result out as the response.
     Http,
+}
+
+/// A backend folder's own settings, which its flags fill (`executor::registry::Flags`):
+/// kept in `Config` by their type, so that this module names no backend.
+pub trait BackendSettings: std::any::Any + Send + Sync + std::fmt::Debug + CloneSettings {
+    /// Fits them to the host, where a server or a local run starts: `descriptors` are what
+    /// the runtime leaves its guests of the open-file limit, `instances` how many of the
+    /// action run at once.
+    fn fit_to_host(&mut self, _descriptors: usize, _instances: usize) {}
+}
+
+/// `Clone` for boxed settings (`Config` is cloned whole).
+pub trait CloneSettings {
+    fn clone_box(&self) -> Box<dyn BackendSettings>;
+}
+
+impl<T: BackendSettings + Clone> CloneSettings for T {
+    fn clone_box(&self) -> Box<dyn BackendSettings> {
+        Box::new(self.clone())
+    }
+}
+
+/// The backends' settings, one value per type.
+#[derive(Debug, Default)]
+pub struct Backends(Vec<Box<dyn BackendSettings>>);
+
+impl Clone for Backends {
+    fn clone(&self) -> Self {
+        Backends(self.0.iter().map(|s| s.clone_box()).collect())
+    }
+}
+
+impl Backends {
+    /// The settings of type `T`, as their flags were read (`None` where none were: a
+    /// `Config::default()`, which a backend reads as its defaults).
+    pub fn get<T: BackendSettings>(&self) -> Option<&T> {
+        self.0
+            .iter()
+            .find_map(|s| (&**s as &dyn std::any::Any).downcast_ref())
+    }
+
+    /// The settings of type `T`, made with their defaults if none were read.
+    pub fn get_mut<T: BackendSettings + Default>(&mut self) -> &mut T {
+        let at = match self
+            .0
+            .iter()
+            .position(|s| (&**s as &dyn std::any::Any).is::<T>())
+        {
+            Some(at) => at,
+            None => {
+                self.0.push(Box::new(T::default()));
+                self.0.len() - 1
+            }
+        };
+        (&mut *self.0[at] as &mut dyn std::any::Any)
+            .downcast_mut()
+            .unwrap_or_else(|| unreachable!("found by its type just above"))
+    }
 }
 
 /// Caps on what a request, an upload or an answer may weigh.
@@ -142,7 +195,6 @@ pub struct ActionSettings {
     /// `-debug` of the reference proxy: allow more than one `/init`.
     pub allow_reinit: bool,
     pub ack_timeout: Duration,
-    pub start_probe: Duration,
     pub compile_timeout: Duration,
     /// `--compile-timeout` for the background compile of a tiered start, which an
     /// `/init`'s deadline does not shorten.
@@ -244,7 +296,9 @@ impl Config {
     /// memory limit.
     pub fn fit_to_host(&mut self) {
         let descriptors = guest_descriptors(raise_open_file_limit(), self.pool.concurrency);
-        self.wasm.fit_to_host(descriptors, self.pool.concurrency);
+        for settings in &mut self.backends.0 {
+            settings.fit_to_host(descriptors, self.pool.concurrency);
+        }
     }
 }
 
@@ -275,7 +329,6 @@ impl Default for ActionSettings {
             name: None,
             allow_reinit: false,
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
-            start_probe: duration(DEFAULT_START_PROBE),
             compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             background_compile_timeout: duration(DEFAULT_COMPILE_TIMEOUT),
             backends: None,

@@ -3,10 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use wasmloop::cli::{
-    Cli, Command, CompileArgs, KeygenArgs, NewArgs, OwCompileArgs, RunArgs, ServeArgs,
-};
-use wasmloop::executor::wasm::ChildRole;
+use wasmloop::cli::{Cli, Command, KeygenArgs, NewArgs, OwCompileArgs, RunArgs, ServeArgs};
 
 fn main() -> ExitCode {
     keep_freed_memory_for_reuse();
@@ -60,7 +57,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Serve(args)) => serve(args, debug, verbose),
         Some(Command::OwCompile(args)) => ow_compile(args),
         Some(Command::New(args)) => new_project(args),
-        Some(Command::Compile(args)) => compile(args),
+        Some(Command::Backend(command)) => command.run(),
         Some(Command::Keygen(args)) => keygen(args),
         #[cfg(feature = "bench")]
         Some(Command::Bench(args)) => wasmloop_bench::command::run(
@@ -133,34 +130,6 @@ fn run_locally(args: RunArgs, verbose: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(tally.exit_code()))
 }
 
-fn compile(args: CompileArgs) -> anyhow::Result<()> {
-    if let Some(role) = args.for_server {
-        compile_for_server(&args, role);
-    }
-    let bytes = std::fs::read(&args.input)
-        .with_context(|| format!("cannot read {}", args.input.display()))?;
-    let settings = args.engine_settings();
-    let written = match &args.sign.sign_key {
-        None => {
-            let compiled = wasmloop::executor::wasm::precompile(&bytes, settings)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?;
-            std::fs::write(&args.output, compiled)
-        }
-        // A zip any runtime can serve (`exec.wasm` is its entry point), with the signed
-        // code beside the module: the same folder `-compile` zips.
-        Some(key) => {
-            let key = wasmloop::signing::read_signing_key(key)?;
-            let folder = tempfile::tempdir()?;
-            let module = folder.path().join("exec.wasm");
-            std::fs::write(&module, &bytes)?;
-            wasmloop::executor::wasm::sign_beside(&module, settings, &key)
-                .with_context(|| args.input.display().to_string())?;
-            std::fs::write(&args.output, wasmloop::local::zip_folder(folder.path())?)
-        }
-    };
-    written.with_context(|| format!("cannot write {}", args.output.display()))
-}
-
 fn new_project(args: NewArgs) -> anyhow::Result<()> {
     let (Some(language), Some(dir), false) = (args.language, &args.dir, args.list) else {
         print!("{}", wasmloop::template::list());
@@ -189,52 +158,6 @@ fn keygen(args: KeygenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A server's compile child: it dies with the server, yields the CPU to it when working in
-/// the background, writes the compiled module on stdout and reports a failure as the bare
-/// message the server passes on.
-fn compile_for_server(args: &CompileArgs, role: ChildRole) -> ! {
-    use std::io::Write;
-    // The death signal comes when the thread that spawned us ends: an async worker of the
-    // server, which lives as long as the server does.
-    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-    // The server may have gone before the line above took effect.
-    let parent = rustix::process::getppid().map(|pid| pid.as_raw_pid() as u32);
-    if args.parent_pid.is_some_and(|pid| parent != Some(pid)) {
-        std::process::exit(1);
-    }
-    if role == ChildRole::Background {
-        let _ = rustix::process::setpriority_process(None, 10);
-    }
-    // In the background, one core: the server's activations keep the others.
-    let parallel = role == ChildRole::Foreground;
-    let compiled = std::fs::read(&args.input)
-        .map_err(|e| {
-            wasmloop::executor::wasm::CompileError::fatal(format!(
-                "cannot read {}: {e}",
-                args.input.display()
-            ))
-        })
-        .and_then(|bytes| {
-            wasmloop::executor::wasm::compile_here(&bytes, args.engine_settings(), parallel)
-        });
-    match compiled {
-        Ok(compiled) => {
-            let mut stdout = std::io::stdout().lock();
-            let written = stdout.write_all(&compiled).and_then(|()| stdout.flush());
-            std::process::exit(if written.is_ok() { 0 } else { 1 })
-        }
-        Err(e) => {
-            eprint!("{}", e.message);
-            let code = if e.not_for_winch {
-                wasmloop::executor::wasm::EXIT_NOT_FOR_WINCH
-            } else {
-                1
-            };
-            std::process::exit(code)
-        }
-    }
-}
-
 /// A listening socket handed down by whoever started us (a supervisor, or the tests).
 fn inherited_listener(fd: i32) -> anyhow::Result<tokio::net::TcpListener> {
     use std::os::fd::FromRawFd;
@@ -261,7 +184,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
     std::io::stdin()
         .read_to_end(&mut input)
         .context("cannot read the upload on stdin")?;
-    let config = args.runtime.to_config_untrusting();
+    let config = args.runtime.to_config_untrusting()?;
     let zip = async_runtime(None)?.block_on(wasmloop::local::compile_to_zip(
         input,
         &args.main,

@@ -794,6 +794,16 @@ pub fn read_trusted(paths: &[PathBuf]) -> anyhow::Result<Vec<VerifyingKey>> {
     paths.iter().map(|p| read_verify_key(p)).collect()
 }
 
+/// Signing precompiled code into an artifact: the same flag for `compile` and `-compile`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SignArgs {
+    /// Write a signed artifact: a zip of the module, its precompiled code and a signature
+    /// with this key (from `wasmloop keygen`). Runtimes that --trust-key its verify key
+    /// load the code without compiling; others compile the module inside.
+    #[arg(long, env = "WASMLOOP_SIGN_KEY", value_name = "FILE")]
+    pub sign_key: Option<PathBuf>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 pub mod decode;
 pub mod detect;
 mod hook;
+pub mod pack;
 pub mod unpack;
 
 use std::fs;

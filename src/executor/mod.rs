@@ -27,6 +27,13 @@ backends! {
     native: NATIVE;
 }
 
+/// Each folder's own flags (`registry::Flags`), in the order `--help` lists them; the
+/// http backend takes the wasm folder's.
+pub const FLAGS: &[registry::Flags] = &[wasm::FLAGS, native::FLAGS];
+
+/// The folders' own subcommands (`registry::Subcommand`), in the order `--help` lists them.
+pub const COMMANDS: &[registry::Subcommand] = &[wasm::COMPILE];
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -356,7 +363,6 @@ pub struct StartSpec {
     pub main: String,
     pub wait_for_ack: bool,
     pub ack_timeout: Duration,
-    pub start_probe: Duration,
     pub max_result_bytes: usize,
     /// Each worker serves one activation (`--max-activations-per-instance 1`): it may
     /// be given that activation's values in its environment.
@@ -385,7 +391,6 @@ impl StartSpec {
             main,
             wait_for_ack: config.action.wait_for_ack.is_some(),
             ack_timeout: config.action.ack_timeout,
-            start_probe: config.action.start_probe,
             max_result_bytes: config.limits.max_result_bytes,
             fresh: config.pool.max_activations_per_instance == 1,
             log_format: config.logs.format,

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use super::BACKENDS;
 use super::pool::PoolSize;
+pub use super::{BACKENDS, COMMANDS, FLAGS};
 use super::{Executor, StartError, StartSpec};
 use crate::action::{Entry, Prepared};
 use crate::config::Config;
@@ -74,6 +74,115 @@ impl Shared {
         value
             .downcast::<T>()
             .unwrap_or_else(|_| unreachable!("stored under its own type id"))
+    }
+}
+
+/// A backend folder's own flags, as it declares them: `serve` and `run` take them
+/// (through `BackendArgs`), and they fill the folder's settings in `Config::backends`.
+pub struct Flags {
+    /// Adds them to a command (their `clap::Args::augment_args`).
+    pub declare: fn(clap::Command) -> clap::Command,
+    /// Reads what they were given into the folder's settings; `trusting` false skips what
+    /// reads files to trust (keys), which `-compile`, only packing an upload, never needs.
+    pub read: fn(&clap::ArgMatches, &mut crate::config::Backends, bool) -> anyhow::Result<()>,
+}
+
+/// Every folder's flags (`FLAGS`), for `serve` and `run` to flatten: the command line
+/// names no backend's type.
+#[derive(Debug, Clone)]
+pub struct BackendArgs(clap::ArgMatches);
+
+impl clap::Args for BackendArgs {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        FLAGS
+            .iter()
+            .fold(command, |command, flags| (flags.declare)(command))
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
+    }
+}
+
+impl clap::FromArgMatches for BackendArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(BackendArgs(matches.clone()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0 = matches.clone();
+        Ok(())
+    }
+}
+
+impl BackendArgs {
+    /// Each folder's settings, as its flags say; fails on a trusted key that cannot be
+    /// read (skipped unless `trusting`).
+    pub fn read(
+        &self,
+        backends: &mut crate::config::Backends,
+        trusting: bool,
+    ) -> anyhow::Result<()> {
+        FLAGS
+            .iter()
+            .try_for_each(|flags| (flags.read)(&self.0, backends, trusting))
+    }
+}
+
+/// A subcommand of a backend folder's own (`wasmloop compile`), which the command line
+/// takes through `BackendCommand` without naming the folder.
+pub struct Subcommand {
+    pub name: &'static str,
+    /// The subcommand, its about text and its flags.
+    pub declare: fn() -> clap::Command,
+    /// Does its job with what it was given (it may end the process itself).
+    pub run: fn(&clap::ArgMatches) -> anyhow::Result<()>,
+}
+
+/// One of `COMMANDS`, as given: its entry and its flags.
+#[derive(Clone)]
+pub struct BackendCommand(&'static Subcommand, clap::ArgMatches);
+
+impl std::fmt::Debug for BackendCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BackendCommand").field(&self.0.name).finish()
+    }
+}
+
+impl BackendCommand {
+    pub fn run(&self) -> anyhow::Result<()> {
+        (self.0.run)(&self.1)
+    }
+}
+
+impl clap::Subcommand for BackendCommand {
+    fn augment_subcommands(command: clap::Command) -> clap::Command {
+        COMMANDS
+            .iter()
+            .fold(command, |command, sub| command.subcommand((sub.declare)()))
+    }
+
+    fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_subcommands(command)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        COMMANDS.iter().any(|sub| sub.name == name)
+    }
+}
+
+impl clap::FromArgMatches for BackendCommand {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let found = matches.subcommand().and_then(|(name, given)| {
+            let sub = COMMANDS.iter().find(|sub| sub.name == name)?;
+            Some(BackendCommand(sub, given.clone()))
+        });
+        found.ok_or_else(|| clap::Error::new(clap::error::ErrorKind::MissingSubcommand))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
     }
 }
 

@@ -82,6 +82,7 @@ fn printed_by(file: &str) -> &'static [&'static str] {
         f if f.starts_with("bench/") => &["bench"],
         "src/local.rs" => &["run"],
         "src/template.rs" => &["new"],
+        "src/executor/wasm/command.rs" => &["compile"],
         "src/server.rs"
         | "src/handlers.rs"
         | "src/metrics.rs"

@@ -390,7 +390,10 @@ impl InProcess {
             .unwrap_or_else(|e| panic!("wasmloop {args:?}: {e:#}"));
         config.action.dir = action_dir.to_owned();
         // Compile children run the binary: this process is the test's.
-        config.wasm.compile_exe = PathBuf::from(env!("CARGO_BIN_EXE_wasmloop"));
+        config
+            .backends
+            .get_mut::<wasmloop::executor::wasm::WasmSettings>()
+            .compile_exe = PathBuf::from(env!("CARGO_BIN_EXE_wasmloop"));
         // The test's own stdout: sentinels would only clutter it.
         config.logs.sentinels = false;
         // Dropped, it stops at once (see `InProcess::drop`).

@@ -28,7 +28,7 @@ pub const HTTP: Registration = Registration {
     made: "an HTTP component (wasmloop new rust-http)",
     make: |config, shared| {
         let engines = shared.get_or_make(|| Engines::new(config));
-        let allow_precompiled = config.wasm.allow_precompiled;
+        let allow_precompiled = super::wasm::WasmSettings::of(config).allow_precompiled;
         Arc::new(HttpBackend {
             engines,
             allow_precompiled,

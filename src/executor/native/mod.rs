@@ -2,7 +2,10 @@
 
 mod diagnose;
 mod log_tap;
+mod settings;
 mod spawn;
+
+pub use settings::{FLAGS, NativeSettings};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -60,11 +63,14 @@ pub const NATIVE: Registration = Registration {
     name: "native",
     runs: "native executable or script",
     made: "a native executable or script",
-    make: |_, _| Arc::new(Native),
+    make: |config, _| {
+        let settings = config.backends.get::<NativeSettings>().cloned();
+        Arc::new(Native(settings.unwrap_or_default()))
+    },
 };
 
-/// The native backend keeps nothing of its own between actions.
-struct Native;
+/// The native backend keeps nothing of its own between actions but its settings.
+struct Native(NativeSettings);
 
 impl Backend for Native {
     /// Any file: last in the registry, it is asked only about what the WebAssembly
@@ -90,6 +96,7 @@ impl Backend for Native {
                 exec: exec.clone(),
                 start: spec,
                 pipe_size: pipe_size(size.workers),
+                start_probe: self.0.start_probe,
             };
             let pool: Arc<Pool<Process>> = Pool::start(spec, size, Reporting::of(config)).await?;
             Ok(pool as Arc<dyn super::Executor>)
@@ -103,6 +110,8 @@ pub struct NativeSpec {
     pub start: StartSpec,
     /// The capacity asked for each pipe to a child (see `pipe_size`).
     pub pipe_size: usize,
+    /// `--start-probe`.
+    pub start_probe: Duration,
 }
 
 /// The pipe capacity for a pool of `workers` children. A 64 KiB pipe (the default) moves
@@ -285,7 +294,7 @@ impl Process {
         if spec.wait_for_ack {
             process.wait_for_ack(spec).await?;
         } else if probe {
-            process.probe(spec.start_probe).await?;
+            process.probe(native.start_probe).await?;
         }
         Ok(process)
     }

@@ -61,13 +61,14 @@ pub struct Engines {
 
 impl Engines {
     pub fn new(config: &crate::config::Config) -> Engines {
+        let wasm = super::WasmSettings::of(config);
         Engines {
-            settings: super::engine_settings(config, config.wasm.compiler.final_tier()),
-            wasm_compiler: config.wasm.compiler,
+            settings: super::engine_settings(config, wasm.compiler.final_tier()),
+            wasm_compiler: wasm.compiler,
             made: Mutex::new([None, None]),
             artifact_id: OnceLock::new(),
             ticker: Ticker::default(),
-            compiler: config.wasm.compile_exe.clone(),
+            compiler: wasm.compile_exe.clone(),
         }
     }
 

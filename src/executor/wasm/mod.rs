@@ -4,6 +4,7 @@
 mod artifact;
 mod cache;
 mod code;
+mod command;
 mod compile;
 pub mod component;
 pub mod descriptors;
@@ -27,6 +28,7 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 pub use artifact::{elf_named_wasm, is_elf, precompile, sign_beside};
 use cache::{CompileCache, WasmDigest};
 pub use code::{Code, HANDLER_EXPORT, RUN_EXPORT, Side, is_component};
+pub use command::{COMPILE, CompileArgs};
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
 use component::ComponentHost;
@@ -35,8 +37,8 @@ pub use instance::{Instance, exit_reason, guest_store, preopen_action};
 use module::ModuleHost;
 pub use settings::{
     ChildRole, Codegen, CompilerArgs, DEFAULT_MAX_INSTANCE_FILES, DEFAULT_MAX_INSTANCE_SOCKETS,
-    DEFAULT_MAX_MEMORY_BYTES, DEFAULT_WASM_COMPILER, EngineSettings, WasmArgs, WasmCompiler,
-    WasmSettings, engine_settings, most_instances,
+    DEFAULT_MAX_MEMORY_BYTES, DEFAULT_WASM_COMPILER, EngineSettings, FLAGS, WasmArgs,
+    WasmCompiler, WasmSettings, engine_settings, most_instances,
 };
 
 use super::pool::{Pool, PoolSize, Reporting, Worker};
@@ -82,7 +84,7 @@ struct WasmBackend {
 impl WasmBackend {
     fn make(side: Side, config: &Config, shared: &mut Shared) -> Arc<dyn Backend> {
         let engines = shared.get_or_make(|| Engines::new(config));
-        let trust_keys = config.wasm.trust_keys.clone();
+        let trust_keys = WasmSettings::of(config).trust_keys.clone();
         Arc::new(WasmBackend {
             side,
             engines,
@@ -211,7 +213,7 @@ impl<'a> Source<'a> {
                 sha256: prepared.wasm_sha256.as_deref(),
             },
             Entry::File(exec) => {
-                if !config.wasm.allow_precompiled {
+                if !WasmSettings::of(config).allow_precompiled {
                     return Err(StartError::Unsupported(
                         "this is a precompiled WebAssembly module; loading one runs its \
                          machine code unchecked, so it is accepted only with \
@@ -326,14 +328,15 @@ pub async fn start<W: World>(
     size: PoolSize,
 ) -> Result<Arc<Pool<W::Worker>>, StartError> {
     let final_engine = engines.engine(engines.final_tier())?;
+    let wasm = WasmSettings::of(config);
     let linking = Link {
         start,
         preopen,
-        outbound: Arc::new(config.wasm.allow_outbound.clone()),
+        outbound: Arc::new(wasm.allow_outbound.clone()),
         descriptors: descriptors::Caps {
-            files: config.wasm.max_instance_files,
-            sockets: config.wasm.max_instance_sockets,
-            shared: descriptors::Shared::new(config.wasm.guest_descriptors),
+            files: wasm.max_instance_files,
+            sockets: wasm.max_instance_sockets,
+            shared: descriptors::Shared::new(wasm.guest_descriptors),
         },
     };
     let serve = |engine, code: Code, linking: Link| async move {
@@ -383,8 +386,7 @@ pub async fn start<W: World>(
             .await?
         }
     };
-    let cache = config
-        .wasm
+    let cache = WasmSettings::of(config)
         .cache_dir
         .as_deref()
         .and_then(|dir| CompileCache::at(dir, config.logs.format));

@@ -45,10 +45,19 @@ pub struct WasmSettings {
 }
 
 impl WasmSettings {
-    /// Fits the settings to the host, where a server (or a local run) starts: guests get
-    /// the open-file limit's `descriptors` the runtime leaves them, and the default memory
-    /// cap fits the container's memory limit among `instances` instances.
-    pub fn fit_to_host(&mut self, descriptors: usize, instances: usize) {
+    /// The settings `config` holds, or the defaults where no flags were read.
+    pub fn of(config: &Config) -> std::borrow::Cow<'_, WasmSettings> {
+        match config.backends.get::<WasmSettings>() {
+            Some(settings) => std::borrow::Cow::Borrowed(settings),
+            None => std::borrow::Cow::Owned(WasmSettings::default()),
+        }
+    }
+}
+
+impl crate::config::BackendSettings for WasmSettings {
+    /// Guests get the open-file limit's `descriptors` the runtime leaves them, and the
+    /// default memory cap fits the container's memory limit among `instances` instances.
+    fn fit_to_host(&mut self, descriptors: usize, instances: usize) {
         self.guest_descriptors = descriptors;
         if self.max_memory_bytes.is_none() {
             let limit = crate::memory::container_limit();
@@ -143,8 +152,7 @@ impl WasmCompiler {
 /// What the wasm engine for `codegen`'s code is made with.
 pub fn engine_settings(config: &Config, codegen: Codegen) -> EngineSettings {
     EngineSettings {
-        memory_cap: config
-            .wasm
+        memory_cap: WasmSettings::of(config)
             .max_memory_bytes
             .unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
         codegen,
@@ -250,15 +258,22 @@ pub struct WasmArgs {
     pub max_instance_sockets: usize,
 }
 
-impl WasmArgs {
-    /// Fails on a trusted key that cannot be read.
-    pub fn apply(&self, wasm: &mut WasmSettings) -> anyhow::Result<()> {
-        self.apply_untrusting(wasm);
-        wasm.trust_keys = crate::signing::read_trusted(&self.trust_keys)?;
+/// Declares them and reads them into `WasmSettings`.
+pub const FLAGS: crate::executor::registry::Flags = crate::executor::registry::Flags {
+    declare: <WasmArgs as Args>::augment_args,
+    read: |matches, backends, trusting| {
+        let args = <WasmArgs as clap::FromArgMatches>::from_arg_matches(matches)?;
+        let wasm = backends.get_mut::<WasmSettings>();
+        args.apply(wasm);
+        if trusting {
+            wasm.trust_keys = crate::signing::read_trusted(&args.trust_keys)?;
+        }
         Ok(())
-    }
+    },
+};
 
-    pub fn apply_untrusting(&self, wasm: &mut WasmSettings) {
+impl WasmArgs {
+    fn apply(&self, wasm: &mut WasmSettings) {
         wasm.compiler = self.compiler.wasm_compiler;
         wasm.max_memory_bytes = self.max_memory_bytes;
         wasm.cache_dir = if self.no_cache {
