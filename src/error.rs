@@ -158,10 +158,11 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
-        if let (Some(metrics), Some(why)) = (crate::metrics::get(), self.refusal()) {
-            metrics.refused(why);
+        let mut response = protocol::json_response(status, protocol::error_body(&self.to_string()));
+        // Counted by the server, which holds the metrics (`server::count_refusals`).
+        if let Some(why) = self.refusal() {
+            response.extensions_mut().insert(why);
         }
-        let mut response = json_response(status, protocol::error_body(&self.to_string()));
         let header = match &self {
             // A slot frees up within an activation's time; one second is a fair first guess.
             Error::Run(RunError::Busy(_)) => Some((axum::http::header::RETRY_AFTER, "1")),
@@ -176,16 +177,6 @@ impl IntoResponse for Error {
         }
         response
     }
-}
-
-/// A JSON response with an exact `Content-Length` (a full body is never chunked).
-pub fn json_response(status: StatusCode, body: impl Into<axum::body::Bytes>) -> Response {
-    (
-        status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body.into(),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -7,10 +7,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::{Error, json_response};
+use crate::error::Error;
 use crate::executor::RunError;
 use crate::executor::intake::{Intake, IntakeError};
 use crate::protocol;
+use crate::protocol::json_response;
 use crate::runtime::Runtime;
 
 pub async fn init(
@@ -82,8 +83,8 @@ pub async fn ready(State(runtime): State<Arc<Runtime>>) -> Response {
 /// the request itself for an action that takes requests (an HTTP component), a web
 /// action's value for the others, whose result is the response.
 pub async fn web(State(runtime): State<Arc<Runtime>>, request: axum::extract::Request) -> Response {
-    let response = answer_plainly(runtime, request).await;
-    if let Some(metrics) = crate::metrics::get() {
+    let response = answer_plainly(runtime.clone(), request).await;
+    if let Some(metrics) = runtime.metrics() {
         metrics.http_request(response.status().as_u16());
     }
     response

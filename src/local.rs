@@ -149,7 +149,7 @@ pub async fn run(
     mut config: Config,
 ) -> anyhow::Result<Tally> {
     config.fit_to_host();
-    let runtime = Runtime::new(config);
+    let runtime = Runtime::new(config, None);
     let outcome = tokio::select! {
         outcome = init_and_run(&runtime, file, main, env, inputs, &context) => outcome,
         _ = crate::signals::stopped() => {
@@ -305,7 +305,7 @@ pub async fn compile_to_zip(
         bytes: bytes.into(),
         main,
     };
-    let trust = crate::executor::registry::Registry::new(config).trust();
+    let trust = crate::executor::registry::Registry::new(config, None).trust();
     let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
     // The operator's signing step: the code for the engine a runtime of this build serves
     // with, and its signature, beside the module (docs/deploying.md).

@@ -98,20 +98,24 @@ fn serve(args: ServeArgs, debug: bool, verbose: bool) -> anyhow::Result<()> {
                     .with_context(|| format!("cannot listen on {addr}"))?
             }
         };
-        if let Some(addr) = args.metrics_listen {
-            let metrics_listener =
-                tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                    format!("cannot listen for metrics on {addr} (--metrics-listen)")
-                })?;
-            let metrics = wasmloop::metrics::enable();
-            tokio::spawn(wasmloop::server::serve_metrics(
-                metrics_listener,
-                metrics,
-                config.limits.header_read_timeout,
-                config.logs.format,
-            ));
-        }
-        wasmloop::server::run(listener, config, stop)
+        let metrics = match args.metrics_listen {
+            None => None,
+            Some(addr) => {
+                let metrics_listener =
+                    tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                        format!("cannot listen for metrics on {addr} (--metrics-listen)")
+                    })?;
+                let metrics = std::sync::Arc::new(wasmloop::metrics::Metrics::new());
+                tokio::spawn(wasmloop::server::serve_metrics(
+                    metrics_listener,
+                    metrics.clone(),
+                    config.limits.header_read_timeout,
+                    config.logs.format,
+                ));
+                Some(metrics)
+            }
+        };
+        wasmloop::server::run(listener, config, metrics, stop)
             .await
             .context("the server failed")
     })

@@ -5,7 +5,6 @@
 // at any concurrency the count is N. The per-activation figures are resolved once per
 // action (`ActionMetrics`), so an activation costs a clock read and a few atomic adds.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -338,20 +337,16 @@ pub struct Metrics {
     process: Process,
 }
 
-static METRICS: OnceLock<Metrics> = OnceLock::new();
-
-/// The metrics, once `enable` has turned them on; nothing is counted before.
-pub fn get() -> Option<&'static Metrics> {
-    METRICS.get()
-}
-
-/// Turns the metrics on (`--metrics-listen`): from now on everything is counted.
-pub fn enable() -> &'static Metrics {
-    METRICS.get_or_init(Metrics::new)
-}
-
 impl Metrics {
-    fn new() -> Metrics {
+    /// A server's metrics (`--metrics-listen`): handed down to its runtime and backends,
+    /// which count in them; nothing is process-wide.
+    pub fn new() -> Metrics {
+        Self::default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
         let mut registry = Registry::default();
         let process = Process::register(&mut registry);
         let r = registry.sub_registry_with_prefix("wasmloop");
@@ -478,7 +473,9 @@ impl Metrics {
             registry,
         }
     }
+}
 
+impl Metrics {
     /// The exposition: OpenMetrics text, which Prometheus and its parsers read.
     pub fn encode(&self) -> String {
         self.process.sample();
@@ -605,13 +602,14 @@ pub fn is_application_error(result: &[u8]) -> bool {
 }
 
 /// `GET /metrics`, for the listener of its own that `server::serve_metrics` runs.
-pub fn app(metrics: &'static Metrics) -> axum::Router {
+pub fn app(metrics: std::sync::Arc<Metrics>) -> axum::Router {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
     axum::Router::new()
         .route(
             "/metrics",
             axum::routing::get(move || async move {
+                let metrics = metrics.clone();
                 (
                     [(
                         header::CONTENT_TYPE,

@@ -186,6 +186,20 @@ pub fn fresh_activation_id(made: u64) -> String {
     crate::hex(&hasher.finalize().as_bytes()[..16])
 }
 
+/// A JSON response with an exact `Content-Length` (a full body is never chunked).
+pub fn json_response(
+    status: axum::http::StatusCode,
+    body: impl Into<axum::body::Bytes>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.into(),
+    )
+        .into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,8 @@ pub struct Runtime {
     /// The backends, made from `config` and kept for the runtime's life (the wasm
     /// engines among what they keep).
     registry: executor::registry::Registry,
+    /// Where it counts (`--metrics-listen`), handed down to the backends.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     action: RwLock<Option<Arc<Action>>>,
     /// Serializes `/init`s, so that two at once cannot both succeed.
     init_lock: tokio::sync::Mutex<()>,
@@ -166,9 +168,11 @@ impl Drop for Admitted {
 }
 
 impl Runtime {
-    pub fn new(config: Config) -> Self {
+    /// The runtime for `config`, counting in `metrics` when they are on.
+    pub fn new(config: Config, metrics: Option<Arc<crate::metrics::Metrics>>) -> Self {
         Runtime {
-            registry: executor::registry::Registry::new(&config),
+            registry: executor::registry::Registry::new(&config, metrics.clone()),
+            metrics,
             config,
             action: RwLock::new(None),
             init_lock: tokio::sync::Mutex::new(()),
@@ -237,6 +241,11 @@ impl Runtime {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Where requests, activations and refusals are counted, when the metrics are on.
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+        self.metrics.as_ref()
     }
 
     pub fn registry(&self) -> &executor::registry::Registry {
@@ -335,7 +344,7 @@ impl Runtime {
         let began = std::time::Instant::now();
         let trust = self.registry.trust();
         let counted = |succeeded: bool| {
-            if let Some(metrics) = crate::metrics::get() {
+            if let Some(metrics) = &self.metrics {
                 metrics.init(succeeded, began.elapsed());
             }
         };
@@ -360,7 +369,7 @@ impl Runtime {
         executor.started_in(began.elapsed());
         let action = Arc::new(Action {
             executor,
-            metrics: crate::metrics::get().map(|m| m.for_action(backend)),
+            metrics: self.metrics.as_ref().map(|m| m.for_action(backend)),
             sentinels: config.logs.sentinels,
             timeout: config.pool.timeout,
             format: config.logs.format,

@@ -46,7 +46,27 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
                 ))
         }
     };
-    routes.with_state(runtime)
+    routes
+        .layer(axum::middleware::map_response_with_state(
+            runtime.clone(),
+            count_refusals,
+        ))
+        .with_state(runtime)
+}
+
+/// Counts each refusal (a 4xx or 503 of the runtime's own), as the error that answered
+/// it tagged the response (`Error::refusal`).
+async fn count_refusals(
+    axum::extract::State(runtime): axum::extract::State<Arc<Runtime>>,
+    response: axum::response::Response,
+) -> axum::response::Response {
+    if let (Some(metrics), Some(why)) = (
+        runtime.metrics(),
+        response.extensions().get::<crate::metrics::Refusal>(),
+    ) {
+        metrics.refused(*why);
+    }
+    response
 }
 
 /// Once the server is stopping, every answer closes its connection: a client (or a proxy)
@@ -74,12 +94,13 @@ async fn close_when_stopping(
 pub async fn run(
     listener: TcpListener,
     mut config: Config,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl Future<Output = Stop> + Send + 'static,
 ) -> std::io::Result<()> {
     config.fit_to_host();
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
     let built_in = config.action.built_in.clone();
-    let runtime = Arc::new(Runtime::new(config));
+    let runtime = Arc::new(Runtime::new(config, metrics));
     // Made now, off the async workers, so that the first /init does not pay for it (the
     // wasm engines: see each backend's `warm`). Only the backends `--backends` allows: a
     // native-only image keeps an engine's memory and the address space its pool reserves.
@@ -104,6 +125,7 @@ pub async fn run(
     let connections = Connections {
         head_within: runtime.config().limits.header_read_timeout,
         format: runtime.config().logs.format,
+        metrics: runtime.metrics().cloned(),
     };
     let mut serving = std::pin::pin!(connections.serve(
         crate::linger::LingeringListener::new(listener),
@@ -195,13 +217,14 @@ const METRICS_HEAD_WITHIN: std::time::Duration = std::time::Duration::from_secs(
 /// `--header-read-timeout` setting) or, without one, 30 s.
 pub async fn serve_metrics(
     listener: TcpListener,
-    metrics: &'static crate::metrics::Metrics,
+    metrics: Arc<crate::metrics::Metrics>,
     head_within: Option<std::time::Duration>,
     format: crate::logs::LogFormat,
 ) -> std::io::Result<()> {
     let connections = Connections {
         head_within: head_within.or(Some(METRICS_HEAD_WITHIN)),
         format,
+        metrics: None,
     };
     connections
         .serve(
@@ -218,6 +241,9 @@ struct Connections {
     /// from when the connection is ready for it: an idle kept-alive connection closes then.
     head_within: Option<std::time::Duration>,
     format: crate::logs::LogFormat,
+    /// Where the connections refused before a request are counted (not the metrics
+    /// listener's own).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Connections {
@@ -249,9 +275,10 @@ impl Connections {
             let connection = graceful.watch(connection);
             let format = self.format;
             let head_within = self.head_within;
+            let metrics = self.metrics.clone();
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
-                    refused(format, peer, head_within, &e);
+                    refused(format, metrics.as_deref(), peer, head_within, &e);
                 }
             });
         }
@@ -291,6 +318,7 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Wit
 /// that just went away is only a debug line.
 fn refused(
     format: crate::logs::LogFormat,
+    metrics: Option<&crate::metrics::Metrics>,
     peer: std::net::SocketAddr,
     head_within: Option<std::time::Duration>,
     error: &hyper::Error,
@@ -310,7 +338,7 @@ fn refused(
         tracing::debug!(%peer, %error, "a connection ended early");
         return;
     };
-    if let Some(metrics) = crate::metrics::get() {
+    if let Some(metrics) = metrics {
         metrics.refused(refusal);
     }
     let why = match refusal {

@@ -13,7 +13,7 @@ use super::{
     lines,
 };
 use crate::lock;
-use crate::metrics::Made;
+use crate::metrics::{Made, Metrics};
 
 /// What a backend runs activations on.
 pub trait Worker: Sized + Send + 'static {
@@ -147,8 +147,9 @@ pub enum End {
     Logs,
 }
 
-/// What a pool writes of its own about each activation, beside the action's logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a pool writes of its own about each activation, beside the action's logs, and
+/// where it counts.
+#[derive(Clone)]
 pub struct Reporting {
     pub end: End,
     /// Whether an answer that is not a JSON object or array is explained on stderr
@@ -161,10 +162,15 @@ pub struct Reporting {
     /// Whether answers go out as plain HTTP responses (`--protocol http`), which a
     /// report's status follows.
     pub web: bool,
+    /// Where instances, the queue and its refusals are counted.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Reporting {
-    pub fn of(config: &crate::config::Config) -> Reporting {
+    pub fn of(
+        config: &crate::config::Config,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Reporting {
         Reporting {
             end: if config.logs.sentinels {
                 End::Sentinels
@@ -175,6 +181,7 @@ impl Reporting {
             format: config.logs.format,
             reports: config.logs.reports,
             web: config.protocol == crate::config::Protocol::Http,
+            metrics,
         }
     }
 }
@@ -189,6 +196,7 @@ impl From<End> for Reporting {
             format: crate::logs::LogFormat::Text,
             reports: false,
             web: false,
+            metrics: None,
         }
     }
 }
@@ -327,13 +335,13 @@ struct Idle<W> {
 
 impl<W> Idle<W> {
     /// A worker just made, for the reason the metrics count.
-    fn new(worker: W, generation: u64, why: Made) -> Self {
-        if let Some(metrics) = crate::metrics::get() {
+    fn new(worker: W, generation: u64, why: Made, metrics: &Option<Arc<Metrics>>) -> Self {
+        if let Some(metrics) = metrics {
             metrics.instance_made(why);
         }
         Idle {
             worker,
-            _alive: Alive::new(),
+            _alive: Alive::new(metrics.clone()),
             generation,
             activations: 0,
             stale: false,
@@ -347,12 +355,11 @@ impl<W> Idle<W> {
 }
 
 /// Counts a worker among those alive (the metrics' gauge) for as long as it lives.
-struct Alive(Option<&'static crate::metrics::Metrics>);
+struct Alive(Option<Arc<Metrics>>);
 
 impl Alive {
-    fn new() -> Self {
-        let metrics = crate::metrics::get();
-        if let Some(metrics) = metrics {
+    fn new(metrics: Option<Arc<Metrics>>) -> Self {
+        if let Some(metrics) = &metrics {
             metrics.instances().inc();
         }
         Alive(metrics)
@@ -361,7 +368,7 @@ impl Alive {
 
 impl Drop for Alive {
     fn drop(&mut self) {
-        if let Some(metrics) = self.0 {
+        if let Some(metrics) = &self.0 {
             metrics.instances().dec();
         }
     }
@@ -386,21 +393,21 @@ async fn within<T>(
 }
 
 /// Counts an activation as waiting for as long as it lives (its count is added first).
-struct Waiting<'a>(&'a AtomicUsize);
+struct Waiting<'a>(&'a AtomicUsize, &'a Option<Arc<Metrics>>);
 
 impl<'a> Waiting<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        if let Some(metrics) = crate::metrics::get() {
+    fn new(count: &'a AtomicUsize, metrics: &'a Option<Arc<Metrics>>) -> Self {
+        if let Some(metrics) = metrics {
             metrics.queue_depth().inc();
         }
-        Waiting(count)
+        Waiting(count, metrics)
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
-        if let Some(metrics) = crate::metrics::get() {
+        if let Some(metrics) = self.1 {
             metrics.queue_depth().dec();
         }
     }
@@ -413,8 +420,9 @@ impl<W: Worker> Pool<W> {
         size: PoolSize,
         reporting: impl Into<Reporting>,
     ) -> Result<Arc<Self>, StartError> {
-        let reporting = reporting.into();
+        let reporting: Reporting = reporting.into();
         let worker = W::start(&spec, Start::Checked).await?;
+        let first = Idle::new(worker, 0, Made::First, &reporting.metrics);
         Ok(Arc::new_cyclic(|me| Pool {
             spec: RwLock::new(Arc::new(spec)),
             generation: AtomicU64::new(0),
@@ -422,7 +430,7 @@ impl<W: Worker> Pool<W> {
             reporting,
             permits: Arc::new(tokio::sync::Semaphore::new(size.workers.max(1))),
             me: me.clone(),
-            idle: Mutex::new(vec![Idle::new(worker, 0, Made::First)]),
+            idle: Mutex::new(vec![first]),
             waiting: AtomicUsize::new(0),
             helper: std::sync::OnceLock::new(),
             stopping: tokio::sync::watch::Sender::new(false),
@@ -485,7 +493,7 @@ impl<W: Worker> Pool<W> {
             entry.stale = false;
             entry.activations = 0;
             entry.renewed = true;
-            if let Some(metrics) = crate::metrics::get() {
+            if let Some(metrics) = &self.reporting.metrics {
                 metrics.instance_made(Made::Renewed);
             }
             return Ok(entry);
@@ -503,7 +511,7 @@ impl<W: Worker> Pool<W> {
         } else {
             W::start(&spec, Start::Checked).await?
         };
-        Ok(Idle::new(worker, generation, why))
+        Ok(Idle::new(worker, generation, why, &self.reporting.metrics))
     }
 
     /// Whether each worker is started for its activation, with its values (see
@@ -623,7 +631,7 @@ impl<W: Worker> Pool<W> {
             *slot_spec = Arc::new(spec);
             self.generation.fetch_add(1, Ordering::AcqRel) + 1
         };
-        let mut fresh = Idle::new(worker, current, Made::Upgrade);
+        let mut fresh = Idle::new(worker, current, Made::Upgrade, &self.reporting.metrics);
         let replaceable = |entry: &Idle<W>| !entry.served() && entry.generation != current;
         let mut swapped = 0;
         loop {
@@ -849,12 +857,12 @@ impl<W: Worker> Pool<W> {
             Err(_) => {
                 if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.size.max_waiting {
                     self.waiting.fetch_sub(1, Ordering::Relaxed);
-                    if let Some(metrics) = crate::metrics::get() {
+                    if let Some(metrics) = &self.reporting.metrics {
                         metrics.queue_full();
                     }
                     return Err(RunError::Busy(self.size.max_waiting));
                 }
-                let _waiting = Waiting::new(&self.waiting);
+                let _waiting = Waiting::new(&self.waiting, &self.reporting.metrics);
                 let queued = Instant::now();
                 // Time spent queueing counts against the deadline too.
                 within(deadline, async {
@@ -883,7 +891,9 @@ impl<W: Worker> Pool<W> {
             let started = within(deadline, async {
                 let worker = W::start(&spec, Start::OnArrival(&line)).await;
                 worker
-                    .map(|worker| Idle::new(worker, generation, Made::Lifetime))
+                    .map(|worker| {
+                        Idle::new(worker, generation, Made::Lifetime, &self.reporting.metrics)
+                    })
                     .map_err(RunError::Restart)
             })
             .await?;

@@ -59,15 +59,19 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// State shared by the backends of one folder, one value per type, made by the first
-/// backend that asks.
+/// What the backends of one runtime are made with besides its settings: state the
+/// backends of one folder share, one value per type, made by the first backend that asks;
+/// and the runtime's metrics, where each counts what it does.
 #[derive(Default)]
-pub struct Shared(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+pub struct Shared {
+    made: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+}
 
 impl Shared {
     pub fn get_or_make<T: Any + Send + Sync>(&mut self, make: impl FnOnce() -> T) -> Arc<T> {
         let value = self
-            .0
+            .made
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Arc::new(make()))
             .clone();
@@ -223,8 +227,11 @@ pub struct Registry {
 impl Registry {
     /// Makes every registered backend (each makes little until it is warmed or used):
     /// one that `--backends` leaves out still tells what it would have claimed.
-    pub fn new(config: &Config) -> Registry {
-        let mut shared = Shared::default();
+    pub fn new(config: &Config, metrics: Option<Arc<crate::metrics::Metrics>>) -> Registry {
+        let mut shared = Shared {
+            made: HashMap::new(),
+            metrics,
+        };
         let made = BACKENDS
             .iter()
             .map(|registration| (registration, (registration.make)(config, &mut shared)))

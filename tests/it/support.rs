@@ -418,7 +418,7 @@ impl InProcess {
                     let _ = stopped.await;
                     wasmloop::signals::Stop::Interrupt
                 };
-                wasmloop::server::run(listener, config, stop)
+                wasmloop::server::run(listener, config, None, stop)
                     .await
                     .expect("the server failed");
             });

@@ -66,7 +66,12 @@ impl Worker for HttpInstance {
             .args(&[&start.main]);
         preopen_action(&mut wasi, spec.preopen.as_ref())?;
         let descriptors = Descriptors::new(spec.descriptors, stderr.clone());
-        let outbound = Outbound::new(spec.outbound.clone(), stderr.clone(), descriptors.clone());
+        let outbound = Outbound::new(
+            spec.outbound.clone(),
+            stderr.clone(),
+            descriptors.clone(),
+            spec.engine.metrics.clone(),
+        );
         outbound.gate_sockets(&mut wasi);
         let denials = outbound.denials();
         // Told the action's variables; a fresh instance its activation's too, once it has
@@ -180,7 +185,7 @@ impl Worker for HttpInstance {
                     head.status.as_u16()
                 );
                 say(&format!("wasmloop: {message}"));
-                respond.send(crate::error::json_response(
+                respond.send(crate::protocol::json_response(
                     axum::http::StatusCode::BAD_GATEWAY,
                     crate::protocol::error_body(&message),
                 ));

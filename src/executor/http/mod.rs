@@ -27,7 +27,8 @@ pub const HTTP: Registration = Registration {
     runs: "WebAssembly HTTP component (wasi:http/proxy)",
     made: "an HTTP component (wasmloop new rust-http)",
     make: |config, shared| {
-        let engines = shared.get_or_make(|| Engines::new(config));
+        let metrics = shared.metrics.clone();
+        let engines = shared.get_or_make(|| Engines::new(config, metrics));
         let allow_precompiled = super::wasm::WasmSettings::of(config).allow_precompiled;
         Arc::new(HttpBackend {
             engines,

@@ -63,14 +63,15 @@ pub const NATIVE: Registration = Registration {
     name: "native",
     runs: "native executable or script",
     made: "a native executable or script",
-    make: |config, _| {
+    make: |config, shared| {
         let settings = config.backends.get::<NativeSettings>().cloned();
-        Arc::new(Native(settings.unwrap_or_default()))
+        Arc::new(Native(settings.unwrap_or_default(), shared.metrics.clone()))
     },
 };
 
-/// The native backend keeps nothing of its own between actions but its settings.
-struct Native(NativeSettings);
+/// The native backend keeps nothing of its own between actions but its settings, and
+/// where it counts.
+struct Native(NativeSettings, Option<Arc<crate::metrics::Metrics>>);
 
 impl Backend for Native {
     /// Any file: last in the registry, it is asked only about what the WebAssembly
@@ -98,7 +99,7 @@ impl Backend for Native {
                 pipe_size: pipe_size(size.workers),
                 start_probe: self.0.start_probe,
             };
-            let pool: Arc<Pool<Process>> = Pool::start(spec, size, Reporting::of(config)).await?;
+            let pool: Arc<Pool<Process>> = Pool::start(spec, size, Reporting::of(config, self.1.clone())).await?;
             Ok(pool as Arc<dyn super::Executor>)
         })
     }

@@ -44,7 +44,7 @@ impl CompileCache {
     pub fn load(&self, engine: &WasmEngine, digest: &WasmDigest) -> Option<Code> {
         let path = self.entry(engine, digest);
         let found = path.is_file();
-        if let Some(metrics) = crate::metrics::get() {
+        if let Some(metrics) = &engine.metrics {
             metrics.cache_lookup(found);
         }
         if !found {

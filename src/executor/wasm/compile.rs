@@ -72,7 +72,7 @@ impl CompileChild {
         let (began, tell) = (std::time::Instant::now(), self.tell);
         let background = matches!(self.role, ChildRole::Background);
         let compiled = self.run(&engine.compiler, wasm, engine.settings).await?;
-        if let Some(metrics) = crate::metrics::get() {
+        if let Some(metrics) = &engine.metrics {
             metrics.compiled(engine.settings.codegen.name(), background, began.elapsed());
         }
         let cached = cache.map(|cache| cache.entry(engine, digest));

@@ -285,12 +285,20 @@ pub struct Outbound {
     denials: Arc<std::sync::Mutex<DenialLog>>,
     /// The instance's files and sockets, against its caps.
     pub descriptors: Descriptors,
+    /// Where refusals are counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Outbound {
-    pub fn new(allowed: Arc<AllowList>, logs: GuestStderr, descriptors: Descriptors) -> Self {
+    pub fn new(
+        allowed: Arc<AllowList>,
+        logs: GuestStderr,
+        descriptors: Descriptors,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Self {
         let denials = DenialLog::new(std::time::Instant::now());
         Outbound {
+            metrics,
             allowed,
             logs,
             denials: Arc::new(std::sync::Mutex::new(denials)),
@@ -300,7 +308,7 @@ impl Outbound {
 
     /// Logs a refusal among the instance's logs, unless too many came at once.
     fn refused(&self, line: &str) {
-        if let Some(metrics) = crate::metrics::get() {
+        if let Some(metrics) = &self.metrics {
             metrics.outbound_refused();
         }
         if crate::lock(&self.denials).admit(std::time::Instant::now()) {

@@ -39,6 +39,8 @@ pub struct WasmEngine {
     pub ticker: Ticker,
     /// The `wasmloop` executable whose `compile --for-server` compiles for this engine.
     pub compiler: PathBuf,
+    /// Where its compiles, cache lookups and refused connections are counted.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// The engines of one runtime, made from its settings: each compiler's engine is made
@@ -57,10 +59,19 @@ pub struct Engines {
     artifact_id: OnceLock<Result<String, String>>,
     ticker: Ticker,
     compiler: PathBuf,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Engines {
-    pub fn new(config: &crate::config::Config) -> Engines {
+    /// Where the activations of actions on these engines are counted.
+    pub fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+        self.metrics.clone()
+    }
+
+    pub fn new(
+        config: &crate::config::Config,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Engines {
         let wasm = super::WasmSettings::of(config);
         Engines {
             settings: super::engine_settings(config, wasm.compiler.final_tier()),
@@ -69,6 +80,7 @@ impl Engines {
             artifact_id: OnceLock::new(),
             ticker: Ticker::default(),
             compiler: wasm.compile_exe.clone(),
+            metrics,
         }
     }
 
@@ -92,6 +104,7 @@ impl Engines {
                 },
                 &self.ticker,
                 &self.compiler,
+                self.metrics.clone(),
             )
         })
     }
@@ -232,6 +245,7 @@ impl WasmEngine {
         settings: EngineSettings,
         ticker: &Ticker,
         compiler: &Path,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> wasmtime::Result<Arc<WasmEngine>> {
         // The pool reserves address space for every slot; hosts with strict overcommit
         // refuse that, and then instances are allocated one by one instead.
@@ -255,6 +269,7 @@ impl WasmEngine {
             settings,
             ticker: ticker.clone(),
             compiler: compiler.to_owned(),
+            metrics,
         }))
     }
 

@@ -225,7 +225,12 @@ impl Instance {
                 })
             }
             Pre::Component(pre) => {
-                let outbound = Outbound::new(wasm.outbound.clone(), stderr.clone(), held.clone());
+                let outbound = Outbound::new(
+                    wasm.outbound.clone(),
+                    stderr.clone(),
+                    held.clone(),
+                    wasm.engine.metrics.clone(),
+                );
                 outbound.gate_sockets(&mut wasi);
                 denials = Some(outbound.denials());
                 let host = component::host(

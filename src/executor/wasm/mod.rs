@@ -83,7 +83,8 @@ struct WasmBackend {
 
 impl WasmBackend {
     fn make(side: Side, config: &Config, shared: &mut Shared) -> Arc<dyn Backend> {
-        let engines = shared.get_or_make(|| Engines::new(config));
+        let metrics = shared.metrics.clone();
+        let engines = shared.get_or_make(|| Engines::new(config, metrics));
         let trust_keys = WasmSettings::of(config).trust_keys.clone();
         Arc::new(WasmBackend {
             side,
@@ -341,7 +342,7 @@ pub async fn start<W: World>(
     };
     let serve = |engine, code: Code, linking: Link| async move {
         let spec = link::<W>(engine, &code, linking)?;
-        Pool::start(spec, size, Reporting::of(config)).await
+        Pool::start(spec, size, Reporting::of(config, engines.metrics())).await
     };
     let (wasm, sha256) = match source {
         Source::Precompiled(path) => {
@@ -485,6 +486,7 @@ impl<W: World> Upgrade<W> {
             .compile(&self.engine, &self.wasm, &self.digest, self.cache.as_ref())
             .await
             .map_err(CompileError::into_start_error);
+        let metrics = self.engine.metrics.clone();
         let upgraded = match compiled.and_then(|code| link::<W>(self.engine, &code, self.linking)) {
             Ok(spec) => match slot.upgrade() {
                 Some(slot) => slot.upgrade(spec).await,
@@ -493,7 +495,7 @@ impl<W: World> Upgrade<W> {
             Err(e) => Err(e),
         };
         if upgraded.is_ok()
-            && let Some(metrics) = crate::metrics::get()
+            && let Some(metrics) = &metrics
         {
             metrics.tiered_up();
         }
