@@ -1,0 +1,177 @@
+//! What a pool says of each activation besides the action's logs: its report (how it ended, its time, CPU and memory), and where it counts.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Close, End, Pool, Worker};
+use crate::executor::RunError;
+use crate::executor::report::{InstanceUse, Report};
+use crate::lock;
+
+/// What a pool writes of its own about each activation, beside the action's logs, and
+/// where it counts.
+#[derive(Clone)]
+pub struct Reporting {
+    pub end: End,
+    /// Whether an answer that is not a JSON object or array is explained on stderr
+    /// (`LogSettings::hints`); the HTTP body is the fixed message either way.
+    pub hints: bool,
+    /// How those lines are written.
+    pub format: crate::logs::LogFormat,
+    /// Whether each activation's logs end with its report (`LogSettings::reports`).
+    pub reports: bool,
+    /// Whether answers go out as plain HTTP responses (`--protocol http`), which a
+    /// report's status follows.
+    pub web: bool,
+    /// Where instances, the queue and its refusals are counted.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+}
+
+impl Reporting {
+    pub fn of(
+        config: &crate::config::Config,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Reporting {
+        Reporting {
+            end: if config.logs.sentinels {
+                End::Sentinels
+            } else {
+                End::Logs
+            },
+            hints: config.logs.hints,
+            format: config.logs.format,
+            reports: config.logs.reports,
+            web: config.protocol == crate::config::Protocol::Http,
+            metrics,
+        }
+    }
+}
+
+/// Unit tests' pools: no hints, no reports.
+#[cfg(test)]
+impl From<End> for Reporting {
+    fn from(end: End) -> Reporting {
+        Reporting {
+            end,
+            hints: false,
+            format: crate::logs::LogFormat::Text,
+            reports: false,
+            web: false,
+            metrics: None,
+        }
+    }
+}
+
+impl<W: Worker> Pool<W> {
+    /// The end of an activation's logs with its report, the activation having taken
+    /// `wall` and `cpu` on `worker`, found as `instance` says; `sent` as `verdict` reads it.
+    pub(super) fn closed_with_report(
+        &self,
+        worker: &mut W,
+        result: &Result<Bytes, RunError>,
+        sent: u16,
+        wall: std::time::Duration,
+        cpu: Option<std::time::Duration>,
+        instance: InstanceUse,
+    ) -> Close {
+        let report = Report {
+            verdict: self.verdict(result, sent),
+            wall,
+            cpu,
+            memory: worker.peak_memory_bytes(),
+            instance: Some(instance),
+            init: lock(&self.cold).take(),
+        };
+        let labels = worker.attribution().and_then(|a| a.labels());
+        let mut rendered = Vec::new();
+        report.render(self.reporting.format, labels.as_deref(), &mut rendered);
+        Close::after(self.reporting.end, rendered)
+    }
+
+    /// Says what became of an activation stopped with the pool, which `activate` (saying
+    /// so of every other failure) could not: it was dropped, its worker and the labels
+    /// it held with it. A response already under way was cut short; the report, if asked
+    /// for, says it was stopped.
+    pub(super) fn say_stopped(
+        &self,
+        began: Option<std::time::Instant>,
+        sent: u16,
+        labels: Option<&crate::logs::Labels>,
+    ) {
+        if sent != 0 {
+            crate::logs::runtime_line(
+                self.reporting.format,
+                labels,
+                &format!(
+                    "wasmloop: the response was cut short: {}",
+                    RunError::Stopped
+                ),
+            );
+        }
+        if let Some(began) = began {
+            let report = Report {
+                verdict: self.verdict(&Err(RunError::Stopped), sent),
+                wall: began.elapsed(),
+                cpu: None,
+                memory: None,
+                instance: None,
+                init: None,
+            };
+            let mut rendered = Vec::new();
+            report.render(self.reporting.format, labels, &mut rendered);
+            crate::logs::Stream::Stderr.write(&rendered);
+        }
+    }
+
+    /// How an activation that ended with `result` went, as its report says it: for a
+    /// request served as it came, `sent` is the status its response went out with (0 if
+    /// none did), which stands even for one cut short; a stdio action's result is the
+    /// response under `--protocol http`, with its `statusCode`.
+    pub(super) fn verdict(
+        &self,
+        result: &Result<Bytes, RunError>,
+        sent: u16,
+    ) -> crate::executor::report::Verdict {
+        use crate::metrics::Outcome;
+        let (outcome, status, error) = match result {
+            Err(e) => (
+                e.outcome(),
+                e.status(self.reporting.web),
+                Some(e.to_string()),
+            ),
+            Ok(_) if sent != 0 => (Outcome::Success, sent, None),
+            Ok(result) => {
+                let outcome = if crate::metrics::is_application_error(result) {
+                    Outcome::ApplicationError
+                } else {
+                    Outcome::Success
+                };
+                let asked = self.reporting.web.then(|| web_status(result)).flatten();
+                (outcome, asked.unwrap_or(200), None)
+            }
+        };
+        let status = if sent != 0 { sent } else { status };
+        // An answer of 5xx is the action's own word that it failed, as an `error` field is.
+        let outcome = match outcome {
+            Outcome::Success if status >= 500 => Outcome::ApplicationError,
+            outcome => outcome,
+        };
+        crate::executor::report::Verdict {
+            outcome,
+            status,
+            error,
+        }
+    }
+}
+
+/// The status a web action's result asks for (`statusCode`), as `--protocol http` sends
+/// it; none for a result that names none.
+fn web_status(result: &[u8]) -> Option<u16> {
+    #[derive(serde::Deserialize)]
+    struct Response {
+        #[serde(rename = "statusCode")]
+        status_code: Option<u16>,
+    }
+    serde_json::from_slice::<Response>(result).ok()?.status_code
+}
