@@ -289,7 +289,47 @@ pub fn open_file_limit() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// Instances (or children) at once unless `--concurrency` says: one under OpenWhisk's
+/// protocol (its invoker sends one activation at a time, as to the platform's own
+/// runtimes); under `--protocol http`, where many connections arrive at once and some
+/// activations wait on the network, two per CPU.
+pub fn default_concurrency(protocol: Protocol, cpus: usize) -> usize {
+    match protocol {
+        Protocol::OpenWhisk => usize::from(DEFAULT_CONCURRENCY),
+        Protocol::Http => 2 * cpus.max(1),
+    }
+}
+
+/// Threads serving HTTP and running instances unless `--threads` says: one per activation
+/// that can run at once, at most one per CPU. With one, every hop between the connection,
+/// the activation and the instance stays on one thread (a second idle worker gets woken by
+/// each of them: many more context switches per request, and more CPU per activation on
+/// a 2-core machine).
+pub fn default_threads(concurrency: usize, cpus: usize) -> usize {
+    concurrency.min(cpus).max(1)
+}
+
 impl Config {
+    /// Under `--protocol http`, what no platform provides there: a drain after SIGTERM
+    /// (`drain_period`, or the default), a deadline, a bound on a request head's time
+    /// (unless `head_given`), and no sentinels.
+    pub fn serve_plain_http(&mut self, drain_period: Option<Duration>, head_given: bool) {
+        self.pool.drain_period =
+            drain_period.unwrap_or_else(|| duration(DEFAULT_HTTP_DRAIN_PERIOD));
+        // The sentinels mark an activation's logs for OpenWhisk's invoker; no platform
+        // reads them here.
+        self.logs.sentinels = false;
+        // No platform sends a deadline here: an action that never answers must not hold
+        // its connection forever.
+        self.pool
+            .timeout
+            .get_or_insert_with(|| duration(DEFAULT_HTTP_TIMEOUT));
+        // A client that never finishes its request's head must not hold a connection.
+        if !head_given {
+            self.limits.header_read_timeout = Some(duration(DEFAULT_HTTP_HEADER_READ_TIMEOUT));
+        }
+    }
+
     /// Fits the settings to the process and the machine it runs on, where a server (or a
     /// local run) starts: raises the open-file limit to its hard limit and leaves guests
     /// what the runtime does not keep, and fits the default memory cap to the container's

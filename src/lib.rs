@@ -4,54 +4,64 @@
 //! A request's path through this crate's modules:
 //!
 //! - `cli`, `config`: flags and environment resolved into one `Config`, in one fallible
-//!   step (`ServeArgs::to_config`); each flag is declared once, in groups that `serve` and
-//!   `run` share, and every default lives in `config`. `Config::fit_to_host` (where a
-//!   server or a local run starts) is the only part that asks the system.
+//!   step (`ServeArgs::to_config`); a file per subcommand, each flag declared once, in
+//!   groups that `serve` and `run` share; a backend folder's flags are its own, flattened
+//!   as `executor::registry::BackendArgs`, its settings kept in `Config::backends` by type.
+//!   Every default and policy lives in `config`; `Config::fit_to_host` (where a server or
+//!   a local run starts) is the only part that asks the system.
 //! - `server`: the HTTP server (`app` builds the router, `run` serves it), over `linger`'s
 //!   connections, which close without losing an early answer; `handlers`: `/init`, `/run`,
 //!   other paths.
 //! - `runtime`: the action slot that `/init` fills and `/run` uses; it holds the backend
-//!   registry (`executor::registry::Registry`), made from its `Config`.
-//! - `protocol`: the ActionLoop wire types, fixed messages and the log sentinel; `logs`:
-//!   the action's lines, whole and attributed, in the configured format; `last_words`:
-//!   the crash report (a panic, an abort) among an action's last lines, for messages.
+//!   registry (`executor::registry::Registry`), made from its `Config`, and the metrics.
+//! - `metrics`: the Prometheus metrics, made by `main` and handed down (runtime, registry,
+//!   backends): nothing is process-wide.
+//! - `protocol`: the ActionLoop wire types, fixed messages, JSON responses and the log
+//!   sentinel; `logs`: the action's lines, whole and attributed, in the configured format;
+//!   `last_words`: the crash report (a panic, an abort) among an action's last lines.
 //! - `error`: the one error type and its status codes.
 //! - `action`: an upload turned into a startable folder (decode, detect, unpack, and
-//!   `hook`, the `OW_COMPILER` compiler hook), and its entry point file, found by the
-//!   contract's names alone: which backend runs it, each backend says (`Backend::claims`).
-//! - `signing`: the signed-artifact format (keys, what is signed, verification), handed
-//!   the trusted keys and engine id: it knows nothing of wasmtime.
+//!   `hook`, the `OW_COMPILER` compiler hook), its entry point file found by the contract's
+//!   names alone (which backend runs it, each backend says: `Backend::claims`); `pack`,
+//!   a folder zipped back.
+//! - `signing`: the signed-artifact format (keys, what is signed, verification, the code's
+//!   frames), handed the trusted keys and engine id: it knows nothing of wasmtime.
 //! - `executor`: the `Executor` seam the runtime holds.
-//!   - `executor::registry`: the backends, listed once (`BACKENDS`): `--backends` takes
-//!     their names, an upload starts on the first that claims it, and the messages about
-//!     a backend are its entry's. A backend is a folder under `executor/` with one
-//!     `Registration` and one `Backend` implementation; adding one is that folder and a
-//!     line in `BACKENDS`. Its own ways of failing to start are an error type of its folder
-//!     (a `BackendFailure`), carried as `StartError::Backend`; `StartError`'s other variants
-//!     are the contract's and the runtime's, named by no backend.
+//!   - `executor::registry`: the backends, listed once (`BACKENDS`), with their folders'
+//!     flags (`FLAGS`) and subcommands (`COMMANDS`): `--backends` takes their names, an
+//!     upload starts on the first that claims it, and the messages about a backend are its
+//!     entry's. A backend is a folder under `executor/` with one `Registration` and one
+//!     `Backend` implementation; adding one is that folder and a line in `backends!`. Its
+//!     own ways of failing to start are an error type of its folder (a `BackendFailure`),
+//!     carried as `StartError::Backend`; `StartError`'s other variants are the contract's
+//!     and the runtime's, named by no backend.
 //!   - `executor::pool`: what every backend shares: `Pool<W>`, the one `Executor`, runs
-//!     activations on workers of one backend (queue, deadlines, restarts, each
-//!     activation's end and sentinels); a backend's worker is a `Worker`.
+//!     activations on workers of one backend: admitted (`admission`), given a worker
+//!     (`lifecycle`), their logs ended (`ending`) with a report (`reports`); a backend's
+//!     worker is a `Worker` (`worker`).
 //!   - `executor::lines`: JSON-lines framing and the one capped line splitter.
 //!   - `executor::native/`: the native backend, a child process over pipes (spawning,
-//!     its stdout tap, why a child does not start or answer).
+//!     its stdout tap, why a child does not start or answer, its flag).
 //!   - `executor::wasm/`: the WebAssembly backends, modules and components in wasmtime
 //!     (engines, compile children, the compile cache, WASI streams, descriptor caps, the
-//!     outbound gate, and their settings and flags), its start generic over a `World`.
+//!     outbound gate, their settings and flags, `wasmloop compile`), its start generic
+//!     over a `World`.
 //!   - `executor::http/`: the HTTP component backend, a `World` on the wasm folder's
 //!     start, with OpenWhisk's web-action mapping both ways.
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
-//! - `local`: `wasmloop run`, the same path without HTTP; `template`: `wasmloop new`.
+//! - `local_run`: `wasmloop run`, the same path without HTTP; `ow_compile`: the reference's
+//!   `-compile`; `new_project`: `wasmloop new`.
 //! - `signals`: SIGTERM and Ctrl-C, told apart, for the server and a local run alike.
 //! - `webaction`: `--protocol http`, a plain request as a web action's activation and its
 //!   result as the response.
 //!
-//! The arrows point one way (no module uses one that uses it):
-//! `server` → `linger`, `handlers` → `runtime` → `executor` → `action` → `signing`; `error` sits
-//! beside `runtime` and names `action`'s and `executor`'s errors; `config`, `protocol`,
-//! `logs`, `outbound`, `memory` and `signals` are used from above and use nothing above
-//! them; `local` and `cli` are at the top, beside `main`.
+//! The arrows point one way (no module uses one that uses it; `../shared/tools/structure.sh`
+//! finds no circle): `server` → `linger`, `handlers` → `runtime` → `executor` → `action` →
+//! `signing`; `error` sits beside `runtime` and names `action`'s and `executor`'s errors;
+//! `config`, `protocol`, `logs`, `metrics`, `outbound`, `memory` and `signals` are used from
+//! above and use nothing above them; `local_run`, `ow_compile`, `new_project` and `cli` are
+//! at the top, beside `main`.
 
 pub mod action;
 pub mod cli;
@@ -61,17 +71,18 @@ pub mod executor;
 pub mod handlers;
 pub mod last_words;
 pub mod linger;
-pub mod local;
+pub mod local_run;
 pub mod logs;
 pub mod memory;
 pub mod metrics;
+pub mod new_project;
 pub mod outbound;
+pub mod ow_compile;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
 pub mod signals;
 pub mod signing;
-pub mod template;
 pub mod webaction;
 
 /// `bytes` in lower-case hex: digests in cache names, keys and signatures.

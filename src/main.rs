@@ -125,10 +125,10 @@ fn run_locally(args: RunArgs, verbose: bool) -> anyhow::Result<ExitCode> {
     let config = args.to_config(verbose)?;
     let context = args.context();
     let inputs = match args.input {
-        Some(input) => wasmloop::local::Inputs::One(input),
-        None => wasmloop::local::Inputs::Stdin,
+        Some(input) => wasmloop::local_run::Inputs::One(input),
+        None => wasmloop::local_run::Inputs::Stdin,
     };
-    let tally = async_runtime(None)?.block_on(wasmloop::local::run(
+    let tally = async_runtime(None)?.block_on(wasmloop::local_run::run(
         &args.file, &args.main, args.env, inputs, context, config,
     ))?;
     Ok(ExitCode::from(tally.exit_code()))
@@ -136,10 +136,10 @@ fn run_locally(args: RunArgs, verbose: bool) -> anyhow::Result<ExitCode> {
 
 fn new_project(args: NewArgs) -> anyhow::Result<()> {
     let (Some(language), Some(dir), false) = (args.language, &args.dir, args.list) else {
-        print!("{}", wasmloop::template::list());
+        print!("{}", wasmloop::new_project::list());
         return Ok(());
     };
-    let name = wasmloop::template::create(language, dir)?;
+    let name = wasmloop::new_project::create(language, dir)?;
     // The folder is named after the project most of the time: said once, then.
     let made = match dir.file_name() {
         Some(folder) if folder.to_string_lossy() == name => dir.display().to_string(),
@@ -189,7 +189,7 @@ fn ow_compile(args: OwCompileArgs) -> anyhow::Result<()> {
         .read_to_end(&mut input)
         .context("cannot read the upload on stdin")?;
     let config = args.runtime.to_config_untrusting()?;
-    let zip = async_runtime(None)?.block_on(wasmloop::local::compile_to_zip(
+    let zip = async_runtime(None)?.block_on(wasmloop::ow_compile::compile_to_zip(
         input,
         &args.main,
         args.env_json.as_deref(),

@@ -24,6 +24,17 @@ pub fn detect(bytes: &[u8]) -> Kind {
     }
 }
 
+/// What to do about a Linux executable named as WebAssembly (`name`), which is never run
+/// natively: its name says what its author meant.
+pub fn elf_named_wasm(name: &str) -> String {
+    format!(
+        "{name} is a Linux executable (ELF), not WebAssembly: build it for WebAssembly \
+         (`cargo build --target wasm32-wasip1`, `GOOS=wasip1 GOARCH=wasm go build`, `clang \
+         --target=wasm32-wasi`), or, to run it natively, name it `exec` (in a zip) or give it \
+         a name without `.wasm`"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,13 @@ pub trait Backend: Send + Sync {
     fn trust(&self) -> Option<crate::signing::Trust> {
         None
     }
+
+    /// Signs what `/init` unpacked for it, ahead of a server (`-compile --sign-key`): its
+    /// precompiled code and the signature beside it, for runtimes that trust `key`. An
+    /// action with no code to trust has nothing to sign.
+    fn sign(&self, _prepared: &Prepared, _key: &ed25519_dalek::SigningKey) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// What the backends of one runtime are made with besides its settings: state the
@@ -266,6 +273,14 @@ impl Registry {
     /// loads any.
     pub fn trust(&self) -> Option<crate::signing::Trust> {
         self.allowed().find_map(|backend| backend.trust())
+    }
+
+    /// Signs what `/init` unpacked (`Backend::sign`), by the backend that claims it.
+    pub fn sign(&self, prepared: &Prepared, key: &ed25519_dalek::SigningKey) -> anyhow::Result<()> {
+        match self.made.iter().find(|(_, b)| b.claims(&prepared.entry)) {
+            Some((_, backend)) => backend.sign(prepared, key),
+            None => Ok(()),
+        }
     }
 
     /// Starts the action `/init` unpacked on the backend that claims it, if `--backends`

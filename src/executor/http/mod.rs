@@ -90,6 +90,15 @@ impl Backend for HttpBackend {
     fn warm(&self) {
         self.engines.warm();
     }
+
+    fn sign(&self, prepared: &Prepared, key: &ed25519_dalek::SigningKey) -> anyhow::Result<()> {
+        match &prepared.entry {
+            Entry::File(component) if wasm::is_webassembly(component) => {
+                self.engines.sign_beside(component, key)
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl HttpBackend {

@@ -1,4 +1,4 @@
-//! Artifacts made ahead of a server: precompiled modules and signed zips, and how an ELF named .wasm is told.
+//! Artifacts made ahead of a server: precompiled modules and signed zips.
 
 use std::path::Path;
 
@@ -14,17 +14,6 @@ pub fn is_elf(path: &Path) -> bool {
         .and_then(|mut file| file.read_exact(&mut magic))
         .is_ok()
         && crate::action::detect::detect(&magic) == crate::action::detect::Kind::Elf
-}
-
-/// What to do about a Linux executable named as WebAssembly (`name`), which is never run
-/// natively: its name says what its author meant.
-pub fn elf_named_wasm(name: &str) -> String {
-    format!(
-        "{name} is a Linux executable (ELF), not WebAssembly: build it for WebAssembly \
-         (`cargo build --target wasm32-wasip1`, `GOOS=wasip1 GOARCH=wasm go build`, `clang \
-         --target=wasm32-wasi`), or, to run it natively, name it `exec` (in a zip) or give it \
-         a name without `.wasm`"
-    )
 }
 
 /// Makes `module` (a file) a signed artifact's folder: its precompiled code for the engine

@@ -63,6 +63,16 @@ pub struct Engines {
 }
 
 impl Engines {
+    /// Signs the module at `module` for the final tier's engine (`-compile --sign-key`):
+    /// its code and signature beside it, for runtimes of this build that trust `key`.
+    pub fn sign_beside(
+        &self,
+        module: &Path,
+        key: &ed25519_dalek::SigningKey,
+    ) -> anyhow::Result<()> {
+        super::sign_beside(module, self.settings, key)
+    }
+
     /// Where the activations of actions on these engines are counted.
     pub fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
         self.metrics.clone()

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use wasmtime::InstancePre;
 use wasmtime_wasi::p2::bindings::CommandPre;
 
-pub use artifact::{elf_named_wasm, is_elf, precompile, sign_beside};
+pub use artifact::{is_elf, precompile, sign_beside};
+use crate::action::detect::elf_named_wasm;
 use cache::{CompileCache, WasmDigest};
 pub use code::{Code, HANDLER_EXPORT, RUN_EXPORT, Side, is_component};
 pub use command::{COMPILE, CompileArgs};
@@ -111,7 +112,7 @@ impl Backend for WasmBackend {
         config: &'a Config,
         size: PoolSize,
     ) -> StartFuture<'a> {
-        start_prepared::<Command>(prepared, spec, config, &self.engines, size)
+        start_prepared::<StdioWorld>(prepared, spec, config, &self.engines, size)
     }
 
     fn warm(&self) {
@@ -120,6 +121,13 @@ impl Backend for WasmBackend {
 
     fn trust(&self) -> Option<crate::signing::Trust> {
         self.engines.trust(&self.trust_keys)
+    }
+
+    fn sign(&self, prepared: &Prepared, key: &ed25519_dalek::SigningKey) -> anyhow::Result<()> {
+        match &prepared.entry {
+            Entry::File(module) if is_webassembly(module) => self.engines.sign_beside(module, key),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -246,7 +254,7 @@ pub fn start_prepared<'a, W: World>(
     })
 }
 
-/// What code is linked as and run by: the stdio contract's command (`Command`), or another
+/// What code is linked as and run by: the stdio contract's world (`StdioWorld`), or another
 /// world a backend of its own serves. Compiling, the cache, signed code and tiering are the
 /// same for every world.
 pub trait World: Send + Sync + 'static {
@@ -259,9 +267,9 @@ pub trait World: Send + Sync + 'static {
 }
 
 /// The stdio contract: a WASI command (a module's `_start`, a component's `wasi:cli/run`).
-pub struct Command;
+pub struct StdioWorld;
 
-impl World for Command {
+impl World for StdioWorld {
     type Pre = Pre;
     type Worker = Instance;
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::config::Config;
@@ -174,7 +174,7 @@ async fn init_and_run(
     if file.extension().is_some_and(|ext| ext == "wasm")
         && crate::action::detect::detect(&bytes) == crate::action::detect::Kind::Elf
     {
-        anyhow::bail!(crate::executor::wasm::elf_named_wasm(
+        anyhow::bail!(crate::action::detect::elf_named_wasm(
             &file.display().to_string()
         ));
     }
@@ -285,43 +285,6 @@ impl Results<'_> {
             }
         }
     }
-}
-
-/// The reference proxy's `-compile MAIN`: `bytes` go through the same unpack and compile
-/// steps as an `/init` upload, and the resulting `bin/` folder comes back as a zip.
-pub async fn compile_to_zip(
-    bytes: Vec<u8>,
-    main: &str,
-    env_json: Option<&str>,
-    config: &Config,
-    sign_key: Option<&Path>,
-) -> anyhow::Result<Vec<u8>> {
-    let env: Map<String, Value> = match env_json {
-        Some(text) => serde_json::from_str(text).context("-env is not a JSON object")?,
-        None => Map::new(),
-    };
-    let env = crate::executor::action_env(config, main, crate::protocol::env_pairs(&env));
-    let upload = crate::action::Upload {
-        bytes: bytes.into(),
-        main,
-    };
-    let trust = crate::executor::registry::Registry::new(config, None).trust();
-    let prepared = crate::action::prepare_as_configured(upload, &env, config, trust).await?;
-    // The operator's signing step: the code for the engine a runtime of this build serves
-    // with, and its signature, beside the module (docs/deploying.md).
-    if let (Some(key), crate::action::Entry::File(module)) = (sign_key, &prepared.entry)
-        && crate::executor::wasm::is_webassembly(module)
-    {
-        let key = crate::signing::read_signing_key(key)?;
-        let settings = crate::executor::wasm::engine_settings(
-            config,
-            crate::executor::wasm::WasmSettings::of(config)
-                .compiler
-                .final_tier(),
-        );
-        crate::executor::wasm::sign_beside(module, settings, &key)?;
-    }
-    crate::action::pack::zip_folder(&prepared.bin_dir)
 }
 
 #[cfg(test)]
