@@ -221,7 +221,7 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
     let right = reply.status == 200 && expected.as_ref().is_none_or(|e| *e == content);
     if !right {
         let wanted = match &expected {
-            Some(e) => format!("200 `{}`", crate::shown(e, 200)),
+            Some(e) => format!("200 `{}`", wasmloop_common::excerpt(e, 200)),
             None => "a 200".to_owned(),
         };
         bail!(
@@ -229,7 +229,7 @@ fn check_answers(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> an
              no report written. Check --body and --expect (or the action)",
             plan.label(),
             reply.status,
-            crate::shown(&content, 200)
+            wasmloop_common::excerpt(&content, 200)
         );
     }
     Ok(())
@@ -395,7 +395,7 @@ fn cold(plan: &Plan, options: &CompareOptions, scratch: &Scratch) -> anyhow::Res
     ];
     let signed = runs(&trust, &signed_code)?;
     // The same servers' floor: what receiving the artifact's upload costs them.
-    let spoilt = crate::harness::spoilt_init_body(&signed_code, crate::DEFAULT_MAIN);
+    let spoilt = crate::harness::spoilt_init_body(&signed_code, wasmloop_common::DEFAULT_MAIN);
     let mut receive = Vec::new();
     for _ in 0..options.cold_runs {
         let server = start(&[&args[..], &trust].concat())?;
@@ -435,10 +435,10 @@ fn check_first(
             "{}: a fresh server's first answer was {} `{}`, expected {}",
             plan.label(),
             reply.status,
-            crate::shown(&content, 200),
+            wasmloop_common::excerpt(&content, 200),
             expected.map_or_else(
                 || "a 200".to_owned(),
-                |e| format!("200 `{}`", crate::shown(e, 200))
+                |e| format!("200 `{}`", wasmloop_common::excerpt(e, 200))
             )
         );
     }
@@ -599,7 +599,7 @@ fn crash_to_answer(
             if reply.status == 200 && crash_body_given {
                 bail!(
                     "--crash-body did not crash the action: it answered 200 `{}`",
-                    crate::shown(reply.body.as_ref(), 200)
+                    wasmloop_common::excerpt(reply.body.as_ref(), 200)
                 );
             }
             crashed = reply.status != 200;
@@ -637,7 +637,7 @@ fn crash_to_answer(
             bail!(
                 "after a crash, the next activations answered {} `{}`",
                 reply.status,
-                crate::shown(reply.body.as_ref(), 200)
+                wasmloop_common::excerpt(reply.body.as_ref(), 200)
             );
         }
         millis.push(took.as_secs_f64() * 1e3);
@@ -684,13 +684,13 @@ fn conditions(options: &CompareOptions, before: Host) -> Conditions {
             hits: options.hits,
             rounds: options.rounds,
             concurrency: options.concurrency,
-            body: crate::shown(&options.payload.body(0), 200),
+            body: wasmloop_common::excerpt(&options.payload.body(0), 200),
             body_given: !options.payload.bodies.is_empty(),
             expect: options
                 .payload
                 .expect
                 .as_deref()
-                .map(|e| crate::shown(e, 200)),
+                .map(|e| wasmloop_common::excerpt(e, 200)),
             cold_runs: options.cold_runs,
         },
         before,

@@ -40,28 +40,6 @@ pub mod report;
 pub mod source;
 pub mod stats;
 
-/// The entry point name each `/init` names, as the platform's default.
-pub const DEFAULT_MAIN: &str = "main";
-
-/// The start of `bytes` as one line of text for a message: control characters escaped (an
-/// answer's `\r` or escape codes would garble the table), cut after `max` characters.
-pub fn shown(bytes: &[u8], max: usize) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let text = text.trim_end_matches(['\n', '\r']);
-    let mut out = String::new();
-    for c in text.chars().take(max) {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    if text.chars().count() > max {
-        out.push('…');
-    }
-    out
-}
-
 /// One way of serving the hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Row {
@@ -308,7 +286,7 @@ impl Served {
     fn init(&mut self, code: &[u8], what: &Path) -> anyhow::Result<Duration> {
         // Made before the clock starts: base64 and JSON of a 25 MB component take the
         // client ~100 ms, which are no part of the server's cold start.
-        let body = crate::harness::init_body(code, crate::DEFAULT_MAIN);
+        let body = crate::harness::init_body(code, wasmloop_common::DEFAULT_MAIN);
         let started = Instant::now();
         let answer = match crate::harness::request(self.addr, "POST", "/init", body.as_bytes()) {
             Ok(answer) => answer.text(),
@@ -479,7 +457,7 @@ async fn drive(
                     if !status.is_success() || (check && !right) {
                         driven.errors += 1;
                         driven.first_wrong.get_or_insert_with(|| {
-                            let shown = |b: &[u8]| crate::shown(b, 200);
+                            let shown = |b: &[u8]| wasmloop_common::excerpt(b, 200);
                             let wanted = match &expected {
                                 Some(e) => format!("200 `{}`", shown(e)),
                                 None => "a 200".to_owned(),
@@ -745,9 +723,13 @@ fn rows_measured(
         hits: options.hits,
         rounds: ROUNDS,
         concurrency: options.concurrency,
-        body: shown(&options.payload.body(0), 200),
+        body: wasmloop_common::excerpt(&options.payload.body(0), 200),
         body_given: !options.payload.bodies.is_empty(),
-        expect: options.payload.expect.as_deref().map(|e| shown(e, 200)),
+        expect: options
+            .payload
+            .expect
+            .as_deref()
+            .map(|e| wasmloop_common::excerpt(e, 200)),
         cold_runs: 0,
     };
     let mut comparison = report::Comparison {
@@ -925,9 +907,7 @@ pub async fn run(options: RowOptions) -> anyhow::Result<report::Comparison> {
 
 /// What `pid` and its descendants hold resident now (Linux; `None` elsewhere).
 fn resident_bytes(pid: u32) -> Option<u64> {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    let own = pages * rustix::param::page_size() as u64;
+    let own = wasmloop_common::process::resident_bytes(pid)?;
     let children: u64 = child_pids(pid).into_iter().filter_map(resident_bytes).sum();
     Some(own + children)
 }
@@ -1082,13 +1062,6 @@ mod tests {
         let (rss_grew, pss_grew) = (mib(rss_after - rss_before), mib(pss_after - pss_before));
         assert!(rss_grew > 15.0, "RSS grew {rss_grew} MiB");
         assert!((7.0..12.0).contains(&pss_grew), "PSS grew {pss_grew} MiB");
-    }
-
-    #[test]
-    fn an_answer_is_shown_on_one_line_and_cut() {
-        assert_eq!(shown(b"{\"a\":\"b\rc\"}\n", 200), "{\"a\":\"b\\rc\"}");
-        assert_eq!(shown("ééé".as_bytes(), 2), "éé…");
-        assert_eq!(shown(b"\x1b[31mred", 200), "\\u{1b}[31mred");
     }
 
     #[test]

@@ -55,10 +55,10 @@ impl WasmtimeServe {
                 wasmtime.display(),
                 component.display(),
                 reply.status,
-                crate::shown(&content, 200),
+                wasmloop_common::excerpt(&content, 200),
                 expected.map_or_else(
                     || "a 200".to_owned(),
-                    |e| format!("200 `{}`", crate::shown(e, 200))
+                    |e| format!("200 `{}`", wasmloop_common::excerpt(e, 200))
                 )
             );
         }
