@@ -650,17 +650,6 @@ pub(super) fn spread_range(s: &Spread) -> Option<(f64, f64)> {
     (s.min.is_finite() && s.max.is_finite()).then_some((s.min, s.max))
 }
 
-/// Lighter shades for the ways of skipping the compiler, so a group's bars tell apart
-/// without a colour of their own (the colour is the variant's).
-pub(super) fn source_opacity(source: Source) -> f64 {
-    match source {
-        Source::Compiled | Source::Start | Source::FirstAnswer => 1.0,
-        Source::Cache | Source::FirstCached => 0.62,
-        Source::Signed => 0.38,
-        Source::Receive => 0.2,
-    }
-}
-
 pub(super) const COLD_TITLE: &str =
     "cold start: a fresh server's first /init (or first answer), by where the code came from";
 
@@ -677,9 +666,9 @@ pub(super) fn cold_chart(c: &Comparison) -> String {
                 .iter()
                 .filter_map(|s| v.cold_from(*s))
                 .map(|cold| Bar {
-                    label: format!("{} ({} runs)", cold.source.phrase(), cold.runs),
+                    label: format!("{} ({} runs)", cold.source.said().phrase, cold.runs),
                     colour: colour(i),
-                    opacity: source_opacity(cold.source),
+                    opacity: cold.source.said().shade,
                     median: cold.millis.median,
                     range: spread_range(&cold.millis),
                 })
@@ -691,7 +680,7 @@ pub(super) fn cold_chart(c: &Comparison) -> String {
     }
     let mut keys: Vec<(Key, String)> = sources
         .iter()
-        .map(|s| (Key::Swatch(source_opacity(*s)), s.meaning().to_owned()))
+        .map(|s| (Key::Swatch(s.said().shade), s.said().meaning.to_owned()))
         .collect();
     keys.push((
         Key::Whisker,
@@ -960,24 +949,25 @@ pub(super) fn crash_left_out(c: &Comparison) -> Option<String> {
         if v.crash_to_answer_ms.is_some() {
             return None;
         }
-        Some(match (v.backend, v.lifetime) {
-            (Backend::Native, Lifetime::Fresh) => "a fresh native process lives for one \
-                                                   activation: there is none to kill between two"
-                .to_owned(),
-            (Backend::Native, _) => "its process was not killed".to_owned(),
-            (Backend::WasmtimeServe, _) => "the peer is not crashed".to_owned(),
-            (Backend::HttpPlain, _) => {
+        if v.row {
+            return Some("the rows crash nothing".to_owned());
+        }
+        Some(match (v.form.server, v.form.backend, v.form.protocol, v.lifetime) {
+            (Server::Url, ..) => "a server given by --url is not crashed",
+            (Server::WasmtimeServe, ..) => "the peer is not crashed",
+            (_, _, Protocol::Plain, _) => {
                 "a plain HTTP server takes the request itself, not a /run body that makes the \
                  action trap"
-                    .to_owned()
             }
-            (Backend::Module | Backend::Component | Backend::Http, _) => {
-                "WebAssembly is crashed only from \
-                 inside, by a request that makes it trap: give one with --crash-body"
-                    .to_owned()
+            (_, Some(Backend::Native), _, Lifetime::Fresh) => {
+                "a fresh native process lives for one activation: there is none to kill between two"
             }
-            (Backend::Url, _) => "a server given by --url is not crashed".to_owned(),
-            (Backend::Row, _) => "the rows crash nothing".to_owned(),
-        })
+            (_, Some(Backend::Native), ..) => "its process was not killed",
+            _ => {
+                "WebAssembly is crashed only from inside, by a request that makes it trap: give \
+                 one with --crash-body"
+            }
+        }
+        .to_owned())
     })
 }

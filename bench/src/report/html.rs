@@ -133,7 +133,7 @@ pub fn html(c: &Comparison) -> String {
         let _ = write!(
             out,
             "<li><strong>{}</strong>: {figures}<em>{}.</em></li>",
-            line.backend,
+            line.form,
             escape(line.unmeasured)
         );
     }
@@ -148,7 +148,7 @@ pub fn html(c: &Comparison) -> String {
         let _ = write!(
             out,
             "<li><strong>{}</strong>: {}</li>",
-            verdict.backend,
+            verdict.form,
             escape(&said)
         );
     }
@@ -199,8 +199,8 @@ pub fn html(c: &Comparison) -> String {
     out.push_str(
         "</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table><thead><tr>",
     );
-    for column in CSV_COLUMNS {
-        let _ = write!(out, "<th>{}</th>", escape(column));
+    for column in csv_columns() {
+        let _ = write!(out, "<th>{}</th>", escape(&column));
     }
     out.push_str("</tr></thead><tbody>");
     for row in full_rows(c) {

@@ -1,4 +1,4 @@
-//! A backend comparison's model (variants, their figures, the conditions), and how it reads: `table`, `verdicts`, `csv`, `charts`, `html`.
+//! A comparison's model (variants, their figures, the conditions), and how it reads: `table`, `verdicts`, `csv`, `charts`, `html`.
 
 mod charts;
 mod csv;
@@ -26,36 +26,31 @@ use std::fmt::Write as _;
 /// What the figures were measured under.
 #[derive(Debug, Clone, Default)]
 pub struct Conditions {
-    /// wasmloop's version.
     pub version: String,
     /// Short git commit, or "unknown".
     pub commit: String,
-    /// From /proc/cpuinfo.
     pub cpu_model: String,
-    /// CPUs the run may use (its affinity).
+    /// CPUs the run may use (its affinity), against those the machine has (`online`): fewer
+    /// is a run pinned with taskset.
     pub cpus: usize,
-    /// Run under taskset to fewer CPUs than the machine has.
     pub pinned: bool,
-    /// CPUs the machine has.
     pub online: usize,
     /// The host as the run found it, and as it left it.
     pub before: Host,
     pub after: Host,
     /// RFC 3339, UTC.
     pub date: String,
-    /// Measured requests per row and connection count.
+    /// Measured requests per variant and connection count, in `rounds` interleaved slices.
     pub hits: usize,
-    /// Rounds the hits are split into, interleaved across rows.
     pub rounds: usize,
     /// The servers' `--concurrency`.
     pub concurrency: u16,
-    /// The /run body sent (excerpt).
+    /// The /run body sent (an excerpt), and whether it was given or is the hello's.
     pub body: String,
-    /// Whether that body was given (--body, --body-file), or is the hello's.
     pub body_given: bool,
-    /// The answer every request had to get, as --expect gave it (excerpt).
+    /// The answer every request had to get, as --expect gave it (an excerpt).
     pub expect: Option<String>,
-    /// Fresh servers per cold /init figure.
+    /// Fresh servers per cold start figure.
     pub cold_runs: usize,
 }
 
@@ -69,22 +64,20 @@ pub struct Host {
     pub reference_ms: Option<Spread>,
 }
 
-/// One variant's warm figures at one connection count.
+/// One variant's warm figures at one connection count (times in µs).
 #[derive(Debug, Clone, Default)]
 pub struct Warm {
     pub connections: usize,
-    /// Every latency, sorted ascending, microseconds.
+    /// Every latency, sorted ascending.
     pub micros: Vec<f64>,
-    /// Per-round p50s, µs.
+    /// Over the rounds: their p50s, p99s and requests per second.
     pub p50: Spread,
-    /// Per-round p99s, µs.
     pub p99: Spread,
-    /// Per-round requests per second.
     pub per_second: Spread,
-    /// The server's CPU (with its children's) per measured request, µs: none for a server
-    /// the bench did not start.
+    /// The server's CPU (with its children's) per measured request: none for a server the
+    /// bench did not start.
     pub server_cpu_us: Option<f64>,
-    /// The bench's own CPU per measured request, µs: what the client took of the machine.
+    /// The bench's own CPU per measured request: what the client took of the machine.
     pub client_cpu_us: Option<f64>,
 }
 
@@ -123,36 +116,21 @@ macro_rules! named {
 }
 
 named! {
-    /// Which backend serves a variant: the three the runtime has (its `wasm` is a module
-    /// here, as an author builds it), or a server someone else runs (`--url`).
+    /// Which of the runtime's backends an action's form is for (its `wasm` is a module
+    /// here, as an author builds it).
     pub enum Backend {
         Module = "module",
         Component = "component",
         Native = "native",
-        /// A component of the wasi:http/proxy world, on the runtime's http backend.
+        /// A component of the wasi:http/proxy world.
         Http = "http",
-        /// The same HTTP component served as plain HTTP (`wasmloop serve --protocol http
-        /// --action FILE`): the request itself on any path, as `wasmtime serve` gets it.
-        HttpPlain = "http-plain",
-        /// The same HTTP component under `wasmtime serve`: the peer an HTTP form is
-        /// measured beside, no form of the action's own.
-        WasmtimeServe = "wasmtime-serve",
-        Url = "url",
-        /// A row of `--rows`: one of the examples' hellos (of any language and backend),
-        /// or HTTP alone; rows get no verdicts, which are about one action's forms.
-        Row = "row",
     }
 }
 
-/// `--forms`: the backends an action of one's own comes in (`url` is no form of it).
+/// `--forms`: the backends an action of one's own comes in.
 impl clap::ValueEnum for Backend {
     fn value_variants<'a>() -> &'a [Self] {
-        &[
-            Backend::Module,
-            Backend::Component,
-            Backend::Native,
-            Backend::Http,
-        ]
+        Backend::ALL
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -164,11 +142,81 @@ impl clap::ValueEnum for Backend {
                 "An HTTP component, measured as OpenWhisk's /run and as plain HTTP, beside \
                  wasmtime serve running the same file (--http)"
             }
-            Backend::HttpPlain | Backend::WasmtimeServe | Backend::Url | Backend::Row => {
-                return None;
-            }
         };
         Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}
+
+named! {
+    /// Who serves: wasmloop, or a peer it is measured beside.
+    pub enum Server {
+        Wasmloop = "wasmloop",
+        /// wasmtime's own server, of the same HTTP component.
+        WasmtimeServe = "wasmtime-serve",
+        /// A fresh process per activation, as the old Docker skeleton ran one.
+        Exec = "exec",
+        /// A server someone else runs (`--url`).
+        Url = "url",
+    }
+}
+
+named! {
+    /// How an activation reaches the server.
+    pub enum Protocol {
+        /// OpenWhisk's /init and /run.
+        OpenWhisk = "openwhisk",
+        /// The request itself, on any path (`wasmloop serve --protocol http`, `wasmtime serve`).
+        Plain = "plain",
+    }
+}
+
+/// What a verdict is about: who serves the action, in which form, through which protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Form {
+    pub server: Server,
+    /// None at a `--url`, whose action is not known here.
+    pub backend: Option<Backend>,
+    pub protocol: Protocol,
+}
+
+impl Form {
+    /// The action in `backend`'s form, served by wasmloop through OpenWhisk's /run.
+    pub const fn ours(backend: Backend) -> Form {
+        Form {
+            server: Server::Wasmloop,
+            backend: Some(backend),
+            protocol: Protocol::OpenWhisk,
+        }
+    }
+
+    /// An HTTP component served by wasmloop as plain HTTP, as `wasmtime serve` gets it.
+    pub const HTTP_PLAIN: Form = Form {
+        protocol: Protocol::Plain,
+        ..Form::ours(Backend::Http)
+    };
+
+    /// The same HTTP component under `wasmtime serve`: the peer an HTTP form is measured
+    /// beside, no form of the action's own.
+    pub const PEER: Form = Form {
+        server: Server::WasmtimeServe,
+        ..Form::HTTP_PLAIN
+    };
+
+    pub const URL: Form = Form {
+        server: Server::Url,
+        backend: None,
+        protocol: Protocol::OpenWhisk,
+    };
+}
+
+/// "module", "http-plain", "wasmtime-serve", "url": as the verdicts and the CSV name it.
+impl std::fmt::Display for Form {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.server, self.backend, self.protocol) {
+            (Server::Wasmloop, Some(backend), Protocol::OpenWhisk) => write!(f, "{backend}"),
+            (Server::Wasmloop, Some(backend), Protocol::Plain) => write!(f, "{backend}-plain"),
+            (server, ..) => write!(f, "{server}"),
+        }
     }
 }
 
@@ -198,77 +246,100 @@ named! {
         Compiled = "compiled",
         Cache = "cache",
         Signed = "signed",
-        /// Not an /init of the action: the time to receive and base64-decode the signed
-        /// artifact's upload, the floor under every cold start of it.
+        /// Not an /init of the action: the floor under every cold start of the artifact.
         Receive = "receive",
         /// Native: nothing to compile, the process starting.
         Start = "start",
-        /// A server started with the action built in (`--protocol http --action`, or the
-        /// peer, `wasmtime serve`), from its start to its first answer, compiling the code.
+        /// A server with the action built in, from its start to its first answer.
         FirstAnswer = "first answer",
-        /// The same, its code loaded from a compile cache filled before.
         FirstCached = "first answer cached",
     }
 }
 
-impl Source {
+/// How one kind of cold start reads in each place that shows it.
+struct Said {
     /// Its column in the terminal table.
-    fn header(self) -> &'static str {
-        match self {
-            Source::Compiled => "cmpl",
-            Source::Signed => "sign",
-            Source::Receive => "recv",
-            Source::FirstAnswer => "1st",
-            Source::FirstCached => "1st-c",
-            other => other.name(),
-        }
-    }
-
-    /// What it means, for the legends.
-    fn meaning(self) -> &'static str {
-        match self {
-            Source::Compiled => "compiled at /init",
-            Source::Cache => "from the compile cache",
-            Source::Signed => "a signed precompiled artifact",
-            Source::Receive => {
-                "receiving and base64-decoding that artifact's upload alone (its /init with the \
-                 code spoilt at its end, refused once decoded)"
-            }
-            Source::Start => "the native process starting",
-            Source::FirstAnswer => {
-                "a server started with the action built in (`wasmloop serve --protocol http`; the peer: \
-                 wasmtime serve), from its start to its first answer, compiling the code"
-            }
-            Source::FirstCached => {
-                "the same, its code from a compile cache filled before (the peer: wasmtime's \
-                 own cache)"
-            }
-        }
-    }
-
-    /// Whether a record is held for it across backends: cold starts of one kind are
-    /// compared; receiving is no start, and only the native backend starts a process.
-    fn is_compared(self) -> bool {
-        matches!(
-            self,
-            Source::Compiled
-                | Source::Cache
-                | Source::Signed
-                | Source::FirstAnswer
-                | Source::FirstCached
-        )
-    }
-
+    header: &'static str,
+    /// Its CSV columns' stem: `{stem}_ms`, `{stem}_min_ms`, `{stem}_max_ms`.
+    stem: &'static str,
     /// How a sentence says it ("52 ms from the cache").
-    fn phrase(self) -> &'static str {
-        match self {
-            Source::Cache => "from the cache",
-            Source::Start => "to start",
-            Source::Receive => "to receive the signed upload",
-            Source::FirstAnswer => "to a first answer, compiled",
-            Source::FirstCached => "to a first answer from the cache",
-            other => other.name(),
+    phrase: &'static str,
+    /// Its bars' shade: lighter for each way of skipping the compiler, so a variant's bars
+    /// tell apart in its one colour.
+    shade: f64,
+    /// What it means, for the legends.
+    meaning: &'static str,
+}
+
+impl Source {
+    fn said(self) -> Said {
+        let (header, stem, phrase, shade, meaning) = match self {
+            Source::Compiled => (
+                "cmpl",
+                "cold_compiled",
+                "compiled",
+                1.0,
+                "compiled at /init",
+            ),
+            Source::Cache => (
+                "cache",
+                "cold_cache",
+                "from the cache",
+                0.62,
+                "from the compile cache",
+            ),
+            Source::Signed => (
+                "sign",
+                "cold_signed",
+                "signed",
+                0.38,
+                "a signed precompiled artifact",
+            ),
+            Source::Receive => (
+                "recv",
+                "receive_signed",
+                "to receive the signed upload",
+                0.2,
+                "receiving and base64-decoding that artifact's upload alone (its /init with the \
+                 code spoilt at its end, refused once decoded)",
+            ),
+            Source::Start => (
+                "start",
+                "cold_start",
+                "to start",
+                1.0,
+                "the native process starting",
+            ),
+            Source::FirstAnswer => (
+                "1st",
+                "cold_first_answer",
+                "to a first answer, compiled",
+                1.0,
+                "a server started with the action built in (`wasmloop serve --protocol http`; the \
+                 peer: wasmtime serve), from its start to its first answer, compiling the code",
+            ),
+            Source::FirstCached => (
+                "1st-c",
+                "cold_first_answer_cached",
+                "to a first answer from the cache",
+                0.62,
+                "the same, its code from a compile cache filled before (the peer: wasmtime's \
+                 own cache)",
+            ),
+        };
+        Said {
+            header,
+            stem,
+            phrase,
+            shade,
+            meaning,
         }
+    }
+
+    /// Whether a record is held for it across forms: cold starts of one kind are compared;
+    /// receiving is no start, and only the native backend starts a process.
+    fn is_compared(self) -> bool {
+        !matches!(self, Source::Receive | Source::Start)
     }
 }
 
@@ -281,13 +352,16 @@ pub struct Cold {
     pub runs: usize,
 }
 
-/// One backend, compiler and instance lifetime.
+/// One form, compiler and instance lifetime, and its figures.
 #[derive(Debug, Clone)]
 pub struct Variant {
-    pub backend: Backend,
+    pub form: Form,
     /// For modules and components.
     pub compiler: Option<Compiler>,
     pub lifetime: Lifetime,
+    /// A row of `--rows`: one of the examples' hellos (of any language), or HTTP alone;
+    /// rows get no verdicts, which are about one action's forms.
+    pub row: bool,
     /// E.g. "module cranelift persistent".
     pub label: String,
     /// One per connection count.
@@ -296,7 +370,6 @@ pub struct Variant {
     pub cold: Vec<Cold>,
     /// Bytes.
     pub resident_after_init: Option<u64>,
-    /// Bytes.
     pub resident_per_extra_instance: Option<u64>,
     /// From a crash to the next answer.
     pub crash_to_answer_ms: Option<Spread>,
@@ -312,22 +385,27 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// A variant with nothing measured yet, labelled from its parts ("module cranelift
-    /// persistent", "native fresh").
+    /// The action in `backend`'s form as wasmloop serves it through /run, nothing measured
+    /// yet, labelled from its parts ("module cranelift persistent", "native fresh").
     pub fn named(backend: Backend, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
-        let label = [
-            Some(backend.name()),
-            compiler.map(Compiler::name),
-            Some(lifetime.name()),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(" ");
+        Variant::of(Form::ours(backend), compiler, lifetime)
+    }
+
+    /// A variant of `form`, nothing measured yet, labelled from its parts.
+    pub fn of(form: Form, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
+        let mut label = form.to_string();
+        for part in compiler
+            .map(Compiler::name)
+            .into_iter()
+            .chain([lifetime.name()])
+        {
+            let _ = write!(label, " {part}");
+        }
         Variant {
-            backend,
+            form,
             compiler,
             lifetime,
+            row: false,
             label,
             warm: Vec::new(),
             cold: Vec::new(),
@@ -340,17 +418,7 @@ impl Variant {
             first_wrong: None,
         }
     }
-}
 
-/// Everything one comparison measured.
-#[derive(Debug, Clone, Default)]
-pub struct Comparison {
-    pub conditions: Conditions,
-    pub variants: Vec<Variant>,
-    pub notes: Vec<String>,
-}
-
-impl Variant {
     fn warm_at(&self, connections: usize) -> Option<&Warm> {
         self.warm.iter().find(|w| w.connections == connections)
     }
@@ -359,7 +427,7 @@ impl Variant {
         self.cold.iter().find(|c| c.source == source)
     }
 
-    /// What tells this variant from the others of its backend.
+    /// What tells this variant from the others of its form.
     fn flavour(&self) -> String {
         match self.compiler {
             Some(compiler) => format!("{}, {compiler}", self.lifetime),
@@ -369,11 +437,16 @@ impl Variant {
 
     /// The compiler when that is the difference, else the whole label.
     fn short_name(&self) -> &str {
-        match self.compiler {
-            Some(compiler) => compiler.name(),
-            None => &self.label,
-        }
+        self.compiler.map_or(&self.label, |c| c.name())
     }
+}
+
+/// Everything one comparison measured.
+#[derive(Debug, Clone, Default)]
+pub struct Comparison {
+    pub conditions: Conditions,
+    pub variants: Vec<Variant>,
+    pub notes: Vec<String>,
 }
 
 impl Comparison {
@@ -397,15 +470,15 @@ impl Comparison {
             .collect()
     }
 
-    /// The backends, in the order the variants first name them.
-    fn backends(&self) -> Vec<Backend> {
-        let mut backends = Vec::new();
-        for v in &self.variants {
-            if v.backend != Backend::Row && !backends.contains(&v.backend) {
-                backends.push(v.backend);
+    /// The forms the verdicts are about, in the order the variants first name them.
+    fn forms(&self) -> Vec<Form> {
+        let mut forms = Vec::new();
+        for v in self.variants.iter().filter(|v| !v.row) {
+            if !forms.contains(&v.form) {
+                forms.push(v.form);
             }
         }
-        backends
+        forms
     }
 }
 
@@ -488,7 +561,6 @@ fn connections_phrase(n: usize) -> String {
     }
 }
 
-/// The sample at or above `p` of them (nearest rank).
 /// `c.notes`, then the overlap warnings it does not already hold: whether the measuring
 /// side copies them in or not, each is said once.
 fn all_notes(c: &Comparison) -> Vec<String> {
@@ -548,36 +620,35 @@ fn bare(note: &str) -> &str {
 
 fn wrong_line(v: &Variant, k: &Conditions) -> String {
     let first = v.first_wrong.as_deref().unwrap_or("not recorded");
-    let served = match v.backend {
-        Backend::Url => "the server at --url",
+    let served = match v.form.server {
+        Server::Url => "the server at --url",
         _ => "this row's server",
     };
-    let hint = match (v.backend, k.body_given, &k.expect) {
-        (Backend::Row | Backend::Url, false, None) => {
-            // The rows send the hellos' requests unless told otherwise.
-            ". The rows send the hello's request and expect its greeting: for another \
-             action, give --body and --expect"
-                .to_owned()
-        }
-        (Backend::Row | Backend::Url, true, Some(expect)) => format!(
+    // The rows and --url send the hellos' requests unless told otherwise; a comparison's
+    // wrong answers stopped it before this.
+    let hint = match (k.body_given, &k.expect) {
+        _ if !v.row && v.form.server != Server::Url => String::new(),
+        (false, None) => ". The rows send the hello's request and expect its greeting: for \
+                          another action, give --body and --expect"
+            .to_owned(),
+        (true, Some(expect)) => format!(
             ". It was sent `{}` (the body given) and had to answer `{}` (--expect): if that \
              answer is right for that body, {served} runs another action than the one meant; \
              if not, correct --expect",
             k.body,
             expect.trim_end()
         ),
-        (Backend::Row | Backend::Url, true, None) => format!(
+        (true, None) => format!(
             ". It was sent `{}` (the body given), and without --expect only the status is \
              checked: {served} refused that body",
             k.body
         ),
-        (Backend::Row | Backend::Url, false, Some(expect)) => format!(
+        (false, Some(expect)) => format!(
             ". It was sent the hello's request, `{}`, and had to answer `{}` (--expect): for \
              another action, give its request with --body",
             k.body,
             expect.trim_end()
         ),
-        _ => String::new(),
     };
     format!(
         "{}: {} answers were wrong; the first: {first}{hint}",
@@ -624,11 +695,16 @@ mod tests {
         }
     }
 
-    fn variant(backend: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
+    fn variant(form: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
+        let form = match form {
+            "http-plain" => Form::HTTP_PLAIN,
+            "wasmtime-serve" => Form::PEER,
+            backend => Form::ours(backend.parse().unwrap()),
+        };
         Variant {
             warm: vec![warm(1, base, 1e6 / base), warm(8, base * 2.5, 3e6 / base)],
-            ..Variant::named(
-                backend.parse().unwrap(),
+            ..Variant::of(
+                form,
                 compiler.map(|c| c.parse().unwrap()),
                 lifetime.parse().unwrap(),
             )
@@ -846,7 +922,7 @@ mod tests {
         c.variants[0].label = "module, \"quoted\"".to_owned();
         let text = csv(&c);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert_eq!(lines[0], csv_columns().join(","));
         assert_eq!(lines.len(), 1 + 4 * 2, "{text}");
         assert!(
             lines[1]
@@ -860,17 +936,17 @@ mod tests {
             .find(|l| l.starts_with("native persistent,native,,persistent,8,"))
             .expect("native at 8");
         let fields: Vec<&str> = native.split(',').collect();
-        assert_eq!(fields.len(), CSV_COLUMNS.len());
+        assert_eq!(fields.len(), csv_columns().len());
         assert_eq!(fields[21], "2.500", "cold_start_ms");
         assert_eq!(fields[22], (3u64 << 20).to_string());
         assert_eq!(fields[25], "3", "errors");
         // The sample's native row at 8 connections has a base of 100 µs.
-        let column = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        let column = |name: &str| csv_columns().iter().position(|c| c == name).unwrap();
         assert_eq!(fields[column("server_cpu_us")], "60.0");
         assert_eq!(fields[column("client_cpu_us")], "30.0");
         // Every cold start's least and most beside its median (the sample's spread is
         // 0.9 to 1.2 times it).
-        for (_, stem) in COLD_STEMS {
+        for stem in Source::ALL.iter().map(|s| s.said().stem) {
             for suffix in ["_ms", "_min_ms", "_max_ms"] {
                 column(&format!("{stem}{suffix}"));
             }
@@ -1256,7 +1332,7 @@ mod tests {
         let mut figures = Vec::new();
         for line in text.lines() {
             let Some(backend) = c
-                .backends()
+                .forms()
                 .into_iter()
                 .find(|b| line.starts_with(&format!("{b}: ")))
             else {
@@ -1411,7 +1487,7 @@ mod tests {
 
     #[test]
     fn a_wrong_answer_at_a_url_says_what_was_sent_and_expected() {
-        let mut url = Variant::named(Backend::Url, None, Lifetime::AsServed);
+        let mut url = Variant::of(Form::URL, None, Lifetime::AsServed);
         url.label = "url".to_owned();
         url.errors = 30;
         url.first_wrong = Some("200 `{\"n\":7}`, expected 200 `{\"n\":8}`".to_owned());

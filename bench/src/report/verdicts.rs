@@ -74,48 +74,48 @@ impl Quantity {
 }
 
 /// Who holds a record across the comparison. There is no record with fewer than two
-/// backends, or from spreads of too few rounds; where the best spread is not apart from
-/// another backend's, the order is chance, and the record is shared.
+/// forms, or from spreads of too few rounds; where the best spread is not apart from
+/// another form's, the order is chance, and the record is shared.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Record {
     Nobody,
-    Held(Backend),
-    /// Some backends, not all, whose spreads are within noise of the top one.
-    Shared(Vec<Backend>),
-    /// Every backend measured is within noise of the top one: there is no winner.
-    Tied(Vec<Backend>),
+    Held(Form),
+    /// Some forms, not all, whose spreads are within noise of the top one.
+    Shared(Vec<Form>),
+    /// Every form measured is within noise of the top one: there is no winner.
+    Tied(Vec<Form>),
 }
 
-/// Where one backend stands against a record.
+/// Where one form stands against a record.
 pub(super) enum Standing {
     Holds,
     /// Level with these others, within noise, ahead of the rest.
-    Level(Vec<Backend>),
+    Level(Vec<Form>),
     /// Within noise of these others, and nobody ahead.
-    Tied(Vec<Backend>),
+    Tied(Vec<Form>),
     Not,
 }
 
 impl Record {
-    pub(super) fn of(&self, backend: Backend) -> Standing {
-        let others = |all: &[Backend]| {
+    pub(super) fn of(&self, form: Form) -> Standing {
+        let others = |all: &[Form]| {
             all.iter()
                 .copied()
-                .filter(|b| *b != backend)
+                .filter(|b| *b != form)
                 .collect::<Vec<_>>()
         };
         match self {
-            Record::Held(b) if *b == backend => Standing::Holds,
-            Record::Shared(all) if all.contains(&backend) => Standing::Level(others(all)),
-            Record::Tied(all) if all.contains(&backend) => Standing::Tied(others(all)),
+            Record::Held(b) if *b == form => Standing::Holds,
+            Record::Shared(all) if all.contains(&form) => Standing::Level(others(all)),
+            Record::Tied(all) if all.contains(&form) => Standing::Tied(others(all)),
             _ => Standing::Not,
         }
     }
 }
 
 /// "component", "component and native".
-fn names(backends: &[Backend]) -> String {
-    listed(&backends.iter().map(|b| b.name()).collect::<Vec<_>>())
+fn names(forms: &[Form]) -> String {
+    listed(forms)
 }
 
 impl Standing {
@@ -153,9 +153,9 @@ impl Standing {
     }
 }
 
-/// The record for `figure` (the best of each backend, by median, `highest` or lowest),
+/// The record for `figure` (the best of each form, by median, `highest` or lowest),
 /// told apart as `quantity` is said, from spreads of `samples` rounds or runs each. Every
-/// variant counts against the top one: a backend whose best median is behind, but one of
+/// variant counts against the top one: a form whose best median is behind, but one of
 /// whose variants' spreads reaches the top one's, is level with it.
 pub(super) fn holder(
     c: &Comparison,
@@ -164,19 +164,19 @@ pub(super) fn holder(
     quantity: Quantity,
     samples: usize,
 ) -> Record {
-    let measured: Vec<(Backend, Spread)> = c
+    let measured: Vec<(Form, Spread)> = c
         .variants
         .iter()
-        .filter_map(|v| Some((v.backend, figure(v)?)))
+        .filter_map(|v| Some((v.form, figure(v)?)))
         .filter(|(_, s)| s.median.is_finite() && s.min.is_finite() && s.max.is_finite())
         .collect();
-    let mut backends: Vec<Backend> = Vec::new();
-    for (backend, _) in &measured {
-        if !backends.contains(backend) {
-            backends.push(*backend);
+    let mut forms: Vec<Form> = Vec::new();
+    for (form, _) in &measured {
+        if !forms.contains(form) {
+            forms.push(*form);
         }
     }
-    if backends.len() < 2 || samples < FEWEST {
+    if forms.len() < 2 || samples < FEWEST {
         return Record::Nobody;
     }
     let better = |a: f64, b: f64| if highest { a > b } else { a < b };
@@ -186,7 +186,7 @@ pub(super) fn holder(
     else {
         return Record::Nobody;
     };
-    let level: Vec<Backend> = backends
+    let level: Vec<Form> = forms
         .into_iter()
         .filter(|b| {
             *b == top
@@ -228,11 +228,11 @@ fn memory_spread(bytes: u64) -> Spread {
     }
 }
 
-/// What the figures say of one backend, finding by finding; the table, the page and the
+/// What the figures say of one form, finding by finding; the table, the page and the
 /// tests read the parts, and it reads as one sentence ("module: ...; ....").
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
-    pub backend: Backend,
+    pub form: Form,
     /// Empty when nothing was measured.
     pub findings: Vec<String>,
 }
@@ -240,14 +240,14 @@ pub struct Verdict {
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.findings.is_empty() {
-            write!(f, "{}: nothing measured.", self.backend)
+            write!(f, "{}: nothing measured.", self.form)
         } else {
-            write!(f, "{}: {}.", self.backend, self.findings.join("; "))
+            write!(f, "{}: {}.", self.form, self.findings.join("; "))
         }
     }
 }
 
-/// One verdict per backend, in the order the backends first appear.
+/// One verdict per form, in the order the forms first appear.
 pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let counts = c.connection_counts();
     let low = counts.first().copied();
@@ -258,7 +258,7 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let resident = |v: &Variant| v.resident_after_init.map(memory_spread);
     let rounds = rounds(c);
 
-    // Fresh instances are the price of isolation, not a backend's speed: the record is
+    // Fresh instances are the price of isolation, not a form's speed: the record is
     // held with the lifetime `warm_phrase` reports.
     let fastest_warm = holder(
         c,
@@ -296,23 +296,23 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         .collect();
 
     let mut out = Vec::new();
-    for backend in c.backends() {
-        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.backend == backend).collect();
+    for form in c.forms() {
+        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
         let mut parts = Vec::new();
         if let Some(low) = low {
-            parts.extend(warm_phrase(&variants, low, fastest_warm.of(backend)));
+            parts.extend(warm_phrase(&variants, low, fastest_warm.of(form)));
         }
         if let Some(high) = high {
-            parts.extend(rate_phrase(&variants, high, most_per_second.of(backend)));
-            parts.extend(tail_phrase(&variants, high, shortest_tail.of(backend)));
+            parts.extend(rate_phrase(&variants, high, most_per_second.of(form)));
+            parts.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
         }
         parts.extend(cold_phrase(c, &variants, |s| {
             cold_records
                 .iter()
                 .find(|(source, _)| *source == s)
-                .map_or(Standing::Not, |(_, record)| record.of(backend))
+                .map_or(Standing::Not, |(_, record)| record.of(form))
         }));
-        parts.extend(memory_phrase(&variants, least_memory.of(backend)));
+        parts.extend(memory_phrase(&variants, least_memory.of(form)));
         if let Some(low) = low {
             parts.extend(fresh_phrase(&variants, low, rounds, true));
         }
@@ -332,14 +332,14 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
             ));
         }
         out.push(Verdict {
-            backend,
+            form,
             findings: parts,
         });
     }
     out
 }
 
-/// The variants with a finite `figure`, and it, in the lifetime a backend is usually run
+/// The variants with a finite `figure`, and it, in the lifetime a form is usually run
 /// in: the persistent ones when any was measured, else all.
 fn as_usually_run<'a>(
     variants: &[&'a Variant],
@@ -370,7 +370,7 @@ fn best<'a>(pool: &[(&'a Variant, Spread)], highest: bool) -> Option<(&'a Varian
     }
 }
 
-/// The backend's best p50 at the lowest connection count, in the lifetime it is usually
+/// The form's best p50 at the lowest connection count, in the lifetime it is usually
 /// run in (persistent, when measured), and its other compilers beside it, each with its
 /// spread over rounds.
 pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
@@ -397,7 +397,7 @@ pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) 
     ))
 }
 
-/// The backend's best rate at `high` connections, said only where it holds or shares the
+/// The form's best rate at `high` connections, said only where it holds or shares the
 /// record, or where nobody does.
 fn rate_phrase(variants: &[&Variant], high: usize, most: Standing) -> Option<String> {
     if matches!(most, Standing::Not) {
@@ -425,7 +425,7 @@ fn rate_phrase(variants: &[&Variant], high: usize, most: Standing) -> Option<Str
     ))
 }
 
-/// The backend's tail at `high` connections: the best p99 of its persistent variants (any
+/// The form's tail at `high` connections: the best p99 of its persistent variants (any
 /// variant's when none is persistent), with its spread over rounds.
 pub(super) fn tail_phrase(
     variants: &[&Variant],
@@ -443,9 +443,9 @@ pub(super) fn tail_phrase(
     ))
 }
 
-/// The backend's cold starts, per kind of start its quickest variant's median with its
+/// The form's cold starts, per kind of start its quickest variant's median with its
 /// spread over the fresh servers, and beside each the record `standing` gives it among
-/// the backends that start that way; then the compiler that was quickest at every kind,
+/// the forms that start that way; then the compiler that was quickest at every kind,
 /// where it was apart from the others each time.
 pub(super) fn cold_phrase(
     c: &Comparison,
@@ -466,7 +466,7 @@ pub(super) fn cold_phrase(
         said.push(format!(
             "{} {}{}",
             Quantity::Millis.spread(&ms),
-            source.phrase(),
+            source.said().phrase,
             standing(source).after("fastest")
         ));
         if pool.len() > 1 && source != Source::Receive {
@@ -495,7 +495,7 @@ pub(super) fn cold_phrase(
     Some(phrase)
 }
 
-/// The backend's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
+/// The form's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
 /// cache, 4 ms signed", or "2.5 ms to start".
 fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
     let said: Vec<String> = c
@@ -508,13 +508,13 @@ fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
                 .filter_map(|v| v.cold_from(source).map(|x| x.millis.median))
                 .filter(|x| x.is_finite())
                 .reduce(f64::min)?;
-            Some(format!("{} {}", duration_ms(best), source.phrase()))
+            Some(format!("{} {}", duration_ms(best), source.said().phrase))
         })
         .collect();
     (!said.is_empty()).then(|| format!("{} {}", cold_words(c, variants), said.join(", ")))
 }
 
-/// How a backend's cold starts are named: "cold /init", or "cold start" for a server that
+/// How a form's cold starts are named: "cold /init", or "cold start" for a server that
 /// takes no /init (its action built in, or the peer's).
 fn cold_words(c: &Comparison, variants: &[&Variant]) -> &'static str {
     let inits = c.sources().into_iter().any(|s| {
@@ -816,7 +816,7 @@ pub fn few_samples_notes(c: &Comparison) -> Vec<String> {
             one_in => format!("1 time in {}", figure(one_in)),
         }
     };
-    if c.backends().len() < 2 {
+    if c.forms().len() < 2 {
         return Vec::new();
     }
     let mut notes = Vec::new();
@@ -847,45 +847,46 @@ pub fn few_samples_notes(c: &Comparison) -> Vec<String> {
     notes
 }
 
-/// What a backend is, beyond its figures: what it isolates, what it may reach, with whose
+/// What a form is, beyond its figures: what it isolates, what it may reach, with whose
 /// privileges. The figures cannot show it, and it decides the choice as much as they do.
-pub fn unmeasured(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Module => {
+pub fn unmeasured(form: Form) -> &'static str {
+    match (form.server, form.backend, form.protocol) {
+        (Server::Url, ..) | (_, None, _) => {
+            "a server run elsewhere: what it isolates is not known here"
+        }
+        (Server::WasmtimeServe, ..) => {
+            "wasmtime's own server for the same HTTP component, as the peer: no OpenWhisk \
+             protocol, the request itself"
+        }
+        (_, _, Protocol::Plain) => {
+            "sandboxed like a component, the same file served as plain HTTP (`wasmloop serve --protocol http`): \
+             the request itself on any path, as wasmtime serve gets it, no platform in front"
+        }
+        (_, Some(Backend::Module), _) => {
             "sandboxed: its own capped memory, no network at all (WASI preview 1 has no \
              sockets), no files but a read-only /action; a crash is a trap the runtime \
              survives. Rust, C, Go"
         }
-        Backend::Component => {
+        (_, Some(Backend::Component), _) => {
             "sandboxed like a module, and may reach the network only where the operator's \
              `wasmloop serve --allow-outbound` lists (nothing by default). Rust, Python, JavaScript"
         }
-        Backend::Native => {
+        (_, Some(Backend::Native), _) => {
             "no sandbox: a process with the container's privileges, its files, its network \
              and every system call; only the container isolates it. Any executable"
         }
-        Backend::Http => {
+        (_, Some(Backend::Http), _) => {
             "sandboxed like a component, the same file wasmtime serve and Spin run: each \
              activation a request as a web action's; Rust, Python, JavaScript"
         }
-        Backend::HttpPlain => {
-            "sandboxed like a component, the same file served as plain HTTP (`wasmloop serve --protocol http`): \
-             the request itself on any path, as wasmtime serve gets it, no platform in front"
-        }
-        Backend::WasmtimeServe => {
-            "wasmtime's own server for the same HTTP component, as the peer: no OpenWhisk \
-             protocol, the request itself"
-        }
-        Backend::Url => "a server run elsewhere: what it isolates is not known here",
-        Backend::Row => "one of the rows' hellos",
     }
 }
 
-/// The page's and the terminal's first word on each backend: its main figures, then what
+/// The page's and the terminal's first word on each form: its main figures, then what
 /// they do not show.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BottomLine {
-    pub backend: Backend,
+    pub form: Form,
     /// "warm p50 18 µs, 52,000 req/s at 8 connections, fresh instances cost +11 µs"; empty
     /// when nothing was measured.
     pub figures: String,
@@ -895,12 +896,8 @@ pub struct BottomLine {
 impl std::fmt::Display for BottomLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.figures.is_empty() {
-            true => write!(f, "{}: {}.", self.backend, self.unmeasured),
-            false => write!(
-                f,
-                "{}: {}. {}.",
-                self.backend, self.figures, self.unmeasured
-            ),
+            true => write!(f, "{}: {}.", self.form, self.unmeasured),
+            false => write!(f, "{}: {}. {}.", self.form, self.figures, self.unmeasured),
         }
     }
 }
@@ -908,11 +905,10 @@ impl std::fmt::Display for BottomLine {
 pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
     let counts = c.connection_counts();
     let (low, high) = (counts.first().copied(), counts.last().copied());
-    c.backends()
+    c.forms()
         .into_iter()
-        .map(|backend| {
-            let variants: Vec<&Variant> =
-                c.variants.iter().filter(|v| v.backend == backend).collect();
+        .map(|form| {
+            let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
             let mut figures = Vec::new();
             if let Some(low) = low {
                 let best = variants
@@ -952,9 +948,9 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
                 figures.extend(fresh_phrase(&variants, low, rounds(c), false));
             }
             BottomLine {
-                backend,
+                form,
                 figures: figures.join(", "),
-                unmeasured: unmeasured(backend),
+                unmeasured: unmeasured(form),
             }
         })
         .collect()
@@ -963,6 +959,8 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Backend::{Component, Module, Native};
+    use Lifetime::{Fresh, Persistent};
 
     fn spread(median: f64, min: f64, max: f64) -> Spread {
         Spread { median, min, max }
@@ -1030,16 +1028,8 @@ mod tests {
     #[test]
     fn spreads_apart_name_a_winner_and_overlapping_ones_never() {
         let apart = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 21.0),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(30.0, 29.0, 31.0),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.0, 21.0)),
+            variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         let said = say(&apart);
         assert!(
@@ -1061,16 +1051,8 @@ mod tests {
 
         // The component's least reaches the module's most: nobody wins anything.
         let mut overlapping = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 24.0),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(23.0, 21.0, 25.0),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.0, 24.0)),
+            variant(Component, Persistent, spread(23.0, 21.0, 25.0)),
         ]);
         // Memory read once: 3% apart is within its noise.
         overlapping.variants[0].resident_after_init = Some(100 << 20);
@@ -1090,10 +1072,10 @@ mod tests {
             spread(20.0, 20.0, 20.0),
             spread(2000.0, 1990.0, 2010.0),
         ] {
-            let mut twin = variant(Backend::Component, Lifetime::Persistent, p50);
+            let mut twin = variant(Component, Persistent, p50);
             twin.resident_per_extra_instance = Some(300 << 10);
             let mut one = twin.clone();
-            one.backend = Backend::Module;
+            one.form = Form::ours(Module);
             let c = comparison(vec![one, twin]);
             for said in say(&c) {
                 assert!(!wins(&said), "{said}");
@@ -1129,12 +1111,8 @@ mod tests {
     #[test]
     fn a_fresh_instance_against_a_kept_one_twice_as_slow_costs_what_it_costs() {
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 22.0),
-            ),
-            variant(Backend::Module, Lifetime::Fresh, spread(40.0, 38.0, 44.0)),
+            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
+            variant(Module, Fresh, spread(40.0, 38.0, 44.0)),
         ]);
         let said = say(&c);
         assert!(
@@ -1145,12 +1123,8 @@ mod tests {
         );
         // The same action as its own fresh twin: nothing measurable.
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 22.0),
-            ),
-            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
+            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
+            variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
         ]);
         assert!(
             said_of(&c).contains("fresh instances cost nothing measurable, within noise"),
@@ -1162,19 +1136,15 @@ mod tests {
     #[test]
     fn compilers_whose_fresh_instances_cost_alike_are_said_once() {
         let winch = |lifetime, p50| {
-            let mut v = variant(Backend::Module, lifetime, p50);
+            let mut v = variant(Module, lifetime, p50);
             v.compiler = Some(Compiler::Winch);
             v
         };
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 22.0),
-            ),
-            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
-            winch(Lifetime::Persistent, spread(21.0, 20.0, 23.0)),
-            winch(Lifetime::Fresh, spread(21.0, 20.0, 23.0)),
+            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
+            variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
+            winch(Persistent, spread(21.0, 20.0, 23.0)),
+            winch(Fresh, spread(21.0, 20.0, 23.0)),
         ]);
         assert!(
             said_of(&c).contains(
@@ -1200,12 +1170,8 @@ mod tests {
         let c = spread(20.8, 20.6, 20.9);
         assert!(Quantity::Micros.apart(&spread(20.0, 19.8, 20.4), &c));
         // And as the issue saw it: a module at 20 against a component at 21 [21–21].
-        let module = variant(
-            Backend::Module,
-            Lifetime::Persistent,
-            spread(20.4, 20.0, 20.6),
-        );
-        let component = variant(Backend::Component, Lifetime::Persistent, b);
+        let module = variant(Module, Persistent, spread(20.4, 20.0, 20.6));
+        let component = variant(Component, Persistent, b);
         let said = say(&comparison(vec![module, component]));
         assert!(!said[0].contains("fastest warm"), "{}", said[0]);
         assert!(
@@ -1223,29 +1189,13 @@ mod tests {
     fn any_variant_within_noise_of_the_top_one_makes_its_backend_level() {
         // The component's best median is apart from the module's, but its other variant's
         // spread reaches the module's.
-        let mut winch = variant(
-            Backend::Component,
-            Lifetime::Persistent,
-            spread(25.0, 20.0, 30.0),
-        );
+        let mut winch = variant(Component, Persistent, spread(25.0, 20.0, 30.0));
         winch.compiler = Some(Compiler::Winch);
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 21.0),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(24.0, 23.5, 24.5),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.0, 21.0)),
+            variant(Component, Persistent, spread(24.0, 23.5, 24.5)),
             winch,
-            variant(
-                Backend::Native,
-                Lifetime::Persistent,
-                spread(90.0, 85.0, 95.0),
-            ),
+            variant(Native, Persistent, spread(90.0, 85.0, 95.0)),
         ]);
         let record = holder(
             &c,
@@ -1256,7 +1206,7 @@ mod tests {
         );
         assert_eq!(
             record,
-            Record::Shared(vec![Backend::Module, Backend::Component])
+            Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
         );
         assert!(
             say(&c)[0].starts_with("module: fastest warm with component, within noise:"),
@@ -1268,16 +1218,8 @@ mod tests {
     #[test]
     fn too_few_rounds_or_cold_runs_name_no_winner_and_say_why() {
         let mut c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.5, 20.5),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(30.0, 29.0, 31.0),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.5, 20.5)),
+            variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         assert_eq!(few_samples_notes(&c), Vec::<String>::new());
         c.conditions.rounds = 3;
@@ -1316,16 +1258,8 @@ mod tests {
     #[test]
     fn a_host_whose_speed_moved_past_the_runs_own_spread_is_warned_of() {
         let mut c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.8, 20.2),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(30.0, 29.7, 30.3),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.8, 20.2)),
+            variant(Component, Persistent, spread(30.0, 29.7, 30.3)),
         ]);
         // The issue's run: 43 ms, its first runs of the task slow, then 27.
         c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
