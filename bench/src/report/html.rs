@@ -168,29 +168,7 @@ pub fn html(c: &Comparison) -> String {
         out.push_str("</ul>");
     }
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
-    // Each chart with what it leaves out and why, so that a missing bar reads as a fact.
-    let mut charts: Vec<(String, Option<String>)> = c
-        .connection_counts()
-        .into_iter()
-        .map(|n| (latency_chart(c, n), latency_left_out(c, n)))
-        .collect();
-    if charts.is_empty() {
-        charts.push((
-            not_measured(
-                "latency",
-                "latency by percentile",
-                "no variant was measured warm",
-            ),
-            None,
-        ));
-    }
-    charts.extend([
-        (cold_chart(c), cold_left_out(c)),
-        (memory_chart(c), memory_left_out(c)),
-        (throughput_chart(c), throughput_left_out(c)),
-        (crash_chart(c), crash_left_out(c)),
-    ]);
-    for (chart, left_out) in charts {
+    for (chart, left_out) in charts(c) {
         let left_out = left_out
             .map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)))
             .unwrap_or_default();
