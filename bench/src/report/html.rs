@@ -168,7 +168,7 @@ pub fn html(c: &Comparison) -> String {
         out.push_str("</ul>");
     }
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
-    for (chart, left_out) in charts(c) {
+    for (chart, left_out) in charts(c).into_iter().zip(left_outs(c)) {
         let left_out = left_out
             .map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)))
             .unwrap_or_default();
@@ -192,4 +192,123 @@ pub fn html(c: &Comparison) -> String {
     }
     out.push_str("</tbody></table></div></section>\n</body></html>\n");
     out
+}
+
+/// What each chart leaves out, and why, in `charts`'s order: the latency chart at each
+/// connection count (or the one saying none was measured), then the bar charts. Said
+/// under each chart, so that a missing bar reads as a fact.
+fn left_outs(c: &Comparison) -> Vec<Option<String>> {
+    let counts = c.connection_counts();
+    let latency = counts.iter().map(|&n| {
+        let not_at = format!("not measured at {}", connections_phrase(n));
+        left_out(c, |v| v.warm_at(n).is_none().then(|| not_at.clone()))
+    });
+    let mut said: Vec<Option<String>> = latency.collect();
+    if counts.is_empty() {
+        said.push(None);
+    }
+    let bars = [
+        cold_left_out,
+        memory_left_out,
+        throughput_left_out,
+        crash_left_out,
+    ];
+    said.extend(bars.map(|left_out| left_out(c)));
+    said
+}
+
+/// What a chart leaves out, and why, as the sentence under it: each reason once, with the
+/// variants it covers. None when every variant is in it.
+fn left_out(c: &Comparison, why: impl Fn(&Variant) -> Option<String>) -> Option<String> {
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for v in &c.variants {
+        let Some(reason) = why(v) else { continue };
+        match reasons.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, labels)) => labels.push(&v.label),
+            None => reasons.push((reason, vec![&v.label])),
+        }
+    }
+    let said: Vec<String> = reasons
+        .iter()
+        .map(|(reason, labels)| format!("{} ({reason})", listed(labels)))
+        .collect();
+    (!said.is_empty()).then(|| format!("Left out: {}.", said.join("; ")))
+}
+
+fn cold_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        let why = match v.lifetime {
+            _ if !v.cold.is_empty() => return None,
+            Lifetime::Fresh => {
+                "a fresh instance per activation changes nothing at /init: its cold start is \
+                 its persistent twin's"
+            }
+            Lifetime::Persistent | Lifetime::AsServed => "no fresh server of it was timed",
+        };
+        Some(why.to_owned())
+    })
+}
+
+fn memory_left_out(c: &Comparison) -> Option<String> {
+    let after_init = left_out(c, |v| {
+        let not_read = "from what it holds after /init: not read";
+        v.resident_after_init.is_none().then(|| not_read.to_owned())
+    });
+    let per_extra = left_out(c, |v| {
+        let why = match v.lifetime {
+            _ if v.resident_per_extra_instance.is_some() => return None,
+            Lifetime::Fresh => "a fresh variant keeps none, each activation's is dropped",
+            _ if c.conditions.concurrency <= 1 => "the servers ran one (--concurrency 1)",
+            _ => "its memory was not read",
+        };
+        Some(format!("from what each extra instance adds: {why}"))
+    });
+    let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
+    (!said.is_empty()).then(|| said.join(" "))
+}
+
+fn throughput_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        v.warm.is_empty().then(|| "not measured warm".to_owned())
+    })
+}
+
+fn crash_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        let form = v.form;
+        let why = match (form.server, form.backend, form.protocol, v.lifetime) {
+            _ if v.crash_to_answer_ms.is_some() => return None,
+            _ if v.row => "the rows crash nothing",
+            (Server::Url, ..) => "a server given by --url is not crashed",
+            (Server::WasmtimeServe, ..) => "the peer is not crashed",
+            (_, _, Protocol::Plain, _) => {
+                "a plain HTTP server takes the request itself, not a /run body that makes the \
+                 action trap"
+            }
+            (_, Some(Backend::Native), _, Lifetime::Fresh) => {
+                "a fresh native process lives for one activation: there is none to kill \
+                 between two"
+            }
+            (_, Some(Backend::Native), ..) => "its process was not killed",
+            _ => {
+                "WebAssembly is crashed only from inside, by a request that makes it trap: give \
+                 one with --crash-body"
+            }
+        };
+        Some(why.to_owned())
+    })
+}
+
+/// `text` safe as HTML's text and attribute values.
+pub(super) fn escape(text: &str) -> String {
+    let entities = [
+        ("&", "&amp;"),
+        ("<", "&lt;"),
+        (">", "&gt;"),
+        ("\"", "&quot;"),
+        ("'", "&#39;"),
+    ];
+    entities
+        .iter()
+        .fold(text.to_owned(), |text, (c, entity)| text.replace(c, entity))
 }

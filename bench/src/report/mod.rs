@@ -8,6 +8,7 @@ mod verdicts;
 
 use charts::*;
 use csv::*;
+use html::escape;
 
 pub use crate::stats::Spread;
 pub use charts::{Curve, latency_svg};
@@ -660,6 +661,20 @@ fn wrong_line(v: &Variant, k: &Conditions) -> String {
 mod tests {
     use super::*;
 
+    /// Asserts that `text` holds `part`, showing all of it where it does not.
+    #[track_caller]
+    pub(super) fn holds(text: &str, part: &str) {
+        assert!(text.contains(part), "no {part:?} in:\n{text}");
+    }
+
+    #[track_caller]
+    pub(super) fn starts(text: &str, start: &str) {
+        assert!(
+            text.starts_with(start),
+            "{text:?} does not start with {start:?}"
+        );
+    }
+
     fn spread(median: f64, min: f64, max: f64) -> Spread {
         Spread { median, min, max }
     }
@@ -837,13 +852,11 @@ mod tests {
         let bottom = &first[..first.find("<h2>Conditions").unwrap()];
         // Wrong answers first of all, then a line per backend.
         assert!(bottom.contains("<p class=\"wrong\"><strong>native persistent</strong>: 3"));
-        assert!(
-            bottom.contains(
-                "<li><strong>module</strong>: warm p50 33 µs, 100k req/s with p99 150 µs at 8 \
+        holds(
+            bottom,
+            "<li><strong>module</strong>: warm p50 33 µs, 100k req/s with p99 150 µs at 8 \
                  connections, cold /init 21 ms compiled, 1.8 ms from the cache, 4 ms signed, \
-                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network"
-            ),
-            "{bottom}"
+                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network",
         );
         assert!(
             bottom
@@ -851,17 +864,12 @@ mod tests {
         );
         assert!(bottom.contains("no sandbox: a process with the container&#39;s privileges"));
         // Each backend's cold start named by its kind: a native start is no compile.
-        assert!(
-            bottom.contains("cold /init 1.1 s compiled, 15 ms from the cache."),
-            "{bottom}"
-        );
+        holds(bottom, "cold /init 1.1 s compiled, 15 ms from the cache.");
         let said = table(&sample());
-        assert!(
-            said.contains(
-                "bottom line, native: warm p50 44 µs, 75k req/s with p99 200 µs at 8 \
-                 connections, cold /init 2.5 ms to start. no sandbox"
-            ),
-            "{said}"
+        holds(
+            &said,
+            "bottom line, native: warm p50 44 µs, 75k req/s with p99 200 µs at 8 \
+                 connections, cold /init 2.5 ms to start. no sandbox",
         );
     }
 
@@ -874,25 +882,20 @@ mod tests {
                 .unwrap()
                 .to_owned()
         };
-        assert!(
-            figure_of(COLD_TITLE).contains(
-                "Left out: module cranelift fresh (a fresh instance per activation changes \
-                 nothing at /init: its cold start is its persistent twin&#39;s)."
-            ),
-            "{}",
-            figure_of(COLD_TITLE)
+        holds(
+            &figure_of(COLD_TITLE),
+            "Left out: module cranelift fresh (a fresh instance per activation changes \
+                 nothing at /init: its cold start is its persistent twin&#39;s).",
         );
         let crash = figure_of(CRASH_TITLE);
-        assert!(
-            crash.contains(
-                "Left out: module cranelift fresh and component winch &lt;b&gt;persistent&lt;/b&gt; \
+        holds(
+            &crash,
+            "Left out: module cranelift fresh and component winch &lt;b&gt;persistent&lt;/b&gt; \
                  (WebAssembly is crashed only from inside, by a request that makes it trap: give \
-                 one with --crash-body); native persistent (its process was not killed)."
-            ),
-            "{crash}"
+                 one with --crash-body); native persistent (its process was not killed).",
         );
         let memory = figure_of(MEMORY_TITLE);
-        assert!(memory.contains("a fresh variant keeps none"), "{memory}");
+        holds(&memory, "a fresh variant keeps none");
         // Every variant was measured warm at both counts: nothing is said to be missing.
         assert!(!figure_of(THROUGHPUT_TITLE).contains("Left out"));
     }
@@ -908,7 +911,7 @@ mod tests {
             .split("<svg")
             .find(|svg| svg.contains(CRASH_TITLE))
             .expect("the crash chart");
-        assert!(crash.contains("not measured"), "{crash}");
+        holds(crash, "not measured");
         let latency = page
             .split("<svg")
             .find(|svg| svg.contains("at 1 connection"))
@@ -924,11 +927,9 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], csv_columns().join(","));
         assert_eq!(lines.len(), 1 + 4 * 2, "{text}");
-        assert!(
-            lines[1]
-                .starts_with("\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,"),
-            "{}",
-            lines[1]
+        starts(
+            lines[1],
+            "\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,",
         );
         assert!(lines[3].starts_with("module cranelift fresh,module,cranelift,fresh,1,"));
         let native = lines
@@ -973,9 +974,9 @@ mod tests {
             ..Comparison::default()
         };
         let said = verdicts(&c)[0].to_string();
-        assert!(
-            said.contains("fresh instances cost nothing measurable, within noise"),
-            "{said}"
+        holds(
+            &said,
+            "fresh instances cost nothing measurable, within noise",
         );
         assert!(!said.contains("cost -"), "{said}");
     }
@@ -984,71 +985,53 @@ mod tests {
     fn the_verdicts_give_each_record_to_the_backend_that_holds_it() {
         let said: Vec<String> = verdicts(&sample()).iter().map(|v| v.to_string()).collect();
         assert_eq!(said.len(), 3, "{said:#?}");
-        assert!(
-            said[0].starts_with("module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)"),
-            "{}",
-            said[0]
+        starts(
+            &said[0],
+            "module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)",
         );
         // Each kind of start against its own kind: the module's compile and cache against
         // the component's; signed, only the module's, holds no record.
-        assert!(
-            said[0].contains(
-                "cold /init 21 [19–25] ms compiled (fastest), 1.8 [1.6–2.2] ms from the cache \
+        holds(
+            &said[0],
+            "cold /init 21 [19–25] ms compiled (fastest), 1.8 [1.6–2.2] ms from the cache \
                  (fastest), 4 [3.6–4.8] ms signed, 500 [450–600] µs to receive the signed \
-                 upload;"
-            ),
-            "{}",
-            said[0]
+                 upload;",
         );
-        assert!(
-            said[0].contains(
-                "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)"
-            ),
-            "{}",
-            said[0]
+        holds(
+            &said[0],
+            "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)",
         );
-        assert!(
-            said[0]
-                .contains("fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)"),
-            "{}",
-            said[0]
+        holds(
+            &said[0],
+            "fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)",
         );
-        assert!(
-            said[1].starts_with("component: warm p50 77 [74–80] µs (persistent, winch)"),
-            "{}",
-            said[1]
+        starts(
+            &said[1],
+            "component: warm p50 77 [74–80] µs (persistent, winch)",
         );
-        assert!(
-            said[1]
-                .contains("; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive"),
-            "{}",
-            said[1]
+        holds(
+            &said[1],
+            "; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive",
         );
         // A native start is quicker than the module's cached start, but not of its kind: it
         // holds no cold record.
-        assert!(
-            said[2].contains("; cold /init 2.5 [2.2–3] ms to start;"),
-            "{}",
-            said[2]
-        );
+        holds(&said[2], "; cold /init 2.5 [2.2–3] ms to start;");
         assert!(!said[2].contains("fastest cold") && !said[2].contains("start (fastest"));
-        assert!(
-            said[2].contains("; tail p99 200 [180–230] µs at 8 connections (persistent);"),
-            "{}",
-            said[2]
+        holds(
+            &said[2],
+            "; tail p99 200 [180–230] µs at 8 connections (persistent);",
         );
-        assert!(said[2].contains("least memory: 3 MiB"), "{}", said[2]);
-        assert!(said[2].contains("3 wrong answers"), "{}", said[2]);
+        holds(&said[2], "least memory: 3 MiB");
+        holds(&said[2], "3 wrong answers");
         let records = said.iter().filter(|s| s.contains("fastest warm")).count();
         assert_eq!(records, 1);
 
         let mut c = sample();
         c.variants[3].warm[0].p50 = spread(20.0, 19.0, 21.0);
         let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
-        assert!(
-            said[2].starts_with("native: fastest warm: p50 20 [19–21] µs (persistent)"),
-            "{}",
-            said[2]
+        starts(
+            &said[2],
+            "native: fastest warm: p50 20 [19–21] µs (persistent)",
         );
         assert!(!said[0].contains("fastest warm"));
     }
@@ -1071,13 +1054,10 @@ mod tests {
             "the module's compile is no longer the fastest alone: {}",
             said[0]
         );
-        assert!(
-            said[1].contains(
-                "cold /init 20 [18–24] ms compiled (within noise of module), 15 [14–18] ms from \
-                 the cache,"
-            ),
-            "{}",
-            said[1]
+        holds(
+            &said[1],
+            "cold /init 20 [18–24] ms compiled (within noise of module), 15 [14–18] ms from \
+                 the cache,",
         );
     }
 
@@ -1093,20 +1073,14 @@ mod tests {
         c.conditions.after.reference_ms = Some(spread(105.0, 98.0, 110.0));
         let notes = host_notes(&c);
         assert_eq!(notes.len(), 2, "{notes:#?}");
-        assert!(
-            notes[0].starts_with(
-                "the host was busy when the run began: its load average was 1.3 on 2 CPUs"
-            ),
-            "{}",
-            notes[0]
+        starts(
+            &notes[0],
+            "the host was busy when the run began: its load average was 1.3 on 2 CPUs",
         );
-        assert!(
-            notes[1].starts_with(
-                "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
-                 before it and 105 ms (98–110) after"
-            ),
-            "{}",
-            notes[1]
+        starts(
+            &notes[1],
+            "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
+                 before it and 105 ms (98–110) after",
         );
         assert!(
             notes[1].ends_with(", pinned (taskset -c 0)."),
@@ -1129,21 +1103,17 @@ mod tests {
     fn the_conditions_say_the_load_before_and_after_and_the_hosts_speed() {
         let c = sample();
         let page = html(&c);
-        assert!(
-            page.contains(
-                "<dt>load average</dt><dd>0.12 before the run, 1.9 after (1 minute, on 2 CPUs; \
-                 the run&#39;s own work counts in the after)</dd>"
-            ),
-            "{page}"
+        holds(
+            &page,
+            "<dt>load average</dt><dd>0.12 before the run, 1.9 after (1 minute, on 2 CPUs; \
+                 the run&#39;s own work counts in the after)</dd>",
         );
         assert!(page.contains(
             "<dt>host speed</dt><dd>a fixed CPU task took 21 ms before the run, 22 ms after"
         ));
-        assert!(
-            table(&c)
-                .contains("(conditions: not pinned; load average 0.12 before the run, 1.9 after"),
-            "{}",
-            table(&c)
+        holds(
+            &table(&c),
+            "(conditions: not pinned; load average 0.12 before the run, 1.9 after",
         );
     }
 
@@ -1153,30 +1123,21 @@ mod tests {
         // Native's p50 spread reaches into the module's (32–34 µs): neither is the faster.
         c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
         let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
-        assert!(
-            said[0].starts_with(
-                "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
-                 cranelift)"
-            ),
-            "{}",
-            said[0]
+        starts(
+            &said[0],
+            "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
+                 cranelift)",
         );
-        assert!(
-            said[2]
-                .starts_with("native: fastest warm with module, within noise: p50 34 [31–36] µs"),
-            "{}",
-            said[2]
+        starts(
+            &said[2],
+            "native: fastest warm with module, within noise: p50 34 [31–36] µs",
         );
         assert!(
             !said.iter().any(|s| s.contains("fastest warm:")),
             "{said:#?}"
         );
         // The component, apart from both, is named with its figure alone.
-        assert!(
-            said[1].starts_with("component: warm p50 77 [74–80] µs"),
-            "{}",
-            said[1]
-        );
+        starts(&said[1], "component: warm p50 77 [74–80] µs");
     }
 
     #[test]
@@ -1190,16 +1151,11 @@ mod tests {
         c.variants[3].warm[0].p50 = spread(33.0, 31.0, 36.0);
         let notes = overlap_notes(&c);
         assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(
-            notes[0].starts_with("module cranelift persistent and native persistent overlap"),
-            "{}",
-            notes[0]
+        starts(
+            &notes[0],
+            "module cranelift persistent and native persistent overlap",
         );
-        assert!(
-            notes[0].contains("(p50 at 1 connection: 32–34 against 31–36 µs)"),
-            "{}",
-            notes[0]
-        );
+        holds(&notes[0], "(p50 at 1 connection: 32–34 against 31–36 µs)");
         assert!(notes[0].contains("taskset -c 0"));
         // The fresh variant overlaps too, but against another lifetime it is not compared.
         c.variants[1].warm[0].p50 = spread(33.0, 31.0, 36.0);
@@ -1236,16 +1192,12 @@ mod tests {
         }
         // The figures the verdicts compare with their spreads: the p50 at 1 connection,
         // the p99 and the rate at 8.
-        assert!(lines[1].contains("33 [32–34]"), "{}", lines[1]);
-        assert!(lines[0].contains("  p99@8  "), "{}", lines[0]);
+        holds(lines[1], "33 [32–34]");
+        holds(lines[0], "  p99@8  ");
         // The server's CPU per request at the most connections (the sample's is 0.6 of
         // its base of 75 µs there).
-        assert!(lines[0].contains("  srv@8  "), "{}", lines[0]);
-        assert!(
-            lines[1].contains("  150 [135–172]  100 [95–104]     45  "),
-            "{}",
-            lines[1]
-        );
+        holds(lines[0], "  srv@8  ");
+        holds(lines[1], "  150 [135–172]  100 [95–104]     45  ");
         assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
         // Then the cold starts, each with its spread, of the variants that have any.
         assert!(lines[5].starts_with("cold start, ms") && lines[5].contains("cmpl"));
@@ -1255,7 +1207,7 @@ mod tests {
             "{}",
             lines[6]
         );
-        assert!(lines[8].starts_with("native persistent"), "{}", lines[8]);
+        starts(lines[8], "native persistent");
         assert!(text.contains("note: the machine was <busy>"));
         assert!(text.ends_with(
             "native persistent: 3 answers were wrong; the first: 500 `oops`, expected 200 \
@@ -1463,26 +1415,22 @@ mod tests {
             .map(|v| v.to_string())
             .collect();
         let plain = said.iter().find(|s| s.starts_with("http-plain: ")).unwrap();
-        assert!(
-            plain.contains(
-                "cold start 60 [54–72] ms to a first answer, compiled (fastest), 9 [8.1–11] ms \
-                 to a first answer from the cache (fastest)"
-            ),
-            "{plain}"
+        holds(
+            plain,
+            "cold start 60 [54–72] ms to a first answer, compiled (fastest), 9 [8.1–11] ms \
+                 to a first answer from the cache (fastest)",
         );
         let peer = said
             .iter()
             .find(|s| s.starts_with("wasmtime-serve: "))
             .unwrap();
-        assert!(
-            peer.contains(
-                "cold start 290 [261–348] ms to a first answer, compiled, 40 [36–48] ms to a \
-                 first answer from the cache;"
-            ),
-            "{peer}"
+        holds(
+            peer,
+            "cold start 290 [261–348] ms to a first answer, compiled, 40 [36–48] ms to a \
+                 first answer from the cache;",
         );
         let text = table(&with_http());
-        assert!(text.contains("  1st  "), "{text}");
+        holds(&text, "  1st  ");
     }
 
     #[test]
@@ -1538,14 +1486,11 @@ mod tests {
 
     #[test]
     fn log_ticks_fall_inside_the_scale() {
-        let usual = Scale::Log { lo: 8.0, hi: 300.0 };
+        let usual = Scale::new(8.0, 300.0, true);
         assert_eq!(usual.ticks(), vec![10.0, 20.0, 50.0, 100.0, 200.0]);
-        let wide = Scale::Log {
-            lo: 1.5,
-            hi: 150_000.0,
-        };
+        let wide = Scale::new(1.5, 150_000.0, true);
         assert_eq!(wide.ticks(), vec![10.0, 100.0, 1e3, 1e4, 1e5]);
-        let narrow = Scale::Log { lo: 28.0, hi: 38.0 };
+        let narrow = Scale::new(28.0, 38.0, true);
         assert!(narrow.ticks().len() >= 3, "{:?}", narrow.ticks());
         assert!(narrow.ticks().iter().all(|t| (28.0..=38.0).contains(t)));
     }

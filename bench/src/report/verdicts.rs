@@ -958,6 +958,7 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{holds, starts};
     use super::*;
     use Backend::{Component, Module, Native};
     use Lifetime::{Fresh, Persistent};
@@ -1032,21 +1033,14 @@ mod tests {
             variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         let said = say(&apart);
-        assert!(
-            said[0].starts_with(
-                "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
+        starts(
+            &said[0],
+            "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
                  8 connections (50k [48k–53k] req/s, persistent, cranelift); shortest tail: p99 \
-                 60 [57–63] µs at 8 connections"
-            ),
-            "{}",
-            said[0]
+                 60 [57–63] µs at 8 connections",
         );
-        assert!(
-            said[0].contains("20 [19–21] s compiled (fastest)"),
-            "{}",
-            said[0]
-        );
-        assert!(said[0].contains("least memory: 2 MiB"), "{}", said[0]);
+        holds(&said[0], "20 [19–21] s compiled (fastest)");
+        holds(&said[0], "least memory: 2 MiB");
         assert!(!wins(&said[1]), "{}", said[1]);
 
         // The component's least reaches the module's most: nobody wins anything.
@@ -1059,9 +1053,9 @@ mod tests {
         overlapping.variants[1].resident_after_init = Some(103 << 20);
         for said in say(&overlapping) {
             assert!(!wins(&said), "{said}");
-            assert!(said.contains("warm, within noise of "), "{said}");
-            assert!(said.contains("s compiled (within noise of "), "{said}");
-            assert!(said.contains("; within noise of "), "{said}");
+            holds(&said, "warm, within noise of ");
+            holds(&said, "s compiled (within noise of ");
+            holds(&said, "; within noise of ");
         }
     }
 
@@ -1115,21 +1109,18 @@ mod tests {
             variant(Module, Fresh, spread(40.0, 38.0, 44.0)),
         ]);
         let said = say(&c);
-        assert!(
-            said[0]
-                .contains("fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"),
-            "{}",
-            said[0]
+        holds(
+            &said[0],
+            "fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)",
         );
         // The same action as its own fresh twin: nothing measurable.
         let c = comparison(vec![
             variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
             variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
         ]);
-        assert!(
-            said_of(&c).contains("fresh instances cost nothing measurable, within noise"),
-            "{}",
-            said_of(&c)
+        holds(
+            &said_of(&c),
+            "fresh instances cost nothing measurable, within noise",
         );
     }
 
@@ -1146,13 +1137,10 @@ mod tests {
             winch(Persistent, spread(21.0, 20.0, 23.0)),
             winch(Fresh, spread(21.0, 20.0, 23.0)),
         ]);
-        assert!(
-            said_of(&c).contains(
-                "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
-                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)"
-            ),
-            "{}",
-            said_of(&c)
+        holds(
+            &said_of(&c),
+            "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
+                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)",
         );
     }
 
@@ -1174,10 +1162,9 @@ mod tests {
         let component = variant(Component, Persistent, b);
         let said = say(&comparison(vec![module, component]));
         assert!(!said[0].contains("fastest warm"), "{}", said[0]);
-        assert!(
-            said[0].starts_with("module: warm, within noise of component: p50 20 [20–21] µs"),
-            "{}",
-            said[0]
+        starts(
+            &said[0],
+            "module: warm, within noise of component: p50 20 [20–21] µs",
         );
         // Bytes: read once, a reading within twice its noise of another is no record.
         let (small, large) = (memory_spread(100 << 20), memory_spread(109 << 20));
@@ -1208,10 +1195,9 @@ mod tests {
             record,
             Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
         );
-        assert!(
-            say(&c)[0].starts_with("module: fastest warm with component, within noise:"),
-            "{}",
-            say(&c)[0]
+        starts(
+            &say(&c)[0],
+            "module: fastest warm with component, within noise:",
         );
     }
 
@@ -1227,27 +1213,19 @@ mod tests {
             v.cold[0].runs = 2;
         }
         let said = say(&c);
-        assert!(
-            said[0].starts_with("module: warm p50 20 [20–20] µs"),
-            "{}",
-            said[0]
-        );
+        starts(&said[0], "module: warm p50 20 [20–20] µs");
         assert!(said.iter().all(|s| !s.contains("fastest")), "{said:#?}");
         let notes = few_samples_notes(&c);
         assert_eq!(notes.len(), 2, "{notes:#?}");
-        assert!(
-            notes[0].starts_with(
-                "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
-                 action would look apart by chance 1 time in 10"
-            ),
-            "{}",
-            notes[0]
+        starts(
+            &notes[0],
+            "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
+                 action would look apart by chance 1 time in 10",
         );
         assert!(notes[0].ends_with("give --rounds 5 or more (and --hits at least as many)."));
-        assert!(
-            notes[1].contains("by chance 1 time in 3, so no verdict names a cold winner"),
-            "{}",
-            notes[1]
+        holds(
+            &notes[1],
+            "by chance 1 time in 3, so no verdict names a cold winner",
         );
         // Fewer hits than rounds: a round per hit.
         c.conditions.rounds = 10;
@@ -1265,24 +1243,20 @@ mod tests {
         c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
         c.conditions.after.reference_ms = Some(spread(27.0, 26.0, 28.0));
         let note = host_speed_note(&c).expect("a warning for 43 against 27 ms");
-        assert!(
-            note.starts_with(
-                "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
-                 before it and 27 ms (26–28) after, 59% apart"
-            ),
-            "{note}"
+        starts(
+            &note,
+            "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
+                 before it and 27 ms (26–28) after, 59% apart",
         );
         assert!(note.contains("may not compare") && note.contains("rerun on a quiet machine"));
         // The run's spreads are 2% wide: a 7% move is past them (and past the floor, 5%).
         c.conditions.before.reference_ms = Some(spread(21.0, 20.8, 21.2));
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
         let note = host_speed_note(&c).expect("a warning for a 7% move");
-        assert!(
-            note.contains(
-                "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
-                 widest)"
-            ),
-            "{note}"
+        holds(
+            &note,
+            "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
+                 widest)",
         );
         // A 4% move is within the floor.
         c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
@@ -1295,10 +1269,7 @@ mod tests {
         assert_eq!(host_speed_note(&c), None);
         c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
         let note = host_speed_note(&c).expect("a warning for a 12% move");
-        assert!(
-            note.contains("12% apart, more than 10%, past which"),
-            "{note}"
-        );
+        holds(&note, "12% apart, more than 10%, past which");
         // And the table says it as a warning.
         assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
     }
