@@ -30,26 +30,24 @@ pub(super) const CRASH_TITLE: &str = "recovery: from a crash to the next answer"
 struct Svg(String);
 
 impl Svg {
-    fn text(&mut self, (x, y): (f64, f64), class: &str, anchor: &str, content: &str) {
+    /// `content` at `at`, its class ("tick") and anchor ("end") said in one ("tick end").
+    fn text(&mut self, (x, y): (f64, f64), class_anchor: &str, content: &str) {
+        let (class, anchor) = class_anchor.rsplit_once(' ').unwrap_or_default();
         let (svg, content) = (&mut self.0, escape(content));
-        let _ = write!(
-            svg,
-            "<text class=\"{class}\" x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"{anchor}\">{content}</text>"
-        );
+        let _ = write!(svg, "<text class=\"{class}\" x=\"{x:.1}\" y=\"{y:.1}\" ");
+        let _ = write!(svg, "text-anchor=\"{anchor}\">{content}</text>");
     }
 
     fn line(&mut self, (x1, y1): (f64, f64), (x2, y2): (f64, f64), style: &str) {
-        let _ = write!(
-            self.0,
-            "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" {style}/>"
-        );
+        let svg = &mut self.0;
+        let _ = write!(svg, "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" ");
+        let _ = write!(svg, "x2=\"{x2:.1}\" y2=\"{y2:.1}\" {style}/>");
     }
 
-    fn rect(&mut self, (x, y): (f64, f64), width: f64, height: f64, style: &str) {
-        let _ = write!(
-            self.0,
-            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{width:.1}\" height=\"{height}\" {style}/>"
-        );
+    fn rect(&mut self, (x, y): (f64, f64), (width, height): (f64, f64), style: &str) {
+        let svg = &mut self.0;
+        let _ = write!(svg, "<rect x=\"{x:.1}\" y=\"{y:.1}\" ");
+        let _ = write!(svg, "width=\"{width:.1}\" height=\"{height}\" {style}/>");
     }
 
     /// A least–most whisker from `a` to `b` at height `y`, its ends `reach` up and down.
@@ -88,14 +86,10 @@ fn fit(label: &str, room: f64) -> String {
 fn not_measured(id: &str, title: &str, why: &str) -> String {
     let mut svg = Svg::default();
     let mid = WIDTH / 2.0;
-    svg.rect(
-        (16.0, 40.0),
-        WIDTH - 32.0,
-        56.0,
-        "fill=\"#fafafa\" stroke=\"#ddd\"",
-    );
-    svg.text((mid, 70.0), "none", "middle", "not measured");
-    svg.text((mid, 88.0), "note", "middle", why);
+    let style = "fill=\"#fafafa\" stroke=\"#ddd\"";
+    svg.rect((16.0, 40.0), (WIDTH - 32.0, 56.0), style);
+    svg.text((mid, 70.0), "none middle", "not measured");
+    svg.text((mid, 88.0), "note middle", why);
     svg.finish(id, title, 110.0)
 }
 
@@ -160,10 +154,8 @@ impl Scale {
         // 1-2-5 reads best; decades alone when that crowds the axis, every integer
         // multiple when the range is too short for either.
         let every: Vec<f64> = (1..10).map(f64::from).collect();
-        for multiples in [&[1.0, 2.0, 5.0][..], &[1.0], &every]
-            .iter()
-            .filter(|_| log)
-        {
+        let sets = [&[1.0, 2.0, 5.0][..], &[1.0], &every];
+        for multiples in sets.iter().filter(|_| log) {
             let ticks: Vec<f64> = (first..=last)
                 .flat_map(|e| multiples.iter().map(move |m| m * 10f64.powi(e)))
                 .filter(|t| *t >= lo && *t <= hi)
@@ -189,6 +181,18 @@ pub struct Curve<'a> {
     pub warm: &'a Warm,
 }
 
+impl<'a> Curve<'a> {
+    /// `variant`'s curve of `warm`, dashed if it is fresh.
+    pub fn of(variant: &'a Variant, warm: &'a Warm) -> Curve<'a> {
+        let dashed = variant.lifetime == Lifetime::Fresh;
+        Curve {
+            label: &variant.label,
+            dashed,
+            warm,
+        }
+    }
+}
+
 /// `bench --out`'s latency.svg: the rows' latency curves, drawn as the report draws them;
 /// on its own, the chart carries the page's styles (its grid, ticks and labels are
 /// classes of them).
@@ -202,28 +206,21 @@ pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
 /// latency on a log scale, each curve in its variant's colour; `style`, the CSS a chart
 /// outside the page carries.
 fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&str>) -> String {
-    let title = format!(
-        "latency by percentile at {}",
-        connections_phrase(connections)
+    let at = connections_phrase(connections);
+    let (title, id) = (
+        format!("latency by percentile at {at}"),
+        format!("latency-{connections}"),
     );
-    let id = format!("latency-{connections}");
-    let series: Vec<(usize, Curve)> = curves
-        .into_iter()
-        .filter(|(_, c)| !c.warm.micros.is_empty())
-        .collect();
+    let mut series = curves;
+    series.retain(|(_, c)| !c.warm.micros.is_empty());
     if series.is_empty() {
-        return not_measured(
-            &id,
-            &title,
-            "no variant was measured warm at this connection count",
-        );
+        let why = "no variant was measured warm at this connection count";
+        return not_measured(&id, &title, why);
     }
     // Sample i of n sits at p = i/n: the first at 0, the largest at 1 - 1/n, the cap.
     let nines = |p: f64| -(1.0 - p).log10();
-    let lengths = series
-        .iter()
-        .map(|(_, c)| (c.warm.micros.len() as f64).log10());
-    let x_max = lengths.fold(nines(0.9), f64::max);
+    let lengths = series.iter().map(|(_, c)| c.warm.micros.len() as f64);
+    let x_max = lengths.map(f64::log10).fold(nines(0.9), f64::max);
     let micros = series.iter().flat_map(|(_, c)| c.warm.micros.iter());
     let y = Scale::over(micros.copied(), false, true);
     let (entry, left, right, top) = (38.0, 90.0, 790.0, 58.0);
@@ -231,12 +228,10 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
     let px = |x: f64| left + (right - left) * (x / x_max);
     let py = |v: f64| bottom - (bottom - top) * y.fraction(v);
 
-    let mut svg = Svg(style
-        .map(|style| format!("<style>{style}</style>"))
-        .unwrap_or_default());
+    let mut svg = Svg(style.map_or(String::new(), |css| format!("<style>{css}</style>")));
     for t in y.ticks() {
         svg.line((left, py(t)), (right, py(t)), "class=\"grid\"");
-        svg.text((left - 8.0, py(t) + 4.0), "tick", "end", &duration_us(t));
+        svg.text((left - 8.0, py(t) + 4.0), "tick end", &duration_us(t));
     }
     for label in ["0", "50", "90", "99", "99.9", "99.99", "99.999", "99.9999"] {
         let x = nines(label.parse::<f64>().unwrap_or(0.0) / 100.0);
@@ -244,32 +239,19 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
             let x = px(x);
             svg.line((x, top), (x, bottom), "class=\"grid\"");
             svg.line((x, bottom), (x, bottom + 5.0), "stroke=\"#777\"");
-            svg.text((x, bottom + 19.0), "tick", "middle", label);
+            svg.text((x, bottom + 19.0), "tick middle", label);
         }
     }
-    let (w, h, mid) = (right - left, bottom - top, (top + bottom) / 2.0);
-    let _ = write!(
-        svg.0,
-        "<rect class=\"frame\" x=\"{left}\" y=\"{top}\" width=\"{w}\" height=\"{h}\"/>"
-    );
+    svg.rect((left, top), (right - left, bottom - top), "class=\"frame\"");
     let axis = "percentile (nines scale: 90, 99, 99.9 … evenly spaced, so the tail is readable)";
-    svg.text(
-        ((left + right) / 2.0, bottom + 44.0),
-        "axis",
-        "middle",
-        axis,
-    );
-    let _ = write!(
-        svg.0,
-        "<text class=\"axis\" x=\"22\" y=\"{mid:.1}\" text-anchor=\"middle\" \
-         transform=\"rotate(-90 22 {mid:.1})\">latency (log scale)</text>"
-    );
-    let dashes = |curve: &Curve| {
-        if curve.dashed {
-            " stroke-dasharray=\"7 4\""
-        } else {
-            ""
-        }
+    svg.text(((left + right) / 2.0, bottom + 44.0), "axis middle", axis);
+    let mid = (top + bottom) / 2.0;
+    let turn = format!("transform=\"rotate(-90 22 {mid:.1})\"");
+    let axis = format!("class=\"axis\" x=\"22\" y=\"{mid:.1}\" text-anchor=\"middle\"");
+    let _ = write!(svg.0, "<text {axis} {turn}>latency (log scale)</text>");
+    let stroke = |i: usize, curve: &Curve| {
+        let dashes = [" stroke-dasharray=\"7 4\"", ""][usize::from(!curve.dashed)];
+        format!("stroke=\"{}\" stroke-width=\"{{}}\"{dashes}", colour(i))
     };
     for (i, curve) in &series {
         let micros = &curve.warm.micros;
@@ -285,41 +267,24 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
                 let _ = write!(points, "{:.1},{:.1} ", px(x), py(micros[index]));
             }
         }
-        let _ = write!(
-            svg.0,
-            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2.2\"{} \
-             stroke-linejoin=\"round\" points=\"{}\"><title>{}</title></polyline>",
-            colour(*i),
-            dashes(curve),
-            points.trim_end(),
-            escape(curve.label)
-        );
+        let style = stroke(*i, curve).replace("{}", "2.2");
+        let (points, label) = (points.trim_end(), escape(curve.label));
+        let line = format!("fill=\"none\" {style} stroke-linejoin=\"round\"");
+        let _ = write!(svg.0, "<polyline {line} points=\"{points}\">");
+        let _ = write!(svg.0, "<title>{label}</title></polyline>");
     }
     // The legend, right of the plot, with each line's own figures under its name.
     let lx = right + 20.0;
     for (k, (i, curve)) in series.iter().enumerate() {
         let (w, ly) = (curve.warm, top + 12.0 + entry * k as f64);
-        let stroke = format!(
-            "stroke=\"{}\" stroke-width=\"3\"{}",
-            colour(*i),
-            dashes(curve)
-        );
-        svg.line((lx, ly - 4.0), (lx + 28.0, ly - 4.0), &stroke);
-        svg.text(
-            (lx + 36.0, ly),
-            "label",
-            "start",
-            &fit(curve.label, (WIDTH - lx - 44.0) / CHAR),
-        );
+        let style = stroke(*i, curve).replace("{}", "3");
+        svg.line((lx, ly - 4.0), (lx + 28.0, ly - 4.0), &style);
+        let label = fit(curve.label, (WIDTH - lx - 44.0) / CHAR);
+        svg.text((lx + 36.0, ly), "label start", &label);
         let (p50, p99, max) = (w.p50.median, w.p99.median, w.micros[w.micros.len() - 1]);
-        let figures = [("p50", p50), ("p99", p99), ("max", max)]
-            .map(|(n, v)| format!("{n} {}", duration_us(v)));
-        svg.text(
-            (lx + 36.0, ly + 16.0),
-            "note",
-            "start",
-            &figures.join(" · "),
-        );
+        let figures = [("p50", p50), ("p99", p99), ("max", max)];
+        let figures = figures.map(|(name, v)| format!("{name} {}", duration_us(v)));
+        svg.text((lx + 36.0, ly + 16.0), "note start", &figures.join(" · "));
     }
     svg.finish(&id, &title, bottom + 62.0)
 }
@@ -331,26 +296,12 @@ struct Bar(String, &'static str, f64, Spread);
 /// Bars under one heading (a variant, in its colour), or bars that name themselves.
 type Group = (Option<(String, &'static str)>, Vec<Bar>);
 
-/// A block of groups on an axis of its own, under its heading.
-struct Panel {
-    heading: Option<&'static str>,
-    axis: &'static str,
-    format: fn(f64) -> String,
-    log_allowed: bool,
-    groups: Vec<Group>,
-}
+/// A block of groups on an axis of its own: its heading, the axis's name, how its figures
+/// read, whether its scale may turn logarithmic, and its groups.
+type Panel = (Option<&'static str>, &'static str, Format, bool, Vec<Group>);
 
-/// A panel without a heading.
-fn panel(axis: &'static str, format: fn(f64) -> String, log: bool, groups: Vec<Group>) -> Panel {
-    let heading = None;
-    Panel {
-        heading,
-        axis,
-        format,
-        log_allowed: log,
-        groups,
-    }
-}
+/// How a panel's figures read.
+type Format = fn(f64) -> String;
 
 /// A legend's entry: a shade of the bars (`Some`), or the whisker, and what it means.
 type Key = (Option<f64>, String);
@@ -358,13 +309,8 @@ type Key = (Option<f64>, String);
 /// A bar chart: its legend in rows across the top, then each panel's grid, bars and axis;
 /// with no bars at all, "not measured" and `why`.
 fn bar_chart(id: &str, title: &str, why: &str, keys: &[Key], panels: &[Panel]) -> String {
-    let all = || {
-        panels
-            .iter()
-            .flat_map(|p| &p.groups)
-            .flat_map(|(_, bars)| bars)
-    };
-    if all().next().is_none() {
+    let bars = |groups: &[Group]| groups.iter().flat_map(|(_, bars)| bars).count();
+    if panels.iter().all(|panel| bars(&panel.4) == 0) {
         return not_measured(id, title, why);
     }
     let mut svg = Svg::default();
@@ -375,46 +321,42 @@ fn bar_chart(id: &str, title: &str, why: &str, keys: &[Key], panels: &[Panel]) -
             (x, y) = (16.0, y + 20.0);
         }
         match shade {
-            Some(shade) => svg.rect(
-                (x, y - 10.0),
-                18.0,
-                12.0,
-                &format!("fill=\"#555\" fill-opacity=\"{shade}\""),
-            ),
+            Some(shade) => {
+                let style = format!("fill=\"#555\" fill-opacity=\"{shade}\"");
+                svg.rect((x, y - 10.0), (18.0, 12.0), &style);
+            }
             None => svg.whisker(x, x + 18.0, y - 4.0, 5.0),
         }
-        svg.text((x + 26.0, y), "key", "start", label);
+        svg.text((x + 26.0, y), "key start", label);
         x += width;
     }
     y += 18.0;
-    for panel in panels {
-        if let Some(heading) = panel.heading {
-            svg.text((16.0, y + 18.0), "heading", "start", heading);
+    for (heading, axis, format, log, groups) in panels {
+        if let Some(heading) = heading {
+            svg.text((16.0, y + 18.0), "heading start", heading);
             y += 30.0;
         }
-        let bars = panel.groups.iter().flat_map(|(_, bars)| bars);
-        let values: Vec<f64> = bars
-            .flat_map(|Bar(.., s)| [s.median, s.min, s.max])
-            .collect();
-        if values.is_empty() {
-            svg.text((BAR_LEFT, y + 16.0), "none", "start", "not measured");
+        if bars(groups) == 0 {
+            svg.text((BAR_LEFT, y + 16.0), "none start", "not measured");
             y += 34.0;
             continue;
         }
-        let scale = Scale::over(values.into_iter(), true, panel.log_allowed);
+        let all = groups.iter().flat_map(|(_, bars)| bars);
+        let values = all.flat_map(|Bar(.., s)| [s.median, s.min, s.max]);
+        let scale = Scale::over(values, true, *log);
         let px = |v: f64| BAR_LEFT + (BAR_RIGHT - BAR_LEFT) * scale.fraction(v);
         let (plot_top, mut rows) = (y, Svg::default());
-        for (heading, bars) in panel.groups.iter().filter(|(_, bars)| !bars.is_empty()) {
+        for (heading, bars) in groups.iter().filter(|(_, bars)| !bars.is_empty()) {
             if let Some((heading, colour)) = heading {
-                rows.rect((16.0, y + 4.0), 12.0, 12.0, &format!("fill=\"{colour}\""));
+                rows.rect((16.0, y + 4.0), (12.0, 12.0), &format!("fill=\"{colour}\""));
                 // Bold runs wider than the 7 px the other labels are fitted with.
                 let label = fit(heading, (BAR_LEFT - 44.0) / (CHAR * 1.1));
-                rows.text((34.0, y + 15.0), "label strong", "start", &label);
+                rows.text((34.0, y + 15.0), "label strong start", &label);
                 y += 22.0;
             }
             for bar in bars {
                 let heading = heading.as_ref().map(|(h, _)| h.as_str());
-                draw_bar(&mut rows, y + 10.0, heading, bar, panel.format, &px);
+                draw_bar(&mut rows, y + 10.0, heading, bar, (*format, &px));
                 y += 24.0;
             }
             y += 8.0;
@@ -422,25 +364,16 @@ fn bar_chart(id: &str, title: &str, why: &str, keys: &[Key], panels: &[Panel]) -
         // The grid goes first: what is drawn later paints over it.
         for t in scale.ticks() {
             svg.line((px(t), plot_top), (px(t), y), "class=\"grid\"");
-            let label = if t == 0.0 {
-                "0".to_owned()
-            } else {
-                (panel.format)(t)
-            };
-            svg.text((px(t), y + 16.0), "tick", "middle", &label);
+            let label = if t == 0.0 { "0".to_owned() } else { format(t) };
+            svg.text((px(t), y + 16.0), "tick middle", &label);
         }
         svg.0.push_str(&rows.0);
         svg.line((BAR_LEFT, plot_top), (BAR_LEFT, y), "stroke=\"#999\"");
         svg.line((BAR_LEFT, y), (BAR_RIGHT, y), "stroke=\"#999\"");
-        let axis = format!(
-            "{}{}",
-            panel.axis,
-            if scale.log { " (log scale)" } else { "" }
-        );
+        let axis = format!("{axis}{}", if scale.log { " (log scale)" } else { "" });
         svg.text(
             ((BAR_LEFT + BAR_RIGHT) / 2.0, y + 36.0),
-            "axis",
-            "middle",
+            "axis middle",
             &axis,
         );
         y += 52.0;
@@ -450,17 +383,11 @@ fn bar_chart(id: &str, title: &str, why: &str, keys: &[Key], panels: &[Panel]) -
 
 /// One bar row centred at `mid`: its label left of the axis, its median right of its end,
 /// and a tooltip that names the variant too (hovered, a bar is seen without its heading).
-fn draw_bar(
-    svg: &mut Svg,
-    mid: f64,
-    heading: Option<&str>,
-    Bar(label, colour, shade, figure): &Bar,
-    format: fn(f64) -> String,
-    px: &dyn Fn(f64) -> f64,
-) {
+fn draw_bar(svg: &mut Svg, mid: f64, heading: Option<&str>, bar: &Bar, axis: Axis) {
+    let (Bar(label, colour, shade, figure), (format, px)) = (bar, axis);
     let Spread { median, min, max } = *figure;
     let fitted = fit(label, (BAR_LEFT - 26.0) / CHAR);
-    svg.text((BAR_LEFT - 10.0, mid + 4.0), "label", "end", &fitted);
+    svg.text((BAR_LEFT - 10.0, mid + 4.0), "label end", &fitted);
     let width = (px(median) - BAR_LEFT).max(0.0);
     let named = heading.map_or(label.clone(), |heading| format!("{heading}, {label}"));
     let whisker = min.is_finite() && max.is_finite();
@@ -471,30 +398,27 @@ fn draw_bar(
     let tip = escape(&format!("{named}: {}{range}", format(median)));
     let _ = write!(svg.0, "<g><title>{tip}</title>");
     let style = format!("fill=\"{colour}\" fill-opacity=\"{shade}\"");
-    svg.rect((BAR_LEFT, mid - 8.0), width, 16.0, &style);
+    svg.rect((BAR_LEFT, mid - 8.0), (width, 16.0), &style);
     let mut end = BAR_LEFT + width;
     if whisker {
         svg.whisker(px(min), px(max), mid, 6.0);
         end = end.max(px(max));
     }
     svg.0.push_str("</g>");
-    svg.text((end + 8.0, mid + 4.0), "value", "start", &format(median));
+    svg.text((end + 8.0, mid + 4.0), "value start", &format(median));
 }
+
+/// How a panel's figures read, and where a figure falls on its axis.
+type Axis<'a> = (Format, &'a dyn Fn(f64) -> f64);
 
 /// The latency chart at each connection count measured, then the bar charts.
 pub(super) fn charts(c: &Comparison) -> Vec<String> {
     let latency = c.connection_counts().into_iter().map(|n| {
-        let curves = c.variants.iter().enumerate().filter_map(|(i, v)| {
-            let dashed = v.lifetime == Lifetime::Fresh;
-            Some((
-                i,
-                Curve {
-                    label: &v.label,
-                    dashed,
-                    warm: v.warm_at(n)?,
-                },
-            ))
-        });
+        let curves = c
+            .variants
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
         curves_chart(curves.collect(), n, None)
     });
     let mut charts: Vec<String> = latency.collect();
@@ -502,16 +426,12 @@ pub(super) fn charts(c: &Comparison) -> Vec<String> {
         let why = "no variant was measured warm";
         charts.push(not_measured("latency", "latency by percentile", why));
     }
-    charts.extend([
-        cold_chart(c),
-        memory_chart(c),
-        throughput_chart(c),
-        crash_chart(c),
-    ]);
+    let bars: [fn(&Comparison) -> String; 4] = [cold, memory, throughput, crash];
+    charts.extend(bars.map(|chart| chart(c)));
     charts
 }
 
-/// A group per variant, headed by it: `bars` of it, given its colour.
+/// A group per variant, headed by it: its `bars`, given its colour.
 fn per_variant(c: &Comparison, bars: impl Fn(&Variant, &'static str) -> Vec<Bar>) -> Vec<Group> {
     let group =
         |(i, v): (usize, &Variant)| (Some((v.label.clone(), colour(i))), bars(v, colour(i)));
@@ -527,83 +447,64 @@ fn one_each(c: &Comparison, figure: impl Fn(&Variant) -> Option<Spread>) -> Vec<
     )]
 }
 
-fn cold_chart(c: &Comparison) -> String {
+/// The whisker's key: least–most over `what`.
+fn whisker_key(what: &str) -> Key {
+    (None, format!("least–most over {what}; bar: median"))
+}
+
+fn cold(c: &Comparison) -> String {
     let sources = c.sources();
     let groups = per_variant(c, |v, colour| {
         let bar = |x: &Cold| {
             let label = format!("{} ({} runs)", x.source.said().phrase, x.runs);
             Bar(label, colour, x.source.said().shade, x.millis)
         };
-        sources
-            .iter()
-            .filter_map(|s| v.cold_from(*s))
-            .map(bar)
-            .collect()
+        let colds = sources.iter().filter_map(|s| v.cold_from(*s));
+        colds.map(bar).collect()
     });
-    let mut keys: Vec<Key> = sources
-        .iter()
-        .map(|s| (Some(s.said().shade), s.said().meaning.to_owned()))
-        .collect();
-    keys.push((
-        None,
-        "least–most over the fresh servers; bar: median".to_owned(),
-    ));
-    let panel = panel(
-        "time to answer /init (or the first request)",
-        duration_ms,
-        true,
-        groups,
-    );
-    bar_chart(
-        "cold",
-        COLD_TITLE,
-        "no fresh server was timed",
-        &keys,
-        &[panel],
-    )
+    let key = |s: &Source| (Some(s.said().shade), s.said().meaning.to_owned());
+    let mut keys: Vec<Key> = sources.iter().map(key).collect();
+    keys.push(whisker_key("the fresh servers"));
+    let axis = "time to answer /init (or the first request)";
+    let panel: Panel = (None, axis, duration_ms, true, groups);
+    let why = "no fresh server was timed";
+    bar_chart("cold", COLD_TITLE, why, &keys, &[panel])
 }
 
-fn memory_chart(c: &Comparison) -> String {
-    // In the unit shown, so that the axis steps are round in it; read once, no whisker.
-    let bars = |figure: fn(&Variant) -> Option<u64>, unit: f64| {
-        let read = |b: u64| Spread {
-            median: b as f64 / unit,
-            min: f64::NAN,
-            max: f64::NAN,
-        };
-        one_each(c, |v| figure(v).map(read))
-    };
-    let mib: fn(f64) -> String = |v| format!("{} MiB", figure(v));
-    let kib: fn(f64) -> String = |v| format!("{} KiB", figure(v));
-    let (after_init, per_extra) = (
-        |v: &Variant| v.resident_after_init,
-        |v: &Variant| v.resident_per_extra_instance,
-    );
-    let mut panels = [
-        panel(
-            "resident memory",
-            mib,
-            false,
-            bars(after_init, f64::from(1 << 20)),
-        ),
-        panel("memory per instance", kib, false, bars(per_extra, 1024.0)),
-        panel(
-            "instance memory",
-            mib,
-            false,
-            bars(|v| v.reported_memory, f64::from(1 << 20)),
-        ),
-    ];
-    let headings = [
-        "resident set after /init (the server and its children; read from /proc)",
-        "what each extra instance adds (PSS: each page counted once, however many instances \
-         map it; estimated from /proc)",
-        "the instance's own memory, from the activations' reports (linear memory; a native \
-         child's peak resident set)",
-    ];
-    for (panel, heading) in panels.iter_mut().zip(headings) {
-        panel.heading = Some(heading);
+/// The memory chart's panels' headings.
+const MEMORY_HEADINGS: [&str; 3] = [
+    "resident set after /init (the server and its children; read from /proc)",
+    "what each extra instance adds (PSS: each page counted once, however many instances map \
+     it; estimated from /proc)",
+    "the instance's own memory, from the activations' reports (linear memory; a native \
+     child's peak resident set)",
+];
+
+fn memory(c: &Comparison) -> String {
+    fn mib(v: f64) -> String {
+        format!("{} MiB", figure(v))
     }
+    fn kib(v: f64) -> String {
+        format!("{} KiB", figure(v))
+    }
+    type Bytes = fn(&Variant) -> Option<u64>;
+    let figures: [(Bytes, &str, Format, f64); 3] = [
+        (|v| v.resident_after_init, "resident memory", mib, 1048576.0),
+        (
+            |v| v.resident_per_extra_instance,
+            "memory per instance",
+            kib,
+            1024.0,
+        ),
+        (|v| v.reported_memory, "instance memory", mib, 1048576.0),
+    ];
+    let panels: [Panel; 3] = std::array::from_fn(|k| {
+        let (bytes, axis, format, unit) = figures[k];
+        // In the unit shown, so that the axis steps are round in it; read once, no whisker.
+        let read = |b: u64| Spread::new(b as f64 / unit, f64::NAN, f64::NAN);
+        let bars = one_each(c, |v| bytes(v).map(read));
+        (Some(MEMORY_HEADINGS[k]), axis, format, false, bars)
+    });
     let keys = [(
         Some(1.0),
         "bar: one reading, in the variant's colour".to_owned(),
@@ -612,7 +513,7 @@ fn memory_chart(c: &Comparison) -> String {
     bar_chart("memory", MEMORY_TITLE, why, &keys, &panels)
 }
 
-fn throughput_chart(c: &Comparison) -> String {
+fn throughput(c: &Comparison) -> String {
     let counts = c.connection_counts();
     // The most connections full, fewer lighter: the eye goes to the busiest load.
     let shade = |k: usize| match counts.len() {
@@ -621,40 +522,25 @@ fn throughput_chart(c: &Comparison) -> String {
     };
     let groups = per_variant(c, |v, colour| {
         let bar = |(k, &n): (usize, &usize)| {
-            Some(Bar(
-                connections_phrase(n),
-                colour,
-                shade(k),
-                v.warm_at(n)?.per_second,
-            ))
+            let figure = v.warm_at(n)?.per_second;
+            Some(Bar(connections_phrase(n), colour, shade(k), figure))
         };
         counts.iter().enumerate().filter_map(bar).collect()
     });
-    let mut keys: Vec<Key> = counts
-        .iter()
-        .enumerate()
-        .map(|(k, &n)| (Some(shade(k)), connections_phrase(n)))
-        .collect();
-    keys.push((None, "least–most over the rounds; bar: median".to_owned()));
-    let panel = panel(
-        "requests per second",
-        |v| format!("{}/s", rate(v)),
-        false,
-        groups,
-    );
+    let key = |(k, &n): (usize, &usize)| (Some(shade(k)), connections_phrase(n));
+    let mut keys: Vec<Key> = counts.iter().enumerate().map(key).collect();
+    keys.push(whisker_key("the rounds"));
+    let per_second = |v| format!("{}/s", rate(v));
+    let panel: Panel = (None, "requests per second", per_second, false, groups);
     let why = "no variant was measured warm";
     bar_chart("throughput", THROUGHPUT_TITLE, why, &keys, &[panel])
 }
 
-fn crash_chart(c: &Comparison) -> String {
+fn crash(c: &Comparison) -> String {
     let groups = one_each(c, |v| v.crash_to_answer_ms);
-    let keys = [(None, "least–most over the crashes; bar: median".to_owned())];
-    let panel = panel(
-        "time from the crash to the next good answer",
-        duration_ms,
-        true,
-        groups,
-    );
+    let axis = "time from the crash to the next good answer";
+    let panel: Panel = (None, axis, duration_ms, true, groups);
     let why = "no variant was crashed on purpose";
+    let keys = [whisker_key("the crashes")];
     bar_chart("crash", CRASH_TITLE, why, &keys, &[panel])
 }
