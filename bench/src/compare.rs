@@ -38,26 +38,25 @@ pub struct Crash {
     pub given: bool,
 }
 
-/// One way of serving the action, before it is measured.
-struct Plan {
-    form: Form,
-    compiler: Option<Compiler>,
-    lifetime: Lifetime,
-    file: PathBuf,
-}
+/// One way of serving the action, before it is measured: its variant, and the file.
+struct Plan(Variant, PathBuf);
 
 impl Plan {
     fn label(&self) -> String {
-        Variant::of(self.form, self.compiler, self.lifetime).label
+        self.0.label.clone()
     }
 
     fn payload(&self, options: &Options) -> Payload {
-        options.payload.for_form(self.form)
+        options.payload.for_form(self.0.form)
     }
 
     fn args(&self, concurrency: u16) -> Vec<String> {
-        let (form, file) = (self.form, &self.file);
-        serve::server_args(form, file, self.compiler, self.lifetime, concurrency)
+        let Plan(v, file) = self;
+        serve::server_args(v.form, file, v.compiler, v.lifetime, concurrency)
+    }
+
+    fn peer(&self) -> bool {
+        self.0.form.server == Server::WasmtimeServe
     }
 
     /// The flags of its own compile cache, in `scratch`.
@@ -97,13 +96,8 @@ fn plans(forms: &[(Backend, PathBuf)]) -> anyhow::Result<Vec<Plan>> {
         for (form, compilers) in served {
             for compiler in *compilers {
                 for lifetime in [Lifetime::Persistent, Lifetime::Fresh] {
-                    let (form, compiler, file) = (*form, *compiler, file.clone());
-                    plans.push(Plan {
-                        form,
-                        compiler,
-                        lifetime,
-                        file,
-                    });
+                    let variant = Variant::of(*form, *compiler, lifetime);
+                    plans.push(Plan(variant, file.clone()));
                 }
             }
         }
@@ -142,22 +136,16 @@ fn ours(
     let mut args = plan.args(concurrency);
     args.extend(plan.cache(scratch));
     args.extend(extra.iter().map(|&flag| flag.to_owned()));
-    serve::ours(&plan.file, plan.form, &args, &SET_BY_FLAGS)
+    serve::ours(&plan.1, plan.0.form, &args, &SET_BY_FLAGS)
 }
 
 /// A server of `plan`, initialized: what the warm rounds measure.
 fn warm_server(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Running> {
-    if plan.form.server == Server::WasmtimeServe {
-        let reuse = plan.lifetime == Lifetime::Persistent;
-        let peer = WasmtimeServe::start(&options.wasmtime, &plan.file, reuse)?;
-        return Ok(Running::Peer(peer));
-    }
-    Ok(Running::Ours(ours(
-        plan,
-        options.concurrency,
-        &[],
-        scratch,
-    )?))
+    let reuse = plan.0.lifetime == Lifetime::Persistent;
+    Ok(match plan.peer() {
+        true => Running::Peer(WasmtimeServe::start(&options.wasmtime, &plan.1, reuse)?),
+        false => Running::Ours(ours(plan, options.concurrency, &[], scratch)?),
+    })
 }
 
 /// One request to a server of `plan`: stops the comparison, naming the variant, the
@@ -165,12 +153,14 @@ fn warm_server(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Res
 fn check_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<()> {
     let server = warm_server(plan, options, scratch)?;
     let payload = plan.payload(options);
-    let reply = harness::request(server.addr(), "POST", path_of(plan.form), &payload.body(0))?;
-    if let Some(wrong) = wrong(
-        reply.status,
-        &reply.content(),
-        payload.expected(0).as_deref(),
-    ) {
+    let reply = harness::request(
+        server.addr(),
+        "POST",
+        path_of(plan.0.form),
+        &payload.body(0),
+    )?;
+    let expected = payload.expected(0);
+    if let Some(wrong) = wrong(reply.status, &reply.content(), expected.as_deref()) {
         bail!(
             "{}: its first answer was {wrong}, so nothing was measured and no report written. \
              Check --body and --expect (or the action)",
@@ -193,13 +183,13 @@ fn reported(
     scratch: &TempDir,
 ) -> anyhow::Result<(Option<f64>, Option<u64>)> {
     use std::io::{Read, Seek};
-    if plan.form.server == Server::WasmtimeServe {
+    if plan.peer() {
         return Ok((None, None));
     }
     let mut server = ours(plan, 1, &["--log-format", "json"], scratch)?;
     let payload = plan.payload(options);
     for n in 0..REPORTED {
-        harness::request(server.addr, "POST", path_of(plan.form), &payload.body(n))?;
+        server.request("POST", path_of(plan.0.form), &payload.body(n))?;
     }
     // Each report is out before its answer.
     let mut logs = String::new();
@@ -217,28 +207,21 @@ fn from_reports(logs: &str) -> (Option<f64>, Option<u64>) {
         .filter_map(|record| record.get("report").cloned())
         .skip(1)
         .collect();
-    let mut cpu: Vec<f64> = reports
-        .iter()
-        .filter_map(|r| Some(r["cpuMs"].as_f64()? * 1e3))
-        .collect();
+    let mut cpu: Vec<f64> = reports.iter().filter_map(|r| r["cpuMs"].as_f64()).collect();
     cpu.sort_by(f64::total_cmp);
-    let median = cpu.get(cpu.len() / 2).copied();
     let memory = reports
         .iter()
         .filter_map(|r| r["memoryBytes"].as_u64())
         .max();
-    (median, memory)
+    (cpu.get(cpu.len() / 2).map(|ms| ms * 1e3), memory)
 }
 
 /// `runs` timings of `once`, in ms.
-fn timed(
-    runs: usize,
-    mut once: impl FnMut() -> anyhow::Result<Duration>,
-) -> anyhow::Result<Spread> {
-    let mut millis = Vec::new();
-    for _ in 0..runs {
-        millis.push(once()?.as_secs_f64() * 1e3);
-    }
+fn timed(runs: usize, once: impl FnMut() -> anyhow::Result<Duration>) -> anyhow::Result<Spread> {
+    let millis = std::iter::repeat_with(once).take(runs);
+    let millis: Vec<f64> = millis
+        .map(|took| Ok(took?.as_secs_f64() * 1e3))
+        .collect::<anyhow::Result<_>>()?;
     Ok(spread(&millis))
 }
 
@@ -246,31 +229,30 @@ fn timed(
 /// warm compile cache, and from a signed artifact (natively: started). A server that
 /// takes no /init (plain HTTP, the peer) is timed from its start to its first answer.
 fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec<Cold>> {
-    if plan.form.protocol == Protocol::Plain {
+    if plan.0.form.protocol == Protocol::Plain {
         return first_answers(plan, options, scratch);
     }
-    let runs = options.cold_runs;
+    let (runs, file) = (options.cold_runs, &plan.1);
     let cold = |source, millis| Cold {
         source,
         millis,
         runs,
     };
-    let code = std::fs::read(&plan.file)
-        .with_context(|| format!("cannot read {}", plan.file.display()))?;
+    let code = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let args = plan.args(1);
     let init = |extra: &[String], code: &[u8]| {
         timed(runs, || {
-            start(&[&args[..], extra].concat())?.init(code, &plan.file)
+            start(&[&args[..], extra].concat())?.init(code, file)
         })
     };
     let no_cache = ["--no-cache".to_owned()];
-    if plan.compiler.is_none() {
+    if plan.0.compiler.is_none() {
         return Ok(vec![cold(Source::Start, init(&no_cache, &code)?)]);
     }
     let compiled = init(&no_cache, &code)?;
     // One /init fills the cache; the runs then load from it.
     let cache = plan.cache(scratch);
-    start(&[&args[..], &cache].concat())?.init(&code, &plan.file)?;
+    start(&[&args[..], &cache].concat())?.init(&code, file)?;
     let cached = init(&cache, &code)?;
 
     let keys = scratch.path().join("keys");
@@ -280,16 +262,23 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     let artifact = scratch
         .path()
         .join(format!("{}.zip", plan.label().replace(' ', "-")));
-    wasmloop(&[
+    let (sign, compiler) = (
+        keys.join("sign.key"),
+        plan.0.compiler.unwrap_or(Compiler::Cranelift),
+    );
+    let compile = [
         "compile".as_ref(),
-        plan.file.as_os_str(),
+        file.as_os_str(),
         "--output".as_ref(),
-        artifact.as_os_str(),
+        artifact.as_ref(),
+    ];
+    let with = [
         "--sign-key".as_ref(),
-        keys.join("sign.key").as_os_str(),
+        sign.as_ref(),
         "--wasm-compiler".as_ref(),
-        plan.compiler.unwrap_or(Compiler::Cranelift).name().as_ref(),
-    ])?;
+        compiler.name().as_ref(),
+    ];
+    wasmloop(&[&compile[..], &with].concat())?;
     let signed_code = std::fs::read(&artifact)?;
     let trust = [
         "--no-cache".to_owned(),
@@ -328,18 +317,17 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
 fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec<Cold>> {
     let payload = plan.payload(options);
     let (body, expected) = (payload.body(0), payload.expected(0));
-    let peer = plan.form.server == Server::WasmtimeServe;
+    let (peer, expected) = (plan.peer(), expected.as_deref());
     let first = |flags: &[String]| -> anyhow::Result<Duration> {
         if peer {
             let wasmtime = &options.wasmtime;
-            let expected = expected.as_deref();
-            return WasmtimeServe::first_answer(wasmtime, &plan.file, flags, &body, expected);
+            return WasmtimeServe::first_answer(wasmtime, &plan.1, flags, &body, expected);
         }
         let started = Instant::now();
         let mut server = start(&[&plan.args(1)[..], flags].concat())?;
-        let reply = server.request("POST", path_of(plan.form), &body)?;
+        let reply = server.request("POST", path_of(plan.0.form), &body)?;
         let took = started.elapsed();
-        if let Some(wrong) = wrong(reply.status, &reply.content(), expected.as_deref()) {
+        if let Some(wrong) = wrong(reply.status, &reply.content(), expected) {
             bail!(
                 "{}: a fresh server's first answer was {wrong}",
                 plan.label()
@@ -354,7 +342,7 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
         std::fs::write(&config, format!("[cache]\ndirectory = {folder:?}\n"))?;
         let cached = format!("cache-config={}", config.display());
         (
-            ["-C", "cache=n"].map(str::to_owned).to_vec(),
+            vec!["-C".to_owned(), "cache=n".to_owned()],
             vec!["-C".to_owned(), cached],
         )
     } else {
@@ -364,17 +352,14 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
     let compiled = timed(runs, || first(&uncached))?;
     first(&cached)?;
     let cached = timed(runs, || first(&cached))?;
+    let cold = |source, millis| Cold {
+        source,
+        millis,
+        runs,
+    };
     Ok(vec![
-        Cold {
-            source: Source::FirstAnswer,
-            millis: compiled,
-            runs,
-        },
-        Cold {
-            source: Source::FirstCached,
-            millis: cached,
-            runs,
-        },
+        cold(Source::FirstAnswer, compiled),
+        cold(Source::FirstCached, cached),
     ])
 }
 
@@ -399,7 +384,7 @@ fn crash_to_answer(
 ) -> anyhow::Result<Option<Spread>> {
     // A plain HTTP server takes the request itself: a /run body that crashes the action
     // is no request of its.
-    let (Running::Ours(server), Protocol::OpenWhisk) = (server, plan.form.protocol) else {
+    let (Running::Ours(server), Protocol::OpenWhisk) = (server, plan.0.form.protocol) else {
         return Ok(None);
     };
     let mut millis = Vec::new();
@@ -421,7 +406,7 @@ fn crash_to_answer(
             // Natively a crash can be made from outside: the action's process is killed.
             // A fresh child per activation is started on arrival: none to kill between.
             let children = child_pids(server.child.id());
-            if plan.form.backend != Some(Backend::Native) || children.is_empty() {
+            if plan.0.form.backend != Some(Backend::Native) || children.is_empty() {
                 return Ok(None);
             }
             started = Instant::now();
@@ -444,11 +429,8 @@ fn crash_to_answer(
         }
         let took = started.elapsed();
         if reply.status != 200 {
-            bail!(
-                "after a crash, the next activations answered {} `{}`",
-                reply.status,
-                excerpt(&reply.body, 200)
-            );
+            let (status, body) = (reply.status, excerpt(&reply.body, 200));
+            bail!("after a crash, the next activations answered {status} `{body}`");
         }
         millis.push(took.as_secs_f64() * 1e3);
     }
@@ -476,7 +458,7 @@ pub async fn run(
     let mut colds = Vec::new();
     for plan in &plans {
         // A fresh instance per activation changes nothing at a server's start.
-        colds.push(match plan.lifetime {
+        colds.push(match plan.0.lifetime {
             Lifetime::Fresh => Vec::new(),
             _ => cold(plan, options, &scratch)?,
         });
@@ -497,18 +479,15 @@ pub async fn run(
             .collect()
     };
     let held_after_init = held(&servers);
-    let targets: Vec<Target> = plans
-        .iter()
-        .zip(&servers)
-        .map(|(plan, server)| Target {
-            label: plan.label(),
-            addr: server.addr(),
-            path: path_of(plan.form).into(),
-            check: true,
-            pid: server.pid(),
-            payload: plan.payload(options),
-        })
-        .collect();
+    let target = |(plan, server): (&Plan, &Running)| Target {
+        label: plan.label(),
+        addr: server.addr(),
+        path: path_of(plan.0.form).into(),
+        check: true,
+        pid: server.pid(),
+        payload: plan.payload(options),
+    };
+    let targets: Vec<Target> = plans.iter().zip(&servers).map(target).collect();
     progress.finish_and_clear();
     let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);
     let progress = ProgressBar::new(total as u64);
@@ -522,7 +501,7 @@ pub async fn run(
     let mut variants = Vec::new();
     for (at, (plan, (warm, driven))) in plans.iter().zip(measured).enumerate() {
         let per_extra = match (held_after_init[at], after_load[at]) {
-            (Some(before), Some(after)) if extra > 0 && plan.lifetime == Lifetime::Persistent => {
+            (Some(before), Some(after)) if extra > 0 && plan.0.lifetime == Lifetime::Persistent => {
                 Some(after.saturating_sub(before) / extra as u64)
             }
             _ => None,
@@ -540,19 +519,15 @@ pub async fn run(
             reported_memory,
             errors: driven.errors,
             first_wrong: driven.first_wrong,
-            ..Variant::of(plan.form, plan.compiler, plan.lifetime)
+            ..plan.0.clone()
         });
     }
     drop(servers);
-    let mut comparison = Comparison {
-        conditions: conditions(options, before),
-        variants,
-        notes: Vec::new(),
-    };
-    comparison.notes = report::overlap_notes(&comparison);
-    if plans.iter().any(|p| p.form.server == Server::WasmtimeServe) {
-        let note = crate::peer::script_note(&options.wasmtime);
-        comparison.notes.extend(note);
+    let mut comparison = Comparison::of(conditions(options, before), variants);
+    if plans.iter().any(Plan::peer) {
+        comparison
+            .notes
+            .extend(crate::peer::script_note(&options.wasmtime));
     }
     write(options, &comparison)?;
     Ok(comparison)
@@ -590,17 +565,14 @@ pub async fn url(options: &Options, url: &str) -> anyhow::Result<Comparison> {
         .await?
         .remove(0);
     progress.finish_and_clear();
-    let comparison = Comparison {
-        conditions: conditions(options, before),
-        variants: vec![Variant {
-            label: format!("url {path}"),
-            warm,
-            errors: driven.errors,
-            first_wrong: driven.first_wrong,
-            ..Variant::of(Form::URL, None, Lifetime::AsServed)
-        }],
-        notes: Vec::new(),
+    let variant = Variant {
+        label: format!("url {path}"),
+        warm,
+        errors: driven.errors,
+        first_wrong: driven.first_wrong,
+        ..Variant::of(Form::URL, None, Lifetime::AsServed)
     };
+    let comparison = Comparison::of(conditions(options, before), vec![variant]);
     write(options, &comparison)?;
     Ok(comparison)
 }

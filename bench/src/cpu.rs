@@ -4,53 +4,27 @@ use std::time::Duration;
 
 use wasmloop_common::process::cpu_time;
 
-/// The fields of `/proc/<pid>/stat` after the command's closing parenthesis (a command
-/// may hold spaces and parentheses of its own).
-fn stat_fields(pid: i32) -> Option<Vec<u64>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // The state is a letter: kept as 0 so the fields keep their places.
-    Some(
-        rest.split_whitespace()
-            .map(|f| f.parse().unwrap_or(0))
-            .collect(),
-    )
-}
-
 /// What `pid`'s children it has waited for used (`cutime` + `cstime`, in clock ticks):
 /// a process per activation ends before the next reading.
-fn reaped_children(pid: i32) -> Duration {
+fn reaped_children(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis (a command may hold spaces and parentheses
+    // of its own), cutime and cstime are the 14th and 15th fields.
+    let after = stat.rfind(')').map_or("", |at| &stat[at + 1..]);
+    let fields = after.split_whitespace().skip(13).take(2);
+    let used: u64 = fields.filter_map(|f| f.parse::<u64>().ok()).sum();
     let ticks = rustix::param::clock_ticks_per_second().max(1);
-    // After the parenthesis: state is field 3 of the whole line, cutime 16 and cstime 17.
-    let used = stat_fields(pid).map_or(0, |f| {
-        f.get(13).copied().unwrap_or(0) + f.get(14).copied().unwrap_or(0)
-    });
     Duration::from_nanos(used.saturating_mul(1_000_000_000) / ticks)
 }
 
 /// Every living process under `pid`, at any depth.
-fn descendants(pid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let parents: Vec<(i32, i32)> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|p| Some((p, *stat_fields(p)?.get(1)? as i32)))
+fn descendants(pid: u32) -> Vec<u32> {
+    let children = crate::serve::child_pids(pid);
+    let deeper: Vec<u32> = children
+        .iter()
+        .flat_map(|child| descendants(*child))
         .collect();
-    let mut found = vec![pid];
-    let mut at = 0;
-    while at < found.len() {
-        let parent = found[at];
-        found.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
-        );
-        at += 1;
-    }
-    found.remove(0);
-    found
+    children.into_iter().chain(deeper).collect()
 }
 
 /// The CPU a server has used so far: its own threads, its descendants alive now, and
@@ -59,13 +33,9 @@ fn descendants(pid: i32) -> Vec<i32> {
 /// rest to the nanosecond: a process per activation is counted well over many requests.
 pub fn server(pid: u32) -> Option<Duration> {
     let own = cpu_time(pid)?;
-    let pid = i32::try_from(pid).ok()?;
     let living = descendants(pid);
-    let children: Duration = living.iter().filter_map(|&p| cpu_time(p as u32)).sum();
-    let reaped: Duration = std::iter::once(pid)
-        .chain(living)
-        .map(reaped_children)
-        .sum();
+    let children: Duration = living.iter().filter_map(|child| cpu_time(*child)).sum();
+    let reaped: Duration = living.into_iter().chain([pid]).map(reaped_children).sum();
     Some(own + children + reaped)
 }
 

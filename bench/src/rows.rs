@@ -232,12 +232,7 @@ pub async fn run(
         variant.errors = driven.errors;
         variant.first_wrong = driven.first_wrong;
     }
-    let mut comparison = Comparison {
-        conditions: conditions(options, before),
-        variants,
-        notes: Vec::new(),
-    };
-    comparison.notes = report::overlap_notes(&comparison);
+    let comparison = Comparison::of(conditions(options, before), variants);
     if let Some(dir) = &options.out {
         write(dir, &comparison)?;
     }

@@ -451,6 +451,17 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// The comparison of `variants`, with a warning for each pair whose order is chance.
+    pub fn of(conditions: Conditions, variants: Vec<Variant>) -> Comparison {
+        let mut comparison = Comparison {
+            conditions,
+            variants,
+            notes: Vec::new(),
+        };
+        comparison.notes = overlap_notes(&comparison);
+        comparison
+    }
+
     fn connection_counts(&self) -> Vec<usize> {
         let mut counts: Vec<usize> = self
             .variants
