@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::compare::Crash;
 use crate::load::{Options, Payload};
-use crate::report::{Backend, Comparison};
+use crate::report::{Backend, Comparison, Form};
 use crate::rows::{Files, Row};
 
 /// An async runtime with a worker per CPU, for the load and the servers' answers.
@@ -185,7 +185,8 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
         payload: Payload {
             bodies,
             expect,
-            ..Payload::default()
+            logs: false,
+            form: Form::URL,
         },
         wasmtime: args.wasmtime.clone(),
         out: args.out.clone(),

@@ -36,7 +36,7 @@ pub struct Options {
 }
 
 /// What each request sends, and what its answer must be.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 pub struct Payload {
     /// Whole /run bodies, sent in turn; none: the hello's `{"value":{"name":"bench<N>"}}`.
     pub bodies: Vec<Bytes>,
@@ -45,36 +45,8 @@ pub struct Payload {
     pub expect: Option<Bytes>,
     /// The hello's body asks it to log a line more (the `-logs` rows).
     pub logs: bool,
-    /// How the hello is asked and answers, where no body of one's own is given.
-    pub shape: Shape,
-}
-
-/// How a server takes the hello's request and gives its greeting.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// A /run body, answered with the greeting line.
-    #[default]
-    Hello,
-    /// A /run body, answered by an HTTP component: the greeting as a web action's body.
-    WebAction,
-    /// The arguments themselves as the request's body, the greeting as the response's (a
-    /// wasi:http host's own server: `wasmtime serve`).
-    Bare,
-    /// The arguments as the request's body, the hello's greeting line as the response (a
-    /// stdio hello under `--protocol http`: the JSON body's fields are its parameters).
-    BareToHello,
-}
-
-impl Shape {
-    /// How a server of `form` takes the hello and answers.
-    pub fn of(form: Form) -> Shape {
-        match (form.backend, form.protocol) {
-            (Some(Backend::Http), Protocol::OpenWhisk) => Shape::WebAction,
-            (Some(Backend::Http), Protocol::Plain) => Shape::Bare,
-            (_, Protocol::Plain) => Shape::BareToHello,
-            _ => Shape::Hello,
-        }
-    }
+    /// Whose server takes the hello's requests, and so how they are asked and answered.
+    pub form: Form,
 }
 
 /// Where a server of `form` takes an activation: `/run`, or any path of a plain HTTP server.
@@ -89,46 +61,41 @@ impl Payload {
     /// The same requests, for a server of `form`.
     pub fn for_form(&self, form: Form) -> Payload {
         Payload {
-            shape: Shape::of(form),
+            form,
             ..self.clone()
         }
     }
 
+    /// Request `n`: a /run body, or as plain HTTP the arguments themselves (a wasi:http
+    /// host's own server, or a stdio hello whose parameters are the JSON body's fields).
     pub fn body(&self, n: usize) -> Bytes {
+        let logs = if self.logs { ",\"logs\":true" } else { "" };
         match self.bodies.len() {
-            0 if matches!(self.shape, Shape::Bare | Shape::BareToHello) => {
-                Bytes::from(format!("{{\"name\":\"bench{n}\"}}"))
+            0 if self.form.protocol == Protocol::Plain => {
+                format!("{{\"name\":\"bench{n}\"}}").into()
             }
-            0 if self.logs => Bytes::from(format!(
-                "{{\"value\":{{\"name\":\"bench{n}\",\"logs\":true}}}}"
-            )),
-            0 => Bytes::from(format!("{{\"value\":{{\"name\":\"bench{n}\"}}}}")),
+            0 => format!("{{\"value\":{{\"name\":\"bench{n}\"{logs}}}}}").into(),
             len => self.bodies[n % len].clone(),
         }
     }
 
-    /// The answer request `n` must get, if it is known.
+    /// The answer request `n` must get, if it is known: the greeting line, or from an HTTP
+    /// component the greeting itself, as a web action's body behind /run.
     pub fn expected(&self, n: usize) -> Option<Bytes> {
-        if let Some(expect) = &self.expect {
-            return Some(expect.clone());
-        }
-        if !self.bodies.is_empty() {
-            return None;
-        }
         let greeting = format!("{{\"message\":\"Hello, bench{n}!\"}}\n");
         let bare = greeting.trim_end();
-        Some(Bytes::from(match self.shape {
-            Shape::Hello | Shape::BareToHello => greeting.clone(),
-            Shape::Bare => bare.to_owned(),
-            Shape::WebAction => format!(
-                "{}\n",
-                serde_json::json!({
-                    "body": bare,
-                    "headers": {"content-type": "application/json"},
-                    "statusCode": 200,
-                })
-            ),
-        }))
+        let web = serde_json::json!({
+            "body": bare,
+            "headers": {"content-type": "application/json"},
+            "statusCode": 200,
+        });
+        let hello = match (self.form.backend, self.form.protocol) {
+            (Some(Backend::Http), Protocol::OpenWhisk) => format!("{web}\n"),
+            (Some(Backend::Http), Protocol::Plain) => bare.to_owned(),
+            _ => greeting.clone(),
+        };
+        let hello = self.bodies.is_empty().then(|| hello.into());
+        self.expect.clone().or(hello)
     }
 }
 
