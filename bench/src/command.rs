@@ -255,35 +255,30 @@ fn compare(
             .as_ref()
             .is_some_and(|forms| forms.contains(&form))
     };
-    let files: [Option<PathBuf>; 4] = match &args.source {
+    let forms = match &args.source {
         Some(dir) => {
             eprintln!("wasmloop: building {} for each backend", dir.display());
-            let built = crate::source::build(dir, built_in.path())?;
-            [built.module, built.component, built.native, None]
+            crate::source::build(dir, built_in.path())?
         }
         // Forms of one's own are the comparison; without any, the examples' hellos (the
         // HTTP one only when named: its peer needs wasmtime's CLI).
-        None if args.has_own_form() => {
-            [&args.wasm, &args.component, &args.native, &args.http].map(Clone::clone)
+        None => {
+            let own = [&args.wasm, &args.component, &args.native, &args.http].map(Clone::clone);
+            let hellos =
+                [HELLO_MODULE, HELLO_COMPONENT, HELLO_NATIVE, HELLO_HTTP].map(|h| Some(h.into()));
+            let mut files = if args.has_own_form() { own } else { hellos };
+            if !args.has_own_form() && !named(Backend::Http) {
+                files[3] = None;
+            }
+            let forms = Backend::ALL.iter().zip(files);
+            forms
+                .filter_map(|(backend, file)| Some((*backend, file?)))
+                .collect()
         }
-        None => [
-            Some(HELLO_MODULE.into()),
-            Some(HELLO_COMPONENT.into()),
-            Some(HELLO_NATIVE.into()),
-            named(Backend::Http).then(|| HELLO_HTTP.into()),
-        ],
     };
     // --forms picks among what there is, given or built.
-    let forms: Vec<(Backend, PathBuf)> = Backend::ALL
-        .iter()
-        .zip(files)
-        .filter_map(|(backend, file)| Some((*backend, file?)))
-        .filter(|(backend, _)| {
-            args.forms
-                .as_ref()
-                .is_none_or(|forms| forms.contains(backend))
-        })
-        .collect();
+    let wanted = |backend: &Backend| args.forms.as_ref().is_none_or(|f| f.contains(backend));
+    let forms: Vec<(Backend, PathBuf)> = forms.into_iter().filter(|(b, _)| wanted(b)).collect();
     match &args.url {
         Some(url) => runtime.block_on(crate::compare::url(options, url)),
         None => runtime.block_on(crate::compare::run(options, &forms, &crash)),
