@@ -42,86 +42,91 @@ th:first-child{background:#f3f3f3}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}\
 p.wrong{background:#fde8e8;border-left:5px solid #c62828;padding:7px 12px}";
 
-pub(super) fn conditions(out: &mut String, c: &Comparison) {
-    let k = &c.conditions;
+/// The run's conditions, as a list of names and values.
+fn conditions(out: &mut String, c: &Comparison) {
+    let Conditions {
+        version,
+        commit,
+        cpu_model,
+        cpus,
+        date,
+        hits,
+        rounds,
+        ..
+    } = &c.conditions;
+    let (concurrency, cold_runs, body) = (
+        c.conditions.concurrency,
+        c.conditions.cold_runs,
+        &c.conditions.body,
+    );
     let counts: Vec<String> = c
         .connection_counts()
         .iter()
         .map(ToString::to_string)
         .collect();
-    let cpu = format!(
-        "{}; {} CPU{} usable, {}",
-        k.cpu_model,
-        k.cpus,
-        if k.cpus == 1 { "" } else { "s" },
-        if k.pinned {
-            "pinned with taskset"
-        } else {
-            "not pinned"
-        }
-    );
-    let rows = [
-        ("wasmloop", format!("{} (commit {})", k.version, k.commit)),
-        ("CPU", cpu),
-        (
-            "connections",
-            if counts.is_empty() {
-                "none measured".to_owned()
-            } else {
-                listed(&counts)
-            },
-        ),
-        (
-            "requests",
-            format!("{} per variant and connection count", k.hits),
-        ),
-        (
-            "rounds",
-            format!("{}, interleaved across the variants", k.rounds),
-        ),
-        (
-            "concurrency",
-            format!("{} (the servers' --concurrency)", k.concurrency),
-        ),
-        (
-            "cold starts",
-            format!(
-                "{} fresh servers per figure, the median with the least and most",
-                k.cold_runs
-            ),
-        ),
-        ("date", k.date.clone()),
+    let s = if *cpus == 1 { "" } else { "s" };
+    let pinned = if c.conditions.pinned {
+        "pinned with taskset"
+    } else {
+        "not pinned"
+    };
+    let names = [
+        "wasmloop",
+        "CPU",
+        "connections",
+        "requests",
+        "rounds",
+        "concurrency",
     ];
+    let values = [
+        format!("{version} (commit {commit})"),
+        format!("{cpu_model}; {cpus} CPU{s} usable, {pinned}"),
+        if counts.is_empty() {
+            "none measured".to_owned()
+        } else {
+            listed(&counts)
+        },
+        format!("{hits} per variant and connection count"),
+        format!("{rounds}, interleaved across the variants"),
+        format!("{concurrency} (the servers' --concurrency)"),
+    ];
+    let cold = format!("{cold_runs} fresh servers per figure, the median with the least and most");
+    let rows = names
+        .into_iter()
+        .zip(values)
+        .chain([("cold starts", cold), ("date", date.clone())]);
     out.push_str("<dl class=\"conditions\">");
-    for (name, value) in rows.into_iter().chain(host_conditions(k)) {
+    for (name, value) in rows.chain(host_conditions(&c.conditions)) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(name), escape(&value));
     }
     let _ = write!(
         out,
         "<dt>/run body</dt><dd><code>{}</code></dd></dl>",
-        escape(&k.body)
+        escape(body)
     );
 }
 
 /// One self-contained page: the conditions, verdicts, warnings, charts and every figure.
 pub fn html(c: &Comparison) -> String {
     let mut out = String::new();
+    let head = "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">";
     let _ = write!(
         out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>\n<h1>{PAGE_TITLE}</h1>\n"
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{head}"
     );
-    // What matters first: wrong answers, then each backend in a line, numbers and nature.
-    out.push_str("<section><h2>Bottom line</h2>");
+    let _ = writeln!(
+        out,
+        "<title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>"
+    );
+    let _ = write!(out, "<h1>{PAGE_TITLE}</h1>\n<section><h2>Bottom line</h2>");
+    // What matters first: wrong answers, then each form in a line, numbers and nature.
     for v in c.variants.iter().filter(|v| v.errors > 0) {
+        let (label, errors) = (escape(&v.label), v.errors);
+        let first = escape(v.first_wrong.as_deref().unwrap_or("not recorded"));
+        let said = format!("{errors} answers were wrong; the first: <code>{first}</code>");
         let _ = write!(
             out,
-            "<p class=\"wrong\"><strong>{}</strong>: {} answers were wrong; the first: \
-             <code>{}</code></p>",
-            escape(&v.label),
-            v.errors,
-            escape(v.first_wrong.as_deref().unwrap_or("not recorded"))
+            "<p class=\"wrong\"><strong>{label}</strong>: {said}</p>"
         );
     }
     out.push_str("<ul class=\"verdicts\">");
@@ -130,53 +135,51 @@ pub fn html(c: &Comparison) -> String {
             true => String::new(),
             false => format!("{}. ", escape(&line.figures)),
         };
+        let unmeasured = escape(line.unmeasured);
         let _ = write!(
             out,
-            "<li><strong>{}</strong>: {figures}<em>{}.</em></li>",
-            line.form,
-            escape(line.unmeasured)
+            "<li><strong>{}</strong>: {figures}<em>{unmeasured}.</em></li>",
+            line.form
         );
     }
     out.push_str("</ul></section>\n<section><h2>Conditions</h2>");
     conditions(&mut out, c);
     out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
     for verdict in verdicts(c) {
-        let said = match verdict.findings.is_empty() {
-            true => "nothing measured.".to_owned(),
-            false => format!("{}.", verdict.findings.join("; ")),
-        };
+        let said = verdict.to_string();
+        let said = said
+            .strip_prefix(&format!("{}: ", verdict.form))
+            .unwrap_or(&said);
         let _ = write!(
             out,
             "<li><strong>{}</strong>: {}</li>",
             verdict.form,
-            escape(&said)
+            escape(said)
         );
     }
     out.push_str("</ul></section>\n<section><h2>Warnings</h2>");
     let notes = all_notes(c);
-    if notes.is_empty() {
-        out.push_str("<p class=\"quiet\">None.</p>");
+    out.push_str(if notes.is_empty() {
+        "<p class=\"quiet\">None.</p>"
     } else {
-        out.push_str("<ul class=\"notes\">");
-        for note in notes {
-            let _ = write!(
-                out,
-                "<li><span class=\"warn\">⚠ warning:</span>{}</li>",
-                escape(bare(&note))
-            );
-        }
-        out.push_str("</ul>");
+        "<ul class=\"notes\">"
+    });
+    for note in &notes {
+        let note = escape(bare(note));
+        let _ = write!(out, "<li><span class=\"warn\">⚠ warning:</span>{note}</li>");
     }
+    out.push_str(if notes.is_empty() { "" } else { "</ul>" });
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
     for (chart, left_out) in charts(c).into_iter().zip(left_outs(c)) {
-        let left_out = left_out
-            .map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)))
-            .unwrap_or_default();
-        let _ = writeln!(out, "<figure>{chart}{left_out}</figure>");
+        let left_out = left_out.map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)));
+        let _ = writeln!(
+            out,
+            "<figure>{chart}{}</figure>",
+            left_out.unwrap_or_default()
+        );
     }
-    out.push_str(
-        "</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table><thead><tr>",
-    );
+    out.push_str("</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table>");
+    out.push_str("<thead><tr>");
     for column in csv_columns() {
         let _ = write!(out, "<th>{}</th>", escape(&column));
     }

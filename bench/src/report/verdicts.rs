@@ -822,7 +822,7 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{holds, starts};
+    use super::super::tests::{holds, say, starts};
     use super::*;
     use Backend::{Component, Module, Native};
     use Lifetime::{Fresh, Persistent};
@@ -872,10 +872,6 @@ mod tests {
         }
     }
 
-    fn say(c: &Comparison) -> Vec<String> {
-        verdicts(c).iter().map(ToString::to_string).collect()
-    }
-
     /// A winner's title as a verdict gives it alone: "fastest warm: ", "(fastest)", ...
     fn wins(said: &str) -> bool {
         [
@@ -903,8 +899,10 @@ mod tests {
                  8 connections (50k [48k–53k] req/s, persistent, cranelift); shortest tail: p99 \
                  60 [57–63] µs at 8 connections",
         );
-        holds(&said[0], "20 [19–21] s compiled (fastest)");
-        holds(&said[0], "least memory: 2 MiB");
+        holds(
+            &said[0],
+            &["20 [19–21] s compiled (fastest)", "least memory: 2 MiB"],
+        );
         assert!(!wins(&said[1]), "{}", said[1]);
 
         // The component's least reaches the module's most: nobody wins anything.
@@ -917,9 +915,14 @@ mod tests {
         overlapping.variants[1].resident_after_init = Some(103 << 20);
         for said in say(&overlapping) {
             assert!(!wins(&said), "{said}");
-            holds(&said, "warm, within noise of ");
-            holds(&said, "s compiled (within noise of ");
-            holds(&said, "; within noise of ");
+            holds(
+                &said,
+                &[
+                    "warm, within noise of ",
+                    "s compiled (within noise of ",
+                    "; within noise of ",
+                ],
+            );
         }
     }
 
@@ -975,7 +978,7 @@ mod tests {
         let said = say(&c);
         holds(
             &said[0],
-            "fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)",
+            &["fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"],
         );
         // The same action as its own fresh twin: nothing measurable.
         let c = comparison(vec![
@@ -984,7 +987,7 @@ mod tests {
         ]);
         holds(
             &said_of(&c),
-            "fresh instances cost nothing measurable, within noise",
+            &["fresh instances cost nothing measurable, within noise"],
         );
     }
 
@@ -1003,8 +1006,10 @@ mod tests {
         ]);
         holds(
             &said_of(&c),
-            "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
+            &[
+                "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
                  µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)",
+            ],
         );
     }
 
@@ -1089,7 +1094,7 @@ mod tests {
         assert!(notes[0].ends_with("give --rounds 5 or more (and --hits at least as many)."));
         holds(
             &notes[1],
-            "by chance 1 time in 3, so no verdict names a cold winner",
+            &["by chance 1 time in 3, so no verdict names a cold winner"],
         );
         // Fewer hits than rounds: a round per hit.
         c.conditions.rounds = 10;
@@ -1119,8 +1124,10 @@ mod tests {
         let note = host_speed_note(&c).expect("a warning for a 7% move");
         holds(
             &note,
-            "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
+            &[
+                "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
                  widest)",
+            ],
         );
         // A 4% move is within the floor.
         c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
@@ -1133,7 +1140,7 @@ mod tests {
         assert_eq!(host_speed_note(&c), None);
         c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
         let note = host_speed_note(&c).expect("a warning for a 12% move");
-        holds(&note, "12% apart, more than 10%, past which");
+        holds(&note, &["12% apart, more than 10%, past which"]);
         // And the table says it as a warning.
         assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
     }
