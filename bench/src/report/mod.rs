@@ -118,33 +118,18 @@ macro_rules! named {
 
 named! {
     /// Which of the runtime's backends an action's form is for (its `wasm` is a module
-    /// here, as an author builds it).
+    /// here, as an author builds it); `--forms` names them, each with its doc line.
+    #[derive(clap::ValueEnum)]
     pub enum Backend {
+        /// A WebAssembly module (--wasm)
         Module = "module",
+        /// A WASI 0.2 component (--component)
         Component = "component",
+        /// A native executable (--native)
         Native = "native",
-        /// A component of the wasi:http/proxy world.
+        /// An HTTP component, measured as OpenWhisk's /run and as plain HTTP, beside
+        /// wasmtime serve running the same file (--http)
         Http = "http",
-    }
-}
-
-/// `--forms`: the backends an action of one's own comes in.
-impl clap::ValueEnum for Backend {
-    fn value_variants<'a>() -> &'a [Self] {
-        Backend::ALL
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        let help = match self {
-            Backend::Module => "A WebAssembly module (--wasm)",
-            Backend::Component => "A WASI 0.2 component (--component)",
-            Backend::Native => "A native executable (--native)",
-            Backend::Http => {
-                "An HTTP component, measured as OpenWhisk's /run and as plain HTTP, beside \
-                 wasmtime serve running the same file (--http)"
-            }
-        };
-        Some(clap::builder::PossibleValue::new(self.name()).help(help))
     }
 }
 
