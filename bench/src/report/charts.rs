@@ -32,7 +32,9 @@ struct Svg(String);
 impl Svg {
     /// `content` at `at`, its class ("tick") and anchor ("end") said in one ("tick end").
     fn text(&mut self, (x, y): (f64, f64), class_anchor: &str, content: &str) {
-        let (class, anchor) = class_anchor.rsplit_once(' ').unwrap_or_default();
+        let (class, anchor) = class_anchor
+            .rsplit_once(' ')
+            .unwrap_or((class_anchor, "start"));
         let (svg, content) = (&mut self.0, escape(content));
         let _ = write!(svg, "<text class=\"{class}\" x=\"{x:.1}\" y=\"{y:.1}\" ");
         let _ = write!(svg, "text-anchor=\"{anchor}\">{content}</text>");
@@ -250,7 +252,11 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
     let axis = format!("class=\"axis\" x=\"22\" y=\"{mid:.1}\" text-anchor=\"middle\"");
     let _ = write!(svg.0, "<text {axis} {turn}>latency (log scale)</text>");
     let stroke = |i: usize, curve: &Curve| {
-        let dashes = [" stroke-dasharray=\"7 4\"", ""][usize::from(!curve.dashed)];
+        let dashes = if curve.dashed {
+            " stroke-dasharray=\"7 4\""
+        } else {
+            ""
+        };
         format!("stroke=\"{}\" stroke-width=\"{{}}\"{dashes}", colour(i))
     };
     for (i, curve) in &series {
