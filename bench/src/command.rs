@@ -3,6 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use bytes::Bytes;
+
+use crate::compare::Crash;
+use crate::load::{Options, Payload};
+use crate::report::{Backend, Comparison, Form};
+use crate::rows::{Files, Row};
 
 /// An async runtime with a worker per CPU, for the load and the servers' answers.
 fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -46,7 +52,7 @@ pub struct Args {
     /// for the examples' hellos, module,component,native (name http too for the HTTP
     /// hello, as OpenWhisk's /run and as plain HTTP, beside wasmtime serve)].
     #[arg(long, value_delimiter = ',')]
-    pub forms: Option<Vec<crate::report::Backend>>,
+    pub forms: Option<Vec<Backend>>,
     /// With --compare: fresh servers per cold start figure (the median is shown with the
     /// least and most); with fewer than 5, no verdict names a cold winner.
     #[arg(long, default_value_t = 5)]
@@ -63,7 +69,7 @@ pub struct Args {
     pub crash_body: Option<String>,
     /// Which rows, in order [default: wasm,component,pipe,exec,floor].
     #[arg(long, value_delimiter = ',')]
-    pub rows: Option<Vec<crate::Row>>,
+    pub rows: Option<Vec<Row>>,
     /// The WebAssembly module: the action's own (which alone compares it, unless --rows),
     /// or the rows' [default: wasm-examples/out/hello-rust.wasm, which
     /// wasm-examples/build.sh makes].
@@ -124,13 +130,10 @@ const HELLO_COMPONENT: &str = "component-examples/out/hello-rust.wasm";
 const HELLO_HTTP: &str = "component-examples/out/http-hello-rust.wasm";
 
 /// The rows unless `--rows` names others.
-const DEFAULT_ROWS: [crate::Row; 5] = [
-    crate::Row::Wasm,
-    crate::Row::Component,
-    crate::Row::Pipe,
-    crate::Row::Exec,
-    crate::Row::Floor,
-];
+const DEFAULT_ROWS: [&str; 5] = ["wasm", "component", "pipe", "exec", "floor"];
+
+/// The rows' slices of their hits (only a comparison takes --rounds).
+const ROW_ROUNDS: usize = 10;
 
 impl Args {
     /// Whether an action of one's own was given in one of its forms.
@@ -149,14 +152,14 @@ impl Args {
 }
 
 pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
-    let mut bodies: Vec<bytes::Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
+    let mut bodies: Vec<Bytes> = args.body.iter().map(|b| b.clone().into()).collect();
     if let Some(file) = &args.body_file {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read --body-file {}", file.display()))?;
         bodies.extend(
             text.lines()
                 .filter(|l| !l.trim().is_empty())
-                .map(|l| bytes::Bytes::from(l.to_owned())),
+                .map(|l| Bytes::from(l.to_owned())),
         );
         anyhow::ensure!(
             !bodies.is_empty(),
@@ -168,57 +171,82 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
         if !e.ends_with('\n') {
             e.push('\n');
         }
-        bytes::Bytes::from(e)
+        Bytes::from(e)
     });
-    let payload = crate::Payload {
-        bodies,
-        expect,
-        logs: false,
-        shape: crate::Shape::Hello,
-    };
-    if args.compares() {
-        return compare(args, payload, build);
-    }
-    let options = crate::RowOptions {
-        payload,
+    let compares = args.compares();
+    let options = Options {
         hits: args.hits,
         warmup: args.warmup,
-        connections: args.connections,
-        // The runtime's own default.
-        concurrency: args.concurrency.unwrap_or(1),
-        rows: args.rows.unwrap_or_else(|| DEFAULT_ROWS.to_vec()),
-        wasm: args.wasm.unwrap_or_else(|| HELLO_MODULE.into()),
-        native: args.native.unwrap_or_else(|| HELLO_NATIVE.into()),
-        python: args.python,
-        component: args.component.unwrap_or_else(|| HELLO_COMPONENT.into()),
-        python_component: args.python_component,
-        http: args.http.unwrap_or_else(|| HELLO_HTTP.into()),
-        wasmtime: args.wasmtime,
-        url: args.url,
-        out: args.out,
+        rounds: if compares { args.rounds } else { ROW_ROUNDS },
+        cold_runs: if compares { args.cold_runs } else { 0 },
+        // The runtime's own default for the rows; for a comparison, 8 connections meet 8
+        // instances.
+        concurrency: args.concurrency.unwrap_or(if compares { 8 } else { 1 }),
+        payload: Payload {
+            bodies,
+            expect,
+            logs: false,
+            form: Form::URL,
+        },
+        wasmtime: args.wasmtime.clone(),
+        out: args.out.clone(),
         build,
     };
-    let rows = async_runtime()?.block_on(crate::run(options))?;
-    print!("{}", crate::report::table(&rows));
-    if let Some(note) = crate::idle_cpu_note() {
-        eprint!("{note}");
+    let runtime = async_runtime()?;
+    let measured = if compares {
+        compare(&args, &options, &runtime)?
+    } else {
+        let files = Files {
+            wasm: args.wasm.unwrap_or_else(|| HELLO_MODULE.into()),
+            native: args.native.unwrap_or_else(|| HELLO_NATIVE.into()),
+            python: args.python,
+            component: args.component.unwrap_or_else(|| HELLO_COMPONENT.into()),
+            python_component: args.python_component,
+            http: args.http.unwrap_or_else(|| HELLO_HTTP.into()),
+        };
+        let rows = args
+            .rows
+            .unwrap_or_else(|| DEFAULT_ROWS.map(Row::named).to_vec());
+        let url = args.url.as_deref();
+        runtime.block_on(crate::rows::run(
+            &options,
+            &rows,
+            &files,
+            args.connections,
+            url,
+        ))?
+    };
+    print!("{}", crate::report::table(&measured));
+    if !compares {
+        eprint!("{}", crate::load::idle_cpu_note().unwrap_or_default());
+    } else if let Some(dir) = &options.out {
+        eprintln!(
+            "wasmloop: wrote {}/report.html and compare.csv",
+            dir.display()
+        );
     }
-    let errors: usize = rows.variants.iter().map(|r| r.errors).sum();
+    let errors: usize = measured.variants.iter().map(|v| v.errors).sum();
     if errors > 0 {
         anyhow::bail!("{errors} answers were wrong or not 200");
     }
     Ok(())
 }
 
-/// `wasmloop bench --compare`: the report of one action across backends.
-fn compare(args: Args, payload: crate::Payload, build: crate::Build) -> anyhow::Result<()> {
-    use crate::report::Backend;
+/// `wasmloop bench --compare`: the report of one action across its forms.
+fn compare(
+    args: &Args,
+    options: &Options,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<Comparison> {
     // The examples' hello crashes when asked, so that the restart can be timed; a body of
     // one's own needs its own crashing body.
-    let crash_body = match (&args.crash_body, payload.bodies.is_empty()) {
-        (Some(body), _) => Some(bytes::Bytes::from(body.clone())),
-        (None, true) => Some(bytes::Bytes::from_static(b"{\"value\":{\"crash\":true}}")),
-        (None, false) => None,
+    let crash = Crash {
+        body: match (&args.crash_body, options.payload.bodies.is_empty()) {
+            (Some(body), _) => Some(Bytes::from(body.clone())),
+            (None, true) => Some(Bytes::from_static(b"{\"value\":{\"crash\":true}}")),
+            (None, false) => None,
+        },
+        given: args.crash_body.is_some(),
     };
     // A project's forms are built first, into a folder that lives as long as the run.
     let built_in = tempfile::tempdir()?;
@@ -227,70 +255,32 @@ fn compare(args: Args, payload: crate::Payload, build: crate::Build) -> anyhow::
             .as_ref()
             .is_some_and(|forms| forms.contains(&form))
     };
-    let (module, component, native, http) = match &args.source {
+    let forms = match &args.source {
         Some(dir) => {
             eprintln!("wasmloop: building {} for each backend", dir.display());
-            let built = crate::source::build(dir, built_in.path())?;
-            (built.module, built.component, built.native, None)
+            crate::source::build(dir, built_in.path())?
         }
         // Forms of one's own are the comparison; without any, the examples' hellos (the
         // HTTP one only when named: its peer needs wasmtime's CLI).
-        None if args.has_own_form() => (
-            args.wasm.clone(),
-            args.component.clone(),
-            args.native.clone(),
-            args.http.clone(),
-        ),
-        None => (
-            Some(HELLO_MODULE.into()),
-            Some(HELLO_COMPONENT.into()),
-            Some(HELLO_NATIVE.into()),
-            named(Backend::Http).then(|| HELLO_HTTP.into()),
-        ),
+        None => {
+            let own = [&args.wasm, &args.component, &args.native, &args.http].map(Clone::clone);
+            let hellos =
+                [HELLO_MODULE, HELLO_COMPONENT, HELLO_NATIVE, HELLO_HTTP].map(|h| Some(h.into()));
+            let mut files = if args.has_own_form() { own } else { hellos };
+            if !args.has_own_form() && !named(Backend::Http) {
+                files[3] = None;
+            }
+            let forms = Backend::ALL.iter().zip(files);
+            forms
+                .filter_map(|(backend, file)| Some((*backend, file?)))
+                .collect()
+        }
     };
     // --forms picks among what there is, given or built.
-    let keep = |form: Backend, path: Option<std::path::PathBuf>| {
-        path.filter(|_| {
-            args.forms
-                .as_ref()
-                .is_none_or(|forms| forms.contains(&form))
-        })
-    };
-    let options = crate::compare::CompareOptions {
-        hits: args.hits,
-        warmup: args.warmup,
-        rounds: args.rounds,
-        cold_runs: args.cold_runs,
-        concurrency: args.concurrency.unwrap_or(8),
-        module: keep(Backend::Module, module),
-        component: keep(Backend::Component, component),
-        native: keep(Backend::Native, native),
-        http: keep(Backend::Http, http),
-        wasmtime: args.wasmtime.clone(),
-        payload,
-        crash_body,
-        crash_body_given: args.crash_body.is_some(),
-        out: args.out.clone(),
-        build,
-    };
-    let runtime = async_runtime()?;
-    let comparison = match &args.url {
-        Some(url) => {
-            let (addr, path) = runtime.block_on(crate::resolve_url(url))?;
-            runtime.block_on(crate::compare::url(&options, addr, &path))?
-        }
-        None => runtime.block_on(crate::compare::run(options))?,
-    };
-    print!("{}", crate::report::table(&comparison));
-    if let Some(dir) = &args.out {
-        eprintln!(
-            "wasmloop: wrote {}/report.html and compare.csv",
-            dir.display()
-        );
+    let wanted = |backend: &Backend| args.forms.as_ref().is_none_or(|f| f.contains(backend));
+    let forms: Vec<(Backend, PathBuf)> = forms.into_iter().filter(|(b, _)| wanted(b)).collect();
+    match &args.url {
+        Some(url) => runtime.block_on(crate::compare::url(options, url)),
+        None => runtime.block_on(crate::compare::run(options, &forms, &crash)),
     }
-    let errors: usize = comparison.variants.iter().map(|v| v.errors).sum();
-    if errors > 0 {
-        anyhow::bail!("{errors} answers were wrong or not 200");
-    }
-    Ok(())
 }

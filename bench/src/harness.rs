@@ -175,7 +175,7 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::
             std::io::ErrorKind::InvalidData,
             format!(
                 "no HTTP answer to {path}, only: {:?}",
-                crate::shown(&raw, 200)
+                wasmloop_common::excerpt(&raw, 200)
             ),
         )
     })

@@ -48,19 +48,9 @@ impl WasmtimeServe {
         let peer = Self::launch(wasmtime, component, false, flags, FIRST_POLL)?;
         let reply = crate::harness::request(peer.addr, "POST", "/", body)?;
         let took = started.elapsed();
-        let content = reply.content();
-        if reply.status != 200 || expected.is_some_and(|e| e != content.as_slice()) {
-            bail!(
-                "{} serve {}: its first answer was {} `{}`, expected {}",
-                wasmtime.display(),
-                component.display(),
-                reply.status,
-                crate::shown(&content, 200),
-                expected.map_or_else(
-                    || "a 200".to_owned(),
-                    |e| format!("200 `{}`", crate::shown(e, 200))
-                )
-            );
+        if let Some(wrong) = crate::load::wrong(reply.status, &reply.content(), expected) {
+            let (wasmtime, component) = (wasmtime.display(), component.display());
+            bail!("{wasmtime} serve {component}: its first answer was {wrong}");
         }
         Ok(took)
     }

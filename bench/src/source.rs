@@ -5,113 +5,91 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// The forms built from a project: (module, component, native), each if its language
-/// reaches that backend.
-#[derive(Debug, Default)]
-pub struct Built {
-    pub module: Option<PathBuf>,
-    pub component: Option<PathBuf>,
-    pub native: Option<PathBuf>,
-}
+use crate::report::Backend;
 
-/// Builds `dir` (a project `wasmloop new` made, or one laid out the same way) into `out`.
-pub fn build(dir: &Path, out: &Path) -> anyhow::Result<Built> {
-    let dir = dir
-        .canonicalize()
-        .with_context(|| format!("--source {}: no such folder", dir.display()))?;
+/// A project's forms, each built into a file.
+type Forms = Vec<(Backend, PathBuf)>;
+
+/// Builds `dir` (a project `wasmloop new` made, or one laid out the same way) into `out`,
+/// in each form its language reaches.
+pub fn build(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
+    let no_folder = || format!("--source {}: no such folder", dir.display());
+    let dir = dir.canonicalize().with_context(no_folder)?;
     std::fs::create_dir_all(out)?;
     let has = |file: &str| dir.join(file).is_file();
-    if has("Cargo.toml") {
-        rust(&dir, out)
-    } else if has("go.mod") {
-        go(&dir, out)
-    } else if has("Makefile") && has("main.c") {
-        c(&dir)
-    } else if has("app.py") {
-        let component = out.join("component.wasm");
-        run(Command::new("componentize-py")
+    // Python and JavaScript reach a component alone, through their componentize tools.
+    let component = out.join("component.wasm");
+    let componentize = |program: &str, args: &[&str]| -> anyhow::Result<Forms> {
+        run(Command::new(program)
             .current_dir(&dir)
-            .args(["-d", "wit", "-w", "action", "componentize", "app", "-o"])
+            .args(args)
             .arg(&component))?;
-        Ok(Built {
-            component: Some(component),
-            ..Built::default()
-        })
-    } else if has("app.js") {
-        let component = out.join("component.wasm");
-        run(Command::new("npx")
-            .current_dir(&dir)
-            .args([
-                "componentize-js",
-                "app.js",
-                "--wit",
-                "wit",
-                "--world-name",
-                "action",
-                "-o",
-            ])
-            .arg(&component))?;
-        Ok(Built {
-            component: Some(component),
-            ..Built::default()
-        })
-    } else {
-        bail!(
+        Ok(vec![(Backend::Component, component.clone())])
+    };
+    let py = ["-d", "wit", "-w", "action", "componentize", "app", "-o"];
+    let js = [
+        "componentize-js",
+        "app.js",
+        "--wit",
+        "wit",
+        "--world-name",
+        "action",
+        "-o",
+    ];
+    match () {
+        _ if has("Cargo.toml") => rust(&dir, out),
+        _ if has("go.mod") => go(&dir, out),
+        _ if has("Makefile") && has("main.c") => c(&dir),
+        _ if has("app.py") => componentize("componentize-py", &py),
+        _ if has("app.js") => componentize("npx", &js),
+        _ => bail!(
             "--source {}: not a project `wasmloop new` makes (it looks for Cargo.toml, go.mod, \
              a Makefile with main.c, app.py or app.js): give the built forms with --wasm, \
              --component and --native instead",
             dir.display()
-        )
+        ),
     }
 }
 
 /// One source, three targets; the binary's name is the package's, read from cargo.
-fn rust(dir: &Path, out: &Path) -> anyhow::Result<Built> {
+fn rust(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
     let target_dir = out.join("target");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let name = package_name(&dir.join("Cargo.toml"))?;
-    let mut built = Built::default();
-    for (target, slot, file) in [
-        (
-            Some("wasm32-wasip1"),
-            &mut built.module,
-            format!("{name}.wasm"),
-        ),
-        (
-            Some("wasm32-wasip2"),
-            &mut built.component,
-            format!("{name}.wasm"),
-        ),
-        (None, &mut built.native, name.clone()),
-    ] {
+    let wasm = format!("{name}.wasm");
+    let targets = [
+        (Backend::Module, Some("wasm32-wasip1"), &wasm),
+        (Backend::Component, Some("wasm32-wasip2"), &wasm),
+        (Backend::Native, None, &name),
+    ];
+    let built = targets.map(|(backend, target, file)| {
         let mut command = Command::new(&cargo);
         command
             .current_dir(dir)
-            .args(["build", "--quiet", "--release", "--target-dir"])
-            .arg(&target_dir);
-        if let Some(target) = target {
-            command.args(["--target", target]);
-        }
+            .args(["build", "--quiet", "--release", "--target-dir"]);
+        command
+            .arg(&target_dir)
+            .args(target.map(|target| ["--target", target]).iter().flatten());
         run(&mut command)?;
-        *slot = Some(
-            target_dir
-                .join(target.unwrap_or(""))
-                .join("release")
-                .join(file),
-        );
-    }
-    Ok(built)
+        let release = target_dir.join(target.unwrap_or("")).join("release");
+        Ok((backend, release.join(file)))
+    });
+    built.into_iter().collect()
 }
 
-fn go(dir: &Path, out: &Path) -> anyhow::Result<Built> {
-    let (module, native) = (out.join("module.wasm"), out.join("native"));
-    for (goos, file) in [(Some("wasip1"), &module), (None, &native)] {
+fn go(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
+    let targets = [
+        (Backend::Module, Some("wasip1"), "module.wasm"),
+        (Backend::Native, None, "native"),
+    ];
+    let built = targets.map(|(backend, goos, file)| {
+        let file = out.join(file);
         let mut command = Command::new("go");
         command
             .current_dir(dir)
             .arg("build")
             .arg("-o")
-            .arg(file)
+            .arg(&file)
             .env("CGO_ENABLED", "0");
         if let Some(goos) = goos {
             // As the template builds it: a reactor, whose start-up the runtime snapshots.
@@ -120,35 +98,29 @@ fn go(dir: &Path, out: &Path) -> anyhow::Result<Built> {
                 .env("GOARCH", "wasm")
                 .arg("-buildmode=c-shared");
         }
-        command.arg(".");
-        run(&mut command)?;
-    }
-    Ok(Built {
-        module: Some(module),
-        native: Some(native),
-        ..Built::default()
-    })
+        run(command.arg("."))?;
+        Ok((backend, file))
+    });
+    built.into_iter().collect()
 }
 
 /// The template's Makefile: `make wasm native`, the files its `wasm:` and `native:` rules
 /// name.
-fn c(dir: &Path) -> anyhow::Result<Built> {
-    run(Command::new("make")
-        .current_dir(dir)
-        .args(["--no-print-directory", "wasm", "native"]))?;
+fn c(dir: &Path) -> anyhow::Result<Forms> {
+    let make = ["--no-print-directory", "wasm", "native"];
+    run(Command::new("make").current_dir(dir).args(make))?;
     let makefile = std::fs::read_to_string(dir.join("Makefile"))?;
-    let output = |rule: &str| {
-        makefile
-            .lines()
-            .find_map(|line| line.strip_prefix(rule))
-            .map(|file| dir.join(file.trim()))
-            .with_context(|| format!("the Makefile has no `{rule}` rule naming its output"))
+    let output = |backend, rule: &str| {
+        let file = makefile.lines().find_map(|line| line.strip_prefix(rule));
+        let no_rule = || format!("the Makefile has no `{rule}` rule naming its output");
+        Ok((backend, dir.join(file.with_context(no_rule)?.trim())))
     };
-    Ok(Built {
-        module: Some(output("wasm:")?),
-        native: Some(output("native:")?),
-        ..Built::default()
-    })
+    [
+        output(Backend::Module, "wasm:"),
+        output(Backend::Native, "native:"),
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// The `name` of a Cargo.toml's package.
@@ -168,15 +140,14 @@ fn package_name(manifest: &Path) -> anyhow::Result<String> {
 
 /// Runs a step (a build, a wasmloop command), failing with its output.
 pub(super) fn run(command: &mut Command) -> anyhow::Result<()> {
+    let program = command.get_program().to_owned();
     let output = command
         .output()
-        .with_context(|| format!("cannot run {:?}", command.get_program()))?;
+        .with_context(|| format!("cannot run {program:?}"))?;
     if !output.status.success() {
-        bail!(
-            "{command:?} failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let (out, err) = (&output.stdout, &output.stderr);
+        let (out, err) = (String::from_utf8_lossy(out), String::from_utf8_lossy(err));
+        bail!("{command:?} failed:\n{out}{err}");
     }
     Ok(())
 }

@@ -9,6 +9,10 @@ pub struct Spread {
 }
 
 impl Spread {
+    pub const fn new(median: f64, min: f64, max: f64) -> Spread {
+        Spread { median, min, max }
+    }
+
     /// Whether two spreads share a value: then neither figure is told apart from the other.
     pub fn overlaps(&self, other: &Spread) -> bool {
         self.min <= other.max && other.min <= self.max

@@ -2,81 +2,43 @@
 
 use super::*;
 
-/// Each kind of cold start's columns' stem, in `Source::ALL`'s order: its median's column
-/// is `{stem}_ms`, its least and most `{stem}_min_ms` and `{stem}_max_ms`.
-pub(super) const COLD_STEMS: [(Source, &str); 7] = [
-    (Source::Compiled, "cold_compiled"),
-    (Source::Cache, "cold_cache"),
-    (Source::Signed, "cold_signed"),
-    (Source::Receive, "receive_signed"),
-    (Source::Start, "cold_start"),
-    (Source::FirstAnswer, "cold_first_answer"),
-    (Source::FirstCached, "cold_first_answer_cached"),
-];
+/// The columns. The first five kinds of cold start keep the places an older CSV gave their
+/// medians; the kinds added later, and every kind's least and most, come after the columns
+/// a reader of an older CSV knows, so that those keep their positions.
+pub(super) fn csv_columns() -> Vec<String> {
+    let words = |list: &str| list.split(',').map(str::to_owned).collect::<Vec<_>>();
+    let cold = |sources: &[Source], suffixes: &[&str]| {
+        let stems = sources.iter().map(|s| s.said().stem);
+        stems
+            .flat_map(|stem| suffixes.iter().map(move |suffix| format!("{stem}{suffix}")))
+            .collect::<Vec<_>>()
+    };
+    [
+        words(
+            "label,backend,compiler,lifetime,connections,hits,p50_us,p50_min_us,p50_max_us,\
+             p90_us,p99_us,p99_min_us,p99_max_us,max_us,req_s,req_s_min,req_s_max",
+        ),
+        cold(&Source::ALL[..5], &["_ms"]),
+        words(
+            "rss_after_init_bytes,rss_per_extra_instance_bytes,crash_to_answer_ms,errors,\
+             cpu_us_reported,instance_memory_bytes_reported,server_cpu_us,client_cpu_us",
+        ),
+        cold(&Source::ALL[5..], &["_ms"]),
+        cold(Source::ALL, &["_min_ms", "_max_ms"]),
+    ]
+    .concat()
+}
 
-/// The first five kinds' medians keep their places among the columns; the kinds added
-/// later, and every kind's least and most, come after the columns a reader of an older
-/// CSV knows, so that those keep their positions.
-pub(super) const CSV_COLUMNS: [&str; 46] = [
-    "label",
-    "backend",
-    "compiler",
-    "lifetime",
-    "connections",
-    "hits",
-    "p50_us",
-    "p50_min_us",
-    "p50_max_us",
-    "p90_us",
-    "p99_us",
-    "p99_min_us",
-    "p99_max_us",
-    "max_us",
-    "req_s",
-    "req_s_min",
-    "req_s_max",
-    "cold_compiled_ms",
-    "cold_cache_ms",
-    "cold_signed_ms",
-    "receive_signed_ms",
-    "cold_start_ms",
-    "rss_after_init_bytes",
-    "rss_per_extra_instance_bytes",
-    "crash_to_answer_ms",
-    "errors",
-    "cpu_us_reported",
-    "instance_memory_bytes_reported",
-    "server_cpu_us",
-    "client_cpu_us",
-    "cold_first_answer_ms",
-    "cold_first_answer_cached_ms",
-    "cold_compiled_min_ms",
-    "cold_compiled_max_ms",
-    "cold_cache_min_ms",
-    "cold_cache_max_ms",
-    "cold_signed_min_ms",
-    "cold_signed_max_ms",
-    "receive_signed_min_ms",
-    "receive_signed_max_ms",
-    "cold_start_min_ms",
-    "cold_start_max_ms",
-    "cold_first_answer_min_ms",
-    "cold_first_answer_max_ms",
-    "cold_first_answer_cached_min_ms",
-    "cold_first_answer_cached_max_ms",
-];
+/// A figure with `decimals` places; empty when there is none.
+fn number(v: Option<f64>, decimals: usize) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or(String::new(), |v| format!("{v:.decimals$}"))
+}
 
 /// The CSV's rows, also the HTML page's full table: one per variant and connection count,
 /// and one with empty warm figures for a variant measured warm at no count, so no variant
 /// goes missing.
 pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
-    let number = |v: f64, decimals: usize| {
-        if v.is_finite() {
-            format!("{v:.decimals$}")
-        } else {
-            String::new()
-        }
-    };
     let mut rows = Vec::new();
     for v in &c.variants {
         let mut warms: Vec<Option<&Warm>> = v.warm.iter().map(Some).collect();
@@ -84,57 +46,49 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
         if warms.is_empty() {
             warms.push(None);
         }
+        let cold = |source: Source, figure: fn(&Spread) -> f64| {
+            number(v.cold_from(source).map(|c| figure(&c.millis)), 3)
+        };
+        let count = |n: Option<u64>| n.map_or(String::new(), |n| n.to_string());
         for warm in warms {
+            let w = |figure: fn(&Warm) -> f64| number(warm.map(figure), 1);
             let mut row = vec![
                 v.label.clone(),
-                v.backend.to_string(),
+                if v.row {
+                    "row".to_owned()
+                } else {
+                    v.form.to_string()
+                },
                 v.compiler.map(|c| c.to_string()).unwrap_or_default(),
                 v.lifetime.to_string(),
+                count(warm.map(|w| w.connections as u64)),
+                count(warm.map(|w| w.micros.len() as u64)),
+                w(|w| w.p50.median),
+                w(|w| w.p50.min),
+                w(|w| w.p50.max),
+                w(|w| percentile(&w.micros, 90.0)),
+                w(|w| w.p99.median),
+                w(|w| w.p99.min),
+                w(|w| w.p99.max),
+                w(|w| w.micros.last().copied().unwrap_or(f64::NAN)),
+                w(|w| w.per_second.median),
+                w(|w| w.per_second.min),
+                w(|w| w.per_second.max),
             ];
-            match warm {
-                Some(w) => row.extend([
-                    w.connections.to_string(),
-                    w.micros.len().to_string(),
-                    number(w.p50.median, 1),
-                    number(w.p50.min, 1),
-                    number(w.p50.max, 1),
-                    number(percentile(&w.micros, 90.0), 1),
-                    number(w.p99.median, 1),
-                    number(w.p99.min, 1),
-                    number(w.p99.max, 1),
-                    number(w.micros.last().copied().unwrap_or(f64::NAN), 1),
-                    number(w.per_second.median, 1),
-                    number(w.per_second.min, 1),
-                    number(w.per_second.max, 1),
-                ]),
-                None => row.extend((0..13).map(|_| String::new())),
-            }
-            let cold = |source: Source, figure: fn(&Spread) -> f64| {
-                v.cold_from(source)
-                    .map_or(String::new(), |c| number(figure(&c.millis), 3))
-            };
-            for (source, _) in &COLD_STEMS[..5] {
-                row.push(cold(*source, |s| s.median));
-            }
-            let count = |b: Option<u64>| b.map_or(String::new(), |b| b.to_string());
-            row.push(count(v.resident_after_init));
-            row.push(count(v.resident_per_extra_instance));
-            row.push(
-                v.crash_to_answer_ms
-                    .map_or(String::new(), |s| number(s.median, 3)),
-            );
-            row.push(v.errors.to_string());
-            row.push(v.reported_cpu_us.map_or(String::new(), |us| number(us, 1)));
-            row.push(count(v.reported_memory));
-            let per_request = |us: Option<f64>| us.map_or(String::new(), |us| number(us, 1));
-            row.push(per_request(warm.and_then(|w| w.server_cpu_us)));
-            row.push(per_request(warm.and_then(|w| w.client_cpu_us)));
-            for (source, _) in &COLD_STEMS[5..] {
-                row.push(cold(*source, |s| s.median));
-            }
-            for (source, _) in &COLD_STEMS {
-                row.push(cold(*source, |s| s.min));
-                row.push(cold(*source, |s| s.max));
+            row.extend(Source::ALL[..5].iter().map(|s| cold(*s, |s| s.median)));
+            row.extend([
+                count(v.resident_after_init),
+                count(v.resident_per_extra_instance),
+                number(v.crash_to_answer_ms.map(|s| s.median), 3),
+                v.errors.to_string(),
+                number(v.reported_cpu_us, 1),
+                count(v.reported_memory),
+                number(warm.and_then(|w| w.server_cpu_us), 1),
+                number(warm.and_then(|w| w.client_cpu_us), 1),
+            ]);
+            row.extend(Source::ALL[5..].iter().map(|s| cold(*s, |s| s.median)));
+            for source in Source::ALL {
+                row.extend([cold(*source, |s| s.min), cold(*source, |s| s.max)]);
             }
             rows.push(row);
         }
@@ -142,7 +96,7 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
     rows
 }
 
-pub(super) fn csv_field(field: &str) -> String {
+fn csv_field(field: &str) -> String {
     if field.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", field.replace('"', "\"\""))
     } else {
@@ -152,12 +106,10 @@ pub(super) fn csv_field(field: &str) -> String {
 
 /// One row per variant and connection count, under a header.
 pub fn csv(c: &Comparison) -> String {
-    let mut out = CSV_COLUMNS.join(",");
-    out.push('\n');
-    for row in full_rows(c) {
+    let mut out = String::new();
+    for row in std::iter::once(csv_columns()).chain(full_rows(c)) {
         let fields: Vec<String> = row.iter().map(|f| csv_field(f)).collect();
-        out.push_str(&fields.join(","));
-        out.push('\n');
+        let _ = writeln!(out, "{}", fields.join(","));
     }
     out
 }

@@ -42,86 +42,91 @@ th:first-child{background:#f3f3f3}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}\
 p.wrong{background:#fde8e8;border-left:5px solid #c62828;padding:7px 12px}";
 
-pub(super) fn conditions(out: &mut String, c: &Comparison) {
-    let k = &c.conditions;
+/// The run's conditions, as a list of names and values.
+fn conditions(out: &mut String, c: &Comparison) {
+    let Conditions {
+        version,
+        commit,
+        cpu_model,
+        cpus,
+        date,
+        hits,
+        rounds,
+        ..
+    } = &c.conditions;
+    let (concurrency, cold_runs, body) = (
+        c.conditions.concurrency,
+        c.conditions.cold_runs,
+        &c.conditions.body,
+    );
     let counts: Vec<String> = c
         .connection_counts()
         .iter()
         .map(ToString::to_string)
         .collect();
-    let cpu = format!(
-        "{}; {} CPU{} usable, {}",
-        k.cpu_model,
-        k.cpus,
-        if k.cpus == 1 { "" } else { "s" },
-        if k.pinned {
-            "pinned with taskset"
-        } else {
-            "not pinned"
-        }
-    );
-    let rows = [
-        ("wasmloop", format!("{} (commit {})", k.version, k.commit)),
-        ("CPU", cpu),
-        (
-            "connections",
-            if counts.is_empty() {
-                "none measured".to_owned()
-            } else {
-                listed(&counts)
-            },
-        ),
-        (
-            "requests",
-            format!("{} per variant and connection count", k.hits),
-        ),
-        (
-            "rounds",
-            format!("{}, interleaved across the variants", k.rounds),
-        ),
-        (
-            "concurrency",
-            format!("{} (the servers' --concurrency)", k.concurrency),
-        ),
-        (
-            "cold starts",
-            format!(
-                "{} fresh servers per figure, the median with the least and most",
-                k.cold_runs
-            ),
-        ),
-        ("date", k.date.clone()),
+    let s = if *cpus == 1 { "" } else { "s" };
+    let pinned = if c.conditions.pinned {
+        "pinned with taskset"
+    } else {
+        "not pinned"
+    };
+    let names = [
+        "wasmloop",
+        "CPU",
+        "connections",
+        "requests",
+        "rounds",
+        "concurrency",
     ];
+    let values = [
+        format!("{version} (commit {commit})"),
+        format!("{cpu_model}; {cpus} CPU{s} usable, {pinned}"),
+        if counts.is_empty() {
+            "none measured".to_owned()
+        } else {
+            listed(&counts)
+        },
+        format!("{hits} per variant and connection count"),
+        format!("{rounds}, interleaved across the variants"),
+        format!("{concurrency} (the servers' --concurrency)"),
+    ];
+    let cold = format!("{cold_runs} fresh servers per figure, the median with the least and most");
+    let rows = names
+        .into_iter()
+        .zip(values)
+        .chain([("cold starts", cold), ("date", date.clone())]);
     out.push_str("<dl class=\"conditions\">");
-    for (name, value) in rows.into_iter().chain(host_conditions(k)) {
+    for (name, value) in rows.chain(host_conditions(&c.conditions)) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(name), escape(&value));
     }
     let _ = write!(
         out,
         "<dt>/run body</dt><dd><code>{}</code></dd></dl>",
-        escape(&k.body)
+        escape(body)
     );
 }
 
 /// One self-contained page: the conditions, verdicts, warnings, charts and every figure.
 pub fn html(c: &Comparison) -> String {
     let mut out = String::new();
+    let head = "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">";
     let _ = write!(
         out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>\n<h1>{PAGE_TITLE}</h1>\n"
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{head}"
     );
-    // What matters first: wrong answers, then each backend in a line, numbers and nature.
-    out.push_str("<section><h2>Bottom line</h2>");
+    let _ = writeln!(
+        out,
+        "<title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>"
+    );
+    let _ = write!(out, "<h1>{PAGE_TITLE}</h1>\n<section><h2>Bottom line</h2>");
+    // What matters first: wrong answers, then each form in a line, numbers and nature.
     for v in c.variants.iter().filter(|v| v.errors > 0) {
+        let (label, errors) = (escape(&v.label), v.errors);
+        let first = escape(v.first_wrong.as_deref().unwrap_or("not recorded"));
+        let said = format!("{errors} answers were wrong; the first: <code>{first}</code>");
         let _ = write!(
             out,
-            "<p class=\"wrong\"><strong>{}</strong>: {} answers were wrong; the first: \
-             <code>{}</code></p>",
-            escape(&v.label),
-            v.errors,
-            escape(v.first_wrong.as_deref().unwrap_or("not recorded"))
+            "<p class=\"wrong\"><strong>{label}</strong>: {said}</p>"
         );
     }
     out.push_str("<ul class=\"verdicts\">");
@@ -130,77 +135,53 @@ pub fn html(c: &Comparison) -> String {
             true => String::new(),
             false => format!("{}. ", escape(&line.figures)),
         };
+        let unmeasured = escape(line.unmeasured);
         let _ = write!(
             out,
-            "<li><strong>{}</strong>: {figures}<em>{}.</em></li>",
-            line.backend,
-            escape(line.unmeasured)
+            "<li><strong>{}</strong>: {figures}<em>{unmeasured}.</em></li>",
+            line.form
         );
     }
     out.push_str("</ul></section>\n<section><h2>Conditions</h2>");
     conditions(&mut out, c);
     out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
     for verdict in verdicts(c) {
-        let said = match verdict.findings.is_empty() {
-            true => "nothing measured.".to_owned(),
-            false => format!("{}.", verdict.findings.join("; ")),
-        };
+        let said = verdict.to_string();
+        let said = said
+            .strip_prefix(&format!("{}: ", verdict.form))
+            .unwrap_or(&said);
         let _ = write!(
             out,
             "<li><strong>{}</strong>: {}</li>",
-            verdict.backend,
-            escape(&said)
+            verdict.form,
+            escape(said)
         );
     }
     out.push_str("</ul></section>\n<section><h2>Warnings</h2>");
     let notes = all_notes(c);
-    if notes.is_empty() {
-        out.push_str("<p class=\"quiet\">None.</p>");
+    out.push_str(if notes.is_empty() {
+        "<p class=\"quiet\">None.</p>"
     } else {
-        out.push_str("<ul class=\"notes\">");
-        for note in notes {
-            let _ = write!(
-                out,
-                "<li><span class=\"warn\">⚠ warning:</span>{}</li>",
-                escape(bare(&note))
-            );
-        }
-        out.push_str("</ul>");
+        "<ul class=\"notes\">"
+    });
+    for note in &notes {
+        let note = escape(bare(note));
+        let _ = write!(out, "<li><span class=\"warn\">⚠ warning:</span>{note}</li>");
     }
+    out.push_str(if notes.is_empty() { "" } else { "</ul>" });
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
-    // Each chart with what it leaves out and why, so that a missing bar reads as a fact.
-    let mut charts: Vec<(String, Option<String>)> = c
-        .connection_counts()
-        .into_iter()
-        .map(|n| (latency_chart(c, n), latency_left_out(c, n)))
-        .collect();
-    if charts.is_empty() {
-        charts.push((
-            not_measured(
-                "latency",
-                "latency by percentile",
-                "no variant was measured warm",
-            ),
-            None,
-        ));
+    for (chart, left_out) in charts(c).into_iter().zip(left_outs(c)) {
+        let left_out = left_out.map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)));
+        let _ = writeln!(
+            out,
+            "<figure>{chart}{}</figure>",
+            left_out.unwrap_or_default()
+        );
     }
-    charts.extend([
-        (cold_chart(c), cold_left_out(c)),
-        (memory_chart(c), memory_left_out(c)),
-        (throughput_chart(c), throughput_left_out(c)),
-        (crash_chart(c), crash_left_out(c)),
-    ]);
-    for (chart, left_out) in charts {
-        let left_out = left_out
-            .map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)))
-            .unwrap_or_default();
-        let _ = writeln!(out, "<figure>{chart}{left_out}</figure>");
-    }
-    out.push_str(
-        "</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table><thead><tr>",
-    );
-    for column in CSV_COLUMNS {
-        let _ = write!(out, "<th>{}</th>", escape(column));
+    out.push_str("</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table>");
+    out.push_str("<thead><tr>");
+    for column in csv_columns() {
+        let _ = write!(out, "<th>{}</th>", escape(&column));
     }
     out.push_str("</tr></thead><tbody>");
     for row in full_rows(c) {
@@ -214,4 +195,123 @@ pub fn html(c: &Comparison) -> String {
     }
     out.push_str("</tbody></table></div></section>\n</body></html>\n");
     out
+}
+
+/// What each chart leaves out, and why, in `charts`'s order: the latency chart at each
+/// connection count (or the one saying none was measured), then the bar charts. Said
+/// under each chart, so that a missing bar reads as a fact.
+fn left_outs(c: &Comparison) -> Vec<Option<String>> {
+    let counts = c.connection_counts();
+    let latency = counts.iter().map(|&n| {
+        let not_at = format!("not measured at {}", connections_phrase(n));
+        left_out(c, |v| v.warm_at(n).is_none().then(|| not_at.clone()))
+    });
+    let mut said: Vec<Option<String>> = latency.collect();
+    if counts.is_empty() {
+        said.push(None);
+    }
+    let bars = [
+        cold_left_out,
+        memory_left_out,
+        throughput_left_out,
+        crash_left_out,
+    ];
+    said.extend(bars.map(|left_out| left_out(c)));
+    said
+}
+
+/// What a chart leaves out, and why, as the sentence under it: each reason once, with the
+/// variants it covers. None when every variant is in it.
+fn left_out(c: &Comparison, why: impl Fn(&Variant) -> Option<String>) -> Option<String> {
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for v in &c.variants {
+        let Some(reason) = why(v) else { continue };
+        match reasons.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, labels)) => labels.push(&v.label),
+            None => reasons.push((reason, vec![&v.label])),
+        }
+    }
+    let said: Vec<String> = reasons
+        .iter()
+        .map(|(reason, labels)| format!("{} ({reason})", listed(labels)))
+        .collect();
+    (!said.is_empty()).then(|| format!("Left out: {}.", said.join("; ")))
+}
+
+fn cold_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        let why = match v.lifetime {
+            _ if !v.cold.is_empty() => return None,
+            Lifetime::Fresh => {
+                "a fresh instance per activation changes nothing at /init: its cold start is \
+                 its persistent twin's"
+            }
+            Lifetime::Persistent | Lifetime::AsServed => "no fresh server of it was timed",
+        };
+        Some(why.to_owned())
+    })
+}
+
+fn memory_left_out(c: &Comparison) -> Option<String> {
+    let after_init = left_out(c, |v| {
+        let not_read = "from what it holds after /init: not read";
+        v.resident_after_init.is_none().then(|| not_read.to_owned())
+    });
+    let per_extra = left_out(c, |v| {
+        let why = match v.lifetime {
+            _ if v.resident_per_extra_instance.is_some() => return None,
+            Lifetime::Fresh => "a fresh variant keeps none, each activation's is dropped",
+            _ if c.conditions.concurrency <= 1 => "the servers ran one (--concurrency 1)",
+            _ => "its memory was not read",
+        };
+        Some(format!("from what each extra instance adds: {why}"))
+    });
+    let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
+    (!said.is_empty()).then(|| said.join(" "))
+}
+
+fn throughput_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        v.warm.is_empty().then(|| "not measured warm".to_owned())
+    })
+}
+
+fn crash_left_out(c: &Comparison) -> Option<String> {
+    left_out(c, |v| {
+        let form = v.form;
+        let why = match (form.server, form.backend, form.protocol, v.lifetime) {
+            _ if v.crash_to_answer_ms.is_some() => return None,
+            _ if v.row => "the rows crash nothing",
+            (Server::Url, ..) => "a server given by --url is not crashed",
+            (Server::WasmtimeServe, ..) => "the peer is not crashed",
+            (_, _, Protocol::Plain, _) => {
+                "a plain HTTP server takes the request itself, not a /run body that makes the \
+                 action trap"
+            }
+            (_, Some(Backend::Native), _, Lifetime::Fresh) => {
+                "a fresh native process lives for one activation: there is none to kill \
+                 between two"
+            }
+            (_, Some(Backend::Native), ..) => "its process was not killed",
+            _ => {
+                "WebAssembly is crashed only from inside, by a request that makes it trap: give \
+                 one with --crash-body"
+            }
+        };
+        Some(why.to_owned())
+    })
+}
+
+/// `text` safe as HTML's text and attribute values.
+pub(super) fn escape(text: &str) -> String {
+    let entities = [
+        ("&", "&amp;"),
+        ("<", "&lt;"),
+        (">", "&gt;"),
+        ("\"", "&quot;"),
+        ("'", "&#39;"),
+    ];
+    entities
+        .iter()
+        .fold(text.to_owned(), |text, (c, entity)| text.replace(c, entity))
 }

@@ -1,4 +1,4 @@
-//! A backend comparison's model (variants, their figures, the conditions), and how it reads: `table`, `verdicts`, `csv`, `charts`, `html`.
+//! A comparison's model (variants, their figures, the conditions), and how it reads: `table`, `verdicts`, `csv`, `charts`, `html`.
 
 mod charts;
 mod csv;
@@ -8,6 +8,7 @@ mod verdicts;
 
 use charts::*;
 use csv::*;
+use html::escape;
 
 pub use crate::stats::Spread;
 pub use charts::{Curve, latency_svg};
@@ -26,36 +27,31 @@ use std::fmt::Write as _;
 /// What the figures were measured under.
 #[derive(Debug, Clone, Default)]
 pub struct Conditions {
-    /// wasmloop's version.
     pub version: String,
     /// Short git commit, or "unknown".
     pub commit: String,
-    /// From /proc/cpuinfo.
     pub cpu_model: String,
-    /// CPUs the run may use (its affinity).
+    /// CPUs the run may use (its affinity), against those the machine has (`online`): fewer
+    /// is a run pinned with taskset.
     pub cpus: usize,
-    /// Run under taskset to fewer CPUs than the machine has.
     pub pinned: bool,
-    /// CPUs the machine has.
     pub online: usize,
     /// The host as the run found it, and as it left it.
     pub before: Host,
     pub after: Host,
     /// RFC 3339, UTC.
     pub date: String,
-    /// Measured requests per row and connection count.
+    /// Measured requests per variant and connection count, in `rounds` interleaved slices.
     pub hits: usize,
-    /// Rounds the hits are split into, interleaved across rows.
     pub rounds: usize,
     /// The servers' `--concurrency`.
     pub concurrency: u16,
-    /// The /run body sent (excerpt).
+    /// The /run body sent (an excerpt), and whether it was given or is the hello's.
     pub body: String,
-    /// Whether that body was given (--body, --body-file), or is the hello's.
     pub body_given: bool,
-    /// The answer every request had to get, as --expect gave it (excerpt).
+    /// The answer every request had to get, as --expect gave it (an excerpt).
     pub expect: Option<String>,
-    /// Fresh servers per cold /init figure.
+    /// Fresh servers per cold start figure.
     pub cold_runs: usize,
 }
 
@@ -69,22 +65,20 @@ pub struct Host {
     pub reference_ms: Option<Spread>,
 }
 
-/// One variant's warm figures at one connection count.
+/// One variant's warm figures at one connection count (times in µs).
 #[derive(Debug, Clone, Default)]
 pub struct Warm {
     pub connections: usize,
-    /// Every latency, sorted ascending, microseconds.
+    /// Every latency, sorted ascending.
     pub micros: Vec<f64>,
-    /// Per-round p50s, µs.
+    /// Over the rounds: their p50s, p99s and requests per second.
     pub p50: Spread,
-    /// Per-round p99s, µs.
     pub p99: Spread,
-    /// Per-round requests per second.
     pub per_second: Spread,
-    /// The server's CPU (with its children's) per measured request, µs: none for a server
-    /// the bench did not start.
+    /// The server's CPU (with its children's) per measured request: none for a server the
+    /// bench did not start.
     pub server_cpu_us: Option<f64>,
-    /// The bench's own CPU per measured request, µs: what the client took of the machine.
+    /// The bench's own CPU per measured request: what the client took of the machine.
     pub client_cpu_us: Option<f64>,
 }
 
@@ -123,52 +117,92 @@ macro_rules! named {
 }
 
 named! {
-    /// Which backend serves a variant: the three the runtime has (its `wasm` is a module
-    /// here, as an author builds it), or a server someone else runs (`--url`).
+    /// Which of the runtime's backends an action's form is for (its `wasm` is a module
+    /// here, as an author builds it); `--forms` names them, each with its doc line.
+    #[derive(clap::ValueEnum)]
     pub enum Backend {
+        /// A WebAssembly module (--wasm)
         Module = "module",
+        /// A WASI 0.2 component (--component)
         Component = "component",
+        /// A native executable (--native)
         Native = "native",
-        /// A component of the wasi:http/proxy world, on the runtime's http backend.
+        /// An HTTP component, measured as OpenWhisk's /run and as plain HTTP, beside
+        /// wasmtime serve running the same file (--http)
         Http = "http",
-        /// The same HTTP component served as plain HTTP (`wasmloop serve --protocol http
-        /// --action FILE`): the request itself on any path, as `wasmtime serve` gets it.
-        HttpPlain = "http-plain",
-        /// The same HTTP component under `wasmtime serve`: the peer an HTTP form is
-        /// measured beside, no form of the action's own.
-        WasmtimeServe = "wasmtime-serve",
-        Url = "url",
-        /// A row of `--rows`: one of the examples' hellos (of any language and backend),
-        /// or HTTP alone; rows get no verdicts, which are about one action's forms.
-        Row = "row",
     }
 }
 
-/// `--forms`: the backends an action of one's own comes in (`url` is no form of it).
-impl clap::ValueEnum for Backend {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[
-            Backend::Module,
-            Backend::Component,
-            Backend::Native,
-            Backend::Http,
-        ]
+named! {
+    /// Who serves: wasmloop, or a peer it is measured beside.
+    pub enum Server {
+        Wasmloop = "wasmloop",
+        /// wasmtime's own server, of the same HTTP component.
+        WasmtimeServe = "wasmtime-serve",
+        /// A fresh process per activation, as the old Docker skeleton ran one.
+        Exec = "exec",
+        /// A server someone else runs (`--url`).
+        Url = "url",
+    }
+}
+
+named! {
+    /// How an activation reaches the server.
+    pub enum Protocol {
+        /// OpenWhisk's /init and /run.
+        OpenWhisk = "openwhisk",
+        /// The request itself, on any path (`wasmloop serve --protocol http`, `wasmtime serve`).
+        Plain = "plain",
+    }
+}
+
+/// What a verdict is about: who serves the action, in which form, through which protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Form {
+    pub server: Server,
+    /// None at a `--url`, whose action is not known here.
+    pub backend: Option<Backend>,
+    pub protocol: Protocol,
+}
+
+impl Form {
+    /// The action in `backend`'s form, served by wasmloop through OpenWhisk's /run.
+    pub const fn ours(backend: Backend) -> Form {
+        Form {
+            server: Server::Wasmloop,
+            backend: Some(backend),
+            protocol: Protocol::OpenWhisk,
+        }
     }
 
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        let help = match self {
-            Backend::Module => "A WebAssembly module (--wasm)",
-            Backend::Component => "A WASI 0.2 component (--component)",
-            Backend::Native => "A native executable (--native)",
-            Backend::Http => {
-                "An HTTP component, measured as OpenWhisk's /run and as plain HTTP, beside \
-                 wasmtime serve running the same file (--http)"
-            }
-            Backend::HttpPlain | Backend::WasmtimeServe | Backend::Url | Backend::Row => {
-                return None;
-            }
-        };
-        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    /// An HTTP component served by wasmloop as plain HTTP, as `wasmtime serve` gets it.
+    pub const HTTP_PLAIN: Form = Form {
+        protocol: Protocol::Plain,
+        ..Form::ours(Backend::Http)
+    };
+
+    /// The same HTTP component under `wasmtime serve`: the peer an HTTP form is measured
+    /// beside, no form of the action's own.
+    pub const PEER: Form = Form {
+        server: Server::WasmtimeServe,
+        ..Form::HTTP_PLAIN
+    };
+
+    pub const URL: Form = Form {
+        server: Server::Url,
+        backend: None,
+        protocol: Protocol::OpenWhisk,
+    };
+}
+
+/// "module", "http-plain", "wasmtime-serve", "url": as the verdicts and the CSV name it.
+impl std::fmt::Display for Form {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.server, self.backend, self.protocol) {
+            (Server::Wasmloop, Some(backend), Protocol::OpenWhisk) => write!(f, "{backend}"),
+            (Server::Wasmloop, Some(backend), Protocol::Plain) => write!(f, "{backend}-plain"),
+            (server, ..) => write!(f, "{server}"),
+        }
     }
 }
 
@@ -198,77 +232,100 @@ named! {
         Compiled = "compiled",
         Cache = "cache",
         Signed = "signed",
-        /// Not an /init of the action: the time to receive and base64-decode the signed
-        /// artifact's upload, the floor under every cold start of it.
+        /// Not an /init of the action: the floor under every cold start of the artifact.
         Receive = "receive",
         /// Native: nothing to compile, the process starting.
         Start = "start",
-        /// A server started with the action built in (`--protocol http --action`, or the
-        /// peer, `wasmtime serve`), from its start to its first answer, compiling the code.
+        /// A server with the action built in, from its start to its first answer.
         FirstAnswer = "first answer",
-        /// The same, its code loaded from a compile cache filled before.
         FirstCached = "first answer cached",
     }
 }
 
-impl Source {
+/// How one kind of cold start reads in each place that shows it.
+struct Said {
     /// Its column in the terminal table.
-    fn header(self) -> &'static str {
-        match self {
-            Source::Compiled => "cmpl",
-            Source::Signed => "sign",
-            Source::Receive => "recv",
-            Source::FirstAnswer => "1st",
-            Source::FirstCached => "1st-c",
-            other => other.name(),
-        }
-    }
-
-    /// What it means, for the legends.
-    fn meaning(self) -> &'static str {
-        match self {
-            Source::Compiled => "compiled at /init",
-            Source::Cache => "from the compile cache",
-            Source::Signed => "a signed precompiled artifact",
-            Source::Receive => {
-                "receiving and base64-decoding that artifact's upload alone (its /init with the \
-                 code spoilt at its end, refused once decoded)"
-            }
-            Source::Start => "the native process starting",
-            Source::FirstAnswer => {
-                "a server started with the action built in (`wasmloop serve --protocol http`; the peer: \
-                 wasmtime serve), from its start to its first answer, compiling the code"
-            }
-            Source::FirstCached => {
-                "the same, its code from a compile cache filled before (the peer: wasmtime's \
-                 own cache)"
-            }
-        }
-    }
-
-    /// Whether a record is held for it across backends: cold starts of one kind are
-    /// compared; receiving is no start, and only the native backend starts a process.
-    fn is_compared(self) -> bool {
-        matches!(
-            self,
-            Source::Compiled
-                | Source::Cache
-                | Source::Signed
-                | Source::FirstAnswer
-                | Source::FirstCached
-        )
-    }
-
+    header: &'static str,
+    /// Its CSV columns' stem: `{stem}_ms`, `{stem}_min_ms`, `{stem}_max_ms`.
+    stem: &'static str,
     /// How a sentence says it ("52 ms from the cache").
-    fn phrase(self) -> &'static str {
-        match self {
-            Source::Cache => "from the cache",
-            Source::Start => "to start",
-            Source::Receive => "to receive the signed upload",
-            Source::FirstAnswer => "to a first answer, compiled",
-            Source::FirstCached => "to a first answer from the cache",
-            other => other.name(),
+    phrase: &'static str,
+    /// Its bars' shade: lighter for each way of skipping the compiler, so a variant's bars
+    /// tell apart in its one colour.
+    shade: f64,
+    /// What it means, for the legends.
+    meaning: &'static str,
+}
+
+impl Source {
+    fn said(self) -> Said {
+        let (header, stem, phrase, shade, meaning) = match self {
+            Source::Compiled => (
+                "cmpl",
+                "cold_compiled",
+                "compiled",
+                1.0,
+                "compiled at /init",
+            ),
+            Source::Cache => (
+                "cache",
+                "cold_cache",
+                "from the cache",
+                0.62,
+                "from the compile cache",
+            ),
+            Source::Signed => (
+                "sign",
+                "cold_signed",
+                "signed",
+                0.38,
+                "a signed precompiled artifact",
+            ),
+            Source::Receive => (
+                "recv",
+                "receive_signed",
+                "to receive the signed upload",
+                0.2,
+                "receiving and base64-decoding that artifact's upload alone (its /init with the \
+                 code spoilt at its end, refused once decoded)",
+            ),
+            Source::Start => (
+                "start",
+                "cold_start",
+                "to start",
+                1.0,
+                "the native process starting",
+            ),
+            Source::FirstAnswer => (
+                "1st",
+                "cold_first_answer",
+                "to a first answer, compiled",
+                1.0,
+                "a server started with the action built in (`wasmloop serve --protocol http`; the \
+                 peer: wasmtime serve), from its start to its first answer, compiling the code",
+            ),
+            Source::FirstCached => (
+                "1st-c",
+                "cold_first_answer_cached",
+                "to a first answer from the cache",
+                0.62,
+                "the same, its code from a compile cache filled before (the peer: wasmtime's \
+                 own cache)",
+            ),
+        };
+        Said {
+            header,
+            stem,
+            phrase,
+            shade,
+            meaning,
         }
+    }
+
+    /// Whether a record is held for it across forms: cold starts of one kind are compared;
+    /// receiving is no start, and only the native backend starts a process.
+    fn is_compared(self) -> bool {
+        !matches!(self, Source::Receive | Source::Start)
     }
 }
 
@@ -281,13 +338,16 @@ pub struct Cold {
     pub runs: usize,
 }
 
-/// One backend, compiler and instance lifetime.
+/// One form, compiler and instance lifetime, and its figures.
 #[derive(Debug, Clone)]
 pub struct Variant {
-    pub backend: Backend,
+    pub form: Form,
     /// For modules and components.
     pub compiler: Option<Compiler>,
     pub lifetime: Lifetime,
+    /// A row of `--rows`: one of the examples' hellos (of any language), or HTTP alone;
+    /// rows get no verdicts, which are about one action's forms.
+    pub row: bool,
     /// E.g. "module cranelift persistent".
     pub label: String,
     /// One per connection count.
@@ -296,7 +356,6 @@ pub struct Variant {
     pub cold: Vec<Cold>,
     /// Bytes.
     pub resident_after_init: Option<u64>,
-    /// Bytes.
     pub resident_per_extra_instance: Option<u64>,
     /// From a crash to the next answer.
     pub crash_to_answer_ms: Option<Spread>,
@@ -312,22 +371,27 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// A variant with nothing measured yet, labelled from its parts ("module cranelift
-    /// persistent", "native fresh").
+    /// The action in `backend`'s form as wasmloop serves it through /run, nothing measured
+    /// yet, labelled from its parts ("module cranelift persistent", "native fresh").
     pub fn named(backend: Backend, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
-        let label = [
-            Some(backend.name()),
-            compiler.map(Compiler::name),
-            Some(lifetime.name()),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(" ");
+        Variant::of(Form::ours(backend), compiler, lifetime)
+    }
+
+    /// A variant of `form`, nothing measured yet, labelled from its parts.
+    pub fn of(form: Form, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
+        let mut label = form.to_string();
+        for part in compiler
+            .map(Compiler::name)
+            .into_iter()
+            .chain([lifetime.name()])
+        {
+            let _ = write!(label, " {part}");
+        }
         Variant {
-            backend,
+            form,
             compiler,
             lifetime,
+            row: false,
             label,
             warm: Vec::new(),
             cold: Vec::new(),
@@ -340,6 +404,27 @@ impl Variant {
             first_wrong: None,
         }
     }
+
+    fn warm_at(&self, connections: usize) -> Option<&Warm> {
+        self.warm.iter().find(|w| w.connections == connections)
+    }
+
+    fn cold_from(&self, source: Source) -> Option<&Cold> {
+        self.cold.iter().find(|c| c.source == source)
+    }
+
+    /// What tells this variant from the others of its form.
+    fn flavour(&self) -> String {
+        match self.compiler {
+            Some(compiler) => format!("{}, {compiler}", self.lifetime),
+            None => self.lifetime.name().to_owned(),
+        }
+    }
+
+    /// The compiler when that is the difference, else the whole label.
+    fn short_name(&self) -> &str {
+        self.compiler.map_or(&self.label, |c| c.name())
+    }
 }
 
 /// Everything one comparison measured.
@@ -350,33 +435,18 @@ pub struct Comparison {
     pub notes: Vec<String>,
 }
 
-impl Variant {
-    fn warm_at(&self, connections: usize) -> Option<&Warm> {
-        self.warm.iter().find(|w| w.connections == connections)
-    }
-
-    fn cold_from(&self, source: Source) -> Option<&Cold> {
-        self.cold.iter().find(|c| c.source == source)
-    }
-
-    /// What tells this variant from the others of its backend.
-    fn flavour(&self) -> String {
-        match self.compiler {
-            Some(compiler) => format!("{}, {compiler}", self.lifetime),
-            None => self.lifetime.name().to_owned(),
-        }
-    }
-
-    /// The compiler when that is the difference, else the whole label.
-    fn short_name(&self) -> &str {
-        match self.compiler {
-            Some(compiler) => compiler.name(),
-            None => &self.label,
-        }
-    }
-}
-
 impl Comparison {
+    /// The comparison of `variants`, with a warning for each pair whose order is chance.
+    pub fn of(conditions: Conditions, variants: Vec<Variant>) -> Comparison {
+        let mut comparison = Comparison {
+            conditions,
+            variants,
+            notes: Vec::new(),
+        };
+        comparison.notes = overlap_notes(&comparison);
+        comparison
+    }
+
     fn connection_counts(&self) -> Vec<usize> {
         let mut counts: Vec<usize> = self
             .variants
@@ -397,15 +467,15 @@ impl Comparison {
             .collect()
     }
 
-    /// The backends, in the order the variants first name them.
-    fn backends(&self) -> Vec<Backend> {
-        let mut backends = Vec::new();
-        for v in &self.variants {
-            if v.backend != Backend::Row && !backends.contains(&v.backend) {
-                backends.push(v.backend);
+    /// The forms the verdicts are about, in the order the variants first name them.
+    fn forms(&self) -> Vec<Form> {
+        let mut forms = Vec::new();
+        for v in self.variants.iter().filter(|v| !v.row) {
+            if !forms.contains(&v.form) {
+                forms.push(v.form);
             }
         }
-        backends
+        forms
     }
 }
 
@@ -488,7 +558,6 @@ fn connections_phrase(n: usize) -> String {
     }
 }
 
-/// The sample at or above `p` of them (nearest rank).
 /// `c.notes`, then the overlap warnings it does not already hold: whether the measuring
 /// side copies them in or not, each is said once.
 fn all_notes(c: &Comparison) -> Vec<String> {
@@ -548,36 +617,35 @@ fn bare(note: &str) -> &str {
 
 fn wrong_line(v: &Variant, k: &Conditions) -> String {
     let first = v.first_wrong.as_deref().unwrap_or("not recorded");
-    let served = match v.backend {
-        Backend::Url => "the server at --url",
+    let served = match v.form.server {
+        Server::Url => "the server at --url",
         _ => "this row's server",
     };
-    let hint = match (v.backend, k.body_given, &k.expect) {
-        (Backend::Row | Backend::Url, false, None) => {
-            // The rows send the hellos' requests unless told otherwise.
-            ". The rows send the hello's request and expect its greeting: for another \
-             action, give --body and --expect"
-                .to_owned()
-        }
-        (Backend::Row | Backend::Url, true, Some(expect)) => format!(
+    // The rows and --url send the hellos' requests unless told otherwise; a comparison's
+    // wrong answers stopped it before this.
+    let hint = match (k.body_given, &k.expect) {
+        _ if !v.row && v.form.server != Server::Url => String::new(),
+        (false, None) => ". The rows send the hello's request and expect its greeting: for \
+                          another action, give --body and --expect"
+            .to_owned(),
+        (true, Some(expect)) => format!(
             ". It was sent `{}` (the body given) and had to answer `{}` (--expect): if that \
              answer is right for that body, {served} runs another action than the one meant; \
              if not, correct --expect",
             k.body,
             expect.trim_end()
         ),
-        (Backend::Row | Backend::Url, true, None) => format!(
+        (true, None) => format!(
             ". It was sent `{}` (the body given), and without --expect only the status is \
              checked: {served} refused that body",
             k.body
         ),
-        (Backend::Row | Backend::Url, false, Some(expect)) => format!(
+        (false, Some(expect)) => format!(
             ". It was sent the hello's request, `{}`, and had to answer `{}` (--expect): for \
              another action, give its request with --body",
             k.body,
             expect.trim_end()
         ),
-        _ => String::new(),
     };
     format!(
         "{}: {} answers were wrong; the first: {first}{hint}",
@@ -589,8 +657,28 @@ fn wrong_line(v: &Variant, k: &Conditions) -> String {
 mod tests {
     use super::*;
 
+    /// Asserts that `text` holds each of `parts`, showing all of it where it does not.
+    #[track_caller]
+    pub(super) fn holds(text: &str, parts: &[&str]) {
+        for part in parts {
+            assert!(text.contains(part), "no {part:?} in:\n{text}");
+        }
+    }
+
+    #[track_caller]
+    pub(super) fn starts(text: &str, start: &str) {
+        assert!(
+            text.starts_with(start),
+            "{text:?} does not start with {start:?}"
+        );
+    }
+
     fn spread(median: f64, min: f64, max: f64) -> Spread {
         Spread { median, min, max }
+    }
+
+    pub(super) fn say(c: &Comparison) -> Vec<String> {
+        verdicts(c).iter().map(ToString::to_string).collect()
     }
 
     /// `n` latencies from `base` µs up, the slowest percent climbing to 11x `base`.
@@ -624,11 +712,16 @@ mod tests {
         }
     }
 
-    fn variant(backend: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
+    fn variant(form: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
+        let form = match form {
+            "http-plain" => Form::HTTP_PLAIN,
+            "wasmtime-serve" => Form::PEER,
+            backend => Form::ours(backend.parse().unwrap()),
+        };
         Variant {
             warm: vec![warm(1, base, 1e6 / base), warm(8, base * 2.5, 3e6 / base)],
-            ..Variant::named(
-                backend.parse().unwrap(),
+            ..Variant::of(
+                form,
                 compiler.map(|c| c.parse().unwrap()),
                 lifetime.parse().unwrap(),
             )
@@ -729,10 +822,18 @@ mod tests {
         ] {
             assert!(page.contains(shown), "no condition {shown}");
         }
-        assert!(page.contains("{&quot;value&quot;:{&quot;name&quot;:&quot;bench&quot;}}"));
+        holds(
+            &page,
+            &["{&quot;value&quot;:{&quot;name&quot;:&quot;bench&quot;}}"],
+        );
         assert!(!page.contains("<b>") && page.contains("&lt;b&gt;persistent&lt;/b&gt;"));
-        assert!(page.contains("the machine was &lt;busy&gt;"), "the note");
-        assert!(page.contains("3 answers were wrong; the first: <code>500 `oops`"));
+        holds(
+            &page,
+            &[
+                "the machine was &lt;busy&gt;",
+                "3 answers were wrong; the first: <code>500 `oops`",
+            ],
+        );
         // Only the page's own markup opens a tag: every `<` starts a known element.
         for tag in page.split('<').skip(1) {
             let name: String = tag
@@ -760,32 +861,26 @@ mod tests {
         assert!(first.starts_with("<h2>Bottom line</h2>"), "{first:.200}");
         let bottom = &first[..first.find("<h2>Conditions").unwrap()];
         // Wrong answers first of all, then a line per backend.
-        assert!(bottom.contains("<p class=\"wrong\"><strong>native persistent</strong>: 3"));
-        assert!(
-            bottom.contains(
+        holds(
+            bottom,
+            &[
+                "<p class=\"wrong\"><strong>native persistent</strong>: 3",
                 "<li><strong>module</strong>: warm p50 33 µs, 100k req/s with p99 150 µs at 8 \
                  connections, cold /init 21 ms compiled, 1.8 ms from the cache, 4 ms signed, \
-                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network"
-            ),
-            "{bottom}"
-        );
-        assert!(
-            bottom
-                .contains("only where the operator&#39;s `wasmloop serve --allow-outbound` lists")
-        );
-        assert!(bottom.contains("no sandbox: a process with the container&#39;s privileges"));
-        // Each backend's cold start named by its kind: a native start is no compile.
-        assert!(
-            bottom.contains("cold /init 1.1 s compiled, 15 ms from the cache."),
-            "{bottom}"
+                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network",
+                "only where the operator&#39;s `wasmloop serve --allow-outbound` lists",
+                "no sandbox: a process with the container&#39;s privileges",
+                // Each backend's cold start named by its kind: a native start is no compile.
+                "cold /init 1.1 s compiled, 15 ms from the cache.",
+            ],
         );
         let said = table(&sample());
-        assert!(
-            said.contains(
+        holds(
+            &said,
+            &[
                 "bottom line, native: warm p50 44 µs, 75k req/s with p99 200 µs at 8 \
-                 connections, cold /init 2.5 ms to start. no sandbox"
-            ),
-            "{said}"
+                 connections, cold /init 2.5 ms to start. no sandbox",
+            ],
         );
     }
 
@@ -798,25 +893,24 @@ mod tests {
                 .unwrap()
                 .to_owned()
         };
-        assert!(
-            figure_of(COLD_TITLE).contains(
+        holds(
+            &figure_of(COLD_TITLE),
+            &[
                 "Left out: module cranelift fresh (a fresh instance per activation changes \
-                 nothing at /init: its cold start is its persistent twin&#39;s)."
-            ),
-            "{}",
-            figure_of(COLD_TITLE)
+                 nothing at /init: its cold start is its persistent twin&#39;s).",
+            ],
         );
         let crash = figure_of(CRASH_TITLE);
-        assert!(
-            crash.contains(
+        holds(
+            &crash,
+            &[
                 "Left out: module cranelift fresh and component winch &lt;b&gt;persistent&lt;/b&gt; \
                  (WebAssembly is crashed only from inside, by a request that makes it trap: give \
-                 one with --crash-body); native persistent (its process was not killed)."
-            ),
-            "{crash}"
+                 one with --crash-body); native persistent (its process was not killed).",
+            ],
         );
         let memory = figure_of(MEMORY_TITLE);
-        assert!(memory.contains("a fresh variant keeps none"), "{memory}");
+        holds(&memory, &["a fresh variant keeps none"]);
         // Every variant was measured warm at both counts: nothing is said to be missing.
         assert!(!figure_of(THROUGHPUT_TITLE).contains("Left out"));
     }
@@ -832,7 +926,7 @@ mod tests {
             .split("<svg")
             .find(|svg| svg.contains(CRASH_TITLE))
             .expect("the crash chart");
-        assert!(crash.contains("not measured"), "{crash}");
+        holds(crash, &["not measured"]);
         let latency = page
             .split("<svg")
             .find(|svg| svg.contains("at 1 connection"))
@@ -846,13 +940,11 @@ mod tests {
         c.variants[0].label = "module, \"quoted\"".to_owned();
         let text = csv(&c);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert_eq!(lines[0], csv_columns().join(","));
         assert_eq!(lines.len(), 1 + 4 * 2, "{text}");
-        assert!(
-            lines[1]
-                .starts_with("\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,"),
-            "{}",
-            lines[1]
+        starts(
+            lines[1],
+            "\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,",
         );
         assert!(lines[3].starts_with("module cranelift fresh,module,cranelift,fresh,1,"));
         let native = lines
@@ -860,17 +952,17 @@ mod tests {
             .find(|l| l.starts_with("native persistent,native,,persistent,8,"))
             .expect("native at 8");
         let fields: Vec<&str> = native.split(',').collect();
-        assert_eq!(fields.len(), CSV_COLUMNS.len());
+        assert_eq!(fields.len(), csv_columns().len());
         assert_eq!(fields[21], "2.500", "cold_start_ms");
         assert_eq!(fields[22], (3u64 << 20).to_string());
         assert_eq!(fields[25], "3", "errors");
         // The sample's native row at 8 connections has a base of 100 µs.
-        let column = |name: &str| CSV_COLUMNS.iter().position(|c| *c == name).unwrap();
+        let column = |name: &str| csv_columns().iter().position(|c| c == name).unwrap();
         assert_eq!(fields[column("server_cpu_us")], "60.0");
         assert_eq!(fields[column("client_cpu_us")], "30.0");
         // Every cold start's least and most beside its median (the sample's spread is
         // 0.9 to 1.2 times it).
-        for (_, stem) in COLD_STEMS {
+        for stem in Source::ALL.iter().map(|s| s.said().stem) {
             for suffix in ["_ms", "_min_ms", "_max_ms"] {
                 column(&format!("{stem}{suffix}"));
             }
@@ -897,82 +989,64 @@ mod tests {
             ..Comparison::default()
         };
         let said = verdicts(&c)[0].to_string();
-        assert!(
-            said.contains("fresh instances cost nothing measurable, within noise"),
-            "{said}"
+        holds(
+            &said,
+            &["fresh instances cost nothing measurable, within noise"],
         );
         assert!(!said.contains("cost -"), "{said}");
     }
 
     #[test]
     fn the_verdicts_give_each_record_to_the_backend_that_holds_it() {
-        let said: Vec<String> = verdicts(&sample()).iter().map(|v| v.to_string()).collect();
+        let said = say(&sample());
         assert_eq!(said.len(), 3, "{said:#?}");
-        assert!(
-            said[0].starts_with("module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)"),
-            "{}",
-            said[0]
+        starts(
+            &said[0],
+            "module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)",
         );
         // Each kind of start against its own kind: the module's compile and cache against
         // the component's; signed, only the module's, holds no record.
-        assert!(
-            said[0].contains(
+        holds(
+            &said[0],
+            &[
                 "cold /init 21 [19–25] ms compiled (fastest), 1.8 [1.6–2.2] ms from the cache \
                  (fastest), 4 [3.6–4.8] ms signed, 500 [450–600] µs to receive the signed \
-                 upload;"
-            ),
-            "{}",
-            said[0]
+                 upload;",
+                "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)",
+                "fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)",
+            ],
         );
-        assert!(
-            said[0].contains(
-                "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)"
-            ),
-            "{}",
-            said[0]
+        starts(
+            &said[1],
+            "component: warm p50 77 [74–80] µs (persistent, winch)",
         );
-        assert!(
-            said[0]
-                .contains("fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)"),
-            "{}",
-            said[0]
-        );
-        assert!(
-            said[1].starts_with("component: warm p50 77 [74–80] µs (persistent, winch)"),
-            "{}",
-            said[1]
-        );
-        assert!(
-            said[1]
-                .contains("; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive"),
-            "{}",
-            said[1]
+        holds(
+            &said[1],
+            &[
+                "; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive",
+            ],
         );
         // A native start is quicker than the module's cached start, but not of its kind: it
         // holds no cold record.
-        assert!(
-            said[2].contains("; cold /init 2.5 [2.2–3] ms to start;"),
-            "{}",
-            said[2]
-        );
+        holds(&said[2], &["; cold /init 2.5 [2.2–3] ms to start;"]);
         assert!(!said[2].contains("fastest cold") && !said[2].contains("start (fastest"));
-        assert!(
-            said[2].contains("; tail p99 200 [180–230] µs at 8 connections (persistent);"),
-            "{}",
-            said[2]
+        holds(
+            &said[2],
+            &[
+                "; tail p99 200 [180–230] µs at 8 connections (persistent);",
+                "least memory: 3 MiB",
+                "3 wrong answers",
+            ],
         );
-        assert!(said[2].contains("least memory: 3 MiB"), "{}", said[2]);
-        assert!(said[2].contains("3 wrong answers"), "{}", said[2]);
         let records = said.iter().filter(|s| s.contains("fastest warm")).count();
         assert_eq!(records, 1);
 
         let mut c = sample();
         c.variants[3].warm[0].p50 = spread(20.0, 19.0, 21.0);
-        let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
-        assert!(
-            said[2].starts_with("native: fastest warm: p50 20 [19–21] µs (persistent)"),
-            "{}",
-            said[2]
+        let said = say(&c);
+        starts(
+            &said[2],
+            "native: fastest warm: p50 20 [19–21] µs (persistent)",
         );
         assert!(!said[0].contains("fastest warm"));
     }
@@ -986,7 +1060,7 @@ mod tests {
             millis: spread(20.0, 18.0, 24.0),
             runs: 5,
         };
-        let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
+        let said = say(&c);
         assert!(
             said[0].contains(
                 "cold /init 21 [19–25] ms compiled (within noise of component), 1.8 [1.6–2.2] \
@@ -995,13 +1069,12 @@ mod tests {
             "the module's compile is no longer the fastest alone: {}",
             said[0]
         );
-        assert!(
-            said[1].contains(
+        holds(
+            &said[1],
+            &[
                 "cold /init 20 [18–24] ms compiled (within noise of module), 15 [14–18] ms from \
-                 the cache,"
-            ),
-            "{}",
-            said[1]
+                 the cache,",
+            ],
         );
     }
 
@@ -1017,20 +1090,14 @@ mod tests {
         c.conditions.after.reference_ms = Some(spread(105.0, 98.0, 110.0));
         let notes = host_notes(&c);
         assert_eq!(notes.len(), 2, "{notes:#?}");
-        assert!(
-            notes[0].starts_with(
-                "the host was busy when the run began: its load average was 1.3 on 2 CPUs"
-            ),
-            "{}",
-            notes[0]
+        starts(
+            &notes[0],
+            "the host was busy when the run began: its load average was 1.3 on 2 CPUs",
         );
-        assert!(
-            notes[1].starts_with(
-                "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
-                 before it and 105 ms (98–110) after"
-            ),
-            "{}",
-            notes[1]
+        starts(
+            &notes[1],
+            "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
+                 before it and 105 ms (98–110) after",
         );
         assert!(
             notes[1].ends_with(", pinned (taskset -c 0)."),
@@ -1038,10 +1105,7 @@ mod tests {
             notes[1]
         );
         let page = html(&c);
-        assert!(
-            page.contains("the host&#39;s speed moved during the run"),
-            "on the page"
-        );
+        holds(&page, &["the host&#39;s speed moved during the run"]);
         assert!(table(&c).contains("note: the host was busy when the run began"));
         // A slower end inside either reading's spread is the task's own noise.
         c.conditions.before.load = Some(0.4);
@@ -1053,21 +1117,17 @@ mod tests {
     fn the_conditions_say_the_load_before_and_after_and_the_hosts_speed() {
         let c = sample();
         let page = html(&c);
-        assert!(
-            page.contains(
+        holds(
+            &page,
+            &[
                 "<dt>load average</dt><dd>0.12 before the run, 1.9 after (1 minute, on 2 CPUs; \
-                 the run&#39;s own work counts in the after)</dd>"
-            ),
-            "{page}"
+                 the run&#39;s own work counts in the after)</dd>",
+                "<dt>host speed</dt><dd>a fixed CPU task took 21 ms before the run, 22 ms after",
+            ],
         );
-        assert!(page.contains(
-            "<dt>host speed</dt><dd>a fixed CPU task took 21 ms before the run, 22 ms after"
-        ));
-        assert!(
-            table(&c)
-                .contains("(conditions: not pinned; load average 0.12 before the run, 1.9 after"),
-            "{}",
-            table(&c)
+        holds(
+            &table(&c),
+            &["(conditions: not pinned; load average 0.12 before the run, 1.9 after"],
         );
     }
 
@@ -1076,31 +1136,22 @@ mod tests {
         let mut c = sample();
         // Native's p50 spread reaches into the module's (32–34 µs): neither is the faster.
         c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
-        let said: Vec<String> = verdicts(&c).iter().map(|v| v.to_string()).collect();
-        assert!(
-            said[0].starts_with(
-                "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
-                 cranelift)"
-            ),
-            "{}",
-            said[0]
+        let said = say(&c);
+        starts(
+            &said[0],
+            "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
+                 cranelift)",
         );
-        assert!(
-            said[2]
-                .starts_with("native: fastest warm with module, within noise: p50 34 [31–36] µs"),
-            "{}",
-            said[2]
+        starts(
+            &said[2],
+            "native: fastest warm with module, within noise: p50 34 [31–36] µs",
         );
         assert!(
             !said.iter().any(|s| s.contains("fastest warm:")),
             "{said:#?}"
         );
         // The component, apart from both, is named with its figure alone.
-        assert!(
-            said[1].starts_with("component: warm p50 77 [74–80] µs"),
-            "{}",
-            said[1]
-        );
+        starts(&said[1], "component: warm p50 77 [74–80] µs");
     }
 
     #[test]
@@ -1114,17 +1165,15 @@ mod tests {
         c.variants[3].warm[0].p50 = spread(33.0, 31.0, 36.0);
         let notes = overlap_notes(&c);
         assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(
-            notes[0].starts_with("module cranelift persistent and native persistent overlap"),
-            "{}",
-            notes[0]
+        starts(
+            &notes[0],
+            "module cranelift persistent and native persistent overlap",
         );
-        assert!(
-            notes[0].contains("(p50 at 1 connection: 32–34 against 31–36 µs)"),
-            "{}",
-            notes[0]
+        holds(
+            &notes[0],
+            &["(p50 at 1 connection: 32–34 against 31–36 µs)"],
         );
-        assert!(notes[0].contains("taskset -c 0"));
+        holds(&notes[0], &["taskset -c 0"]);
         // The fresh variant overlaps too, but against another lifetime it is not compared.
         c.variants[1].warm[0].p50 = spread(33.0, 31.0, 36.0);
         assert_eq!(overlap_notes(&c).len(), 1);
@@ -1160,16 +1209,12 @@ mod tests {
         }
         // The figures the verdicts compare with their spreads: the p50 at 1 connection,
         // the p99 and the rate at 8.
-        assert!(lines[1].contains("33 [32–34]"), "{}", lines[1]);
-        assert!(lines[0].contains("  p99@8  "), "{}", lines[0]);
+        holds(lines[1], &["33 [32–34]"]);
+        holds(lines[0], &["  p99@8  "]);
         // The server's CPU per request at the most connections (the sample's is 0.6 of
         // its base of 75 µs there).
-        assert!(lines[0].contains("  srv@8  "), "{}", lines[0]);
-        assert!(
-            lines[1].contains("  150 [135–172]  100 [95–104]     45  "),
-            "{}",
-            lines[1]
-        );
+        holds(lines[0], &["  srv@8  "]);
+        holds(lines[1], &["  150 [135–172]  100 [95–104]     45  "]);
         assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
         // Then the cold starts, each with its spread, of the variants that have any.
         assert!(lines[5].starts_with("cold start, ms") && lines[5].contains("cmpl"));
@@ -1179,8 +1224,8 @@ mod tests {
             "{}",
             lines[6]
         );
-        assert!(lines[8].starts_with("native persistent"), "{}", lines[8]);
-        assert!(text.contains("note: the machine was <busy>"));
+        starts(lines[8], "native persistent");
+        holds(&text, &["note: the machine was <busy>"]);
         assert!(text.ends_with(
             "native persistent: 3 answers were wrong; the first: 500 `oops`, expected 200 \
              `{\"message\":\"Hi\"}`\n"
@@ -1256,7 +1301,7 @@ mod tests {
         let mut figures = Vec::new();
         for line in text.lines() {
             let Some(backend) = c
-                .backends()
+                .forms()
                 .into_iter()
                 .find(|b| line.starts_with(&format!("{b}: ")))
             else {
@@ -1382,36 +1427,33 @@ mod tests {
 
     #[test]
     fn the_peers_cold_start_stands_beside_wasmloops_own_of_the_same_component() {
-        let said: Vec<String> = verdicts(&with_http())
-            .iter()
-            .map(|v| v.to_string())
-            .collect();
+        let said = say(&with_http());
         let plain = said.iter().find(|s| s.starts_with("http-plain: ")).unwrap();
-        assert!(
-            plain.contains(
+        holds(
+            plain,
+            &[
                 "cold start 60 [54–72] ms to a first answer, compiled (fastest), 9 [8.1–11] ms \
-                 to a first answer from the cache (fastest)"
-            ),
-            "{plain}"
+                 to a first answer from the cache (fastest)",
+            ],
         );
         let peer = said
             .iter()
             .find(|s| s.starts_with("wasmtime-serve: "))
             .unwrap();
-        assert!(
-            peer.contains(
+        holds(
+            peer,
+            &[
                 "cold start 290 [261–348] ms to a first answer, compiled, 40 [36–48] ms to a \
-                 first answer from the cache;"
-            ),
-            "{peer}"
+                 first answer from the cache;",
+            ],
         );
         let text = table(&with_http());
-        assert!(text.contains("  1st  "), "{text}");
+        holds(&text, &["  1st  "]);
     }
 
     #[test]
     fn a_wrong_answer_at_a_url_says_what_was_sent_and_expected() {
-        let mut url = Variant::named(Backend::Url, None, Lifetime::AsServed);
+        let mut url = Variant::of(Form::URL, None, Lifetime::AsServed);
         url.label = "url".to_owned();
         url.errors = 30;
         url.first_wrong = Some("200 `{\"n\":7}`, expected 200 `{\"n\":8}`".to_owned());
@@ -1462,14 +1504,11 @@ mod tests {
 
     #[test]
     fn log_ticks_fall_inside_the_scale() {
-        let usual = Scale::Log { lo: 8.0, hi: 300.0 };
+        let usual = Scale::new(8.0, 300.0, true);
         assert_eq!(usual.ticks(), vec![10.0, 20.0, 50.0, 100.0, 200.0]);
-        let wide = Scale::Log {
-            lo: 1.5,
-            hi: 150_000.0,
-        };
+        let wide = Scale::new(1.5, 150_000.0, true);
         assert_eq!(wide.ticks(), vec![10.0, 100.0, 1e3, 1e4, 1e5]);
-        let narrow = Scale::Log { lo: 28.0, hi: 38.0 };
+        let narrow = Scale::new(28.0, 38.0, true);
         assert!(narrow.ticks().len() >= 3, "{:?}", narrow.ticks());
         assert!(narrow.ticks().iter().all(|t| (28.0..=38.0).contains(t)));
     }

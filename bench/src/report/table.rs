@@ -73,7 +73,7 @@ pub fn table(c: &Comparison) -> String {
     // made it too wide to read; and fresh variants, whose start is their twin's, have none.
     if !sources.is_empty() {
         let mut header = vec!["cold start, ms".to_owned()];
-        header.extend(sources.iter().map(|s| s.header().to_owned()));
+        header.extend(sources.iter().map(|s| s.said().header.to_owned()));
         let mut rows = vec![header];
         for v in c.variants.iter().filter(|v| !v.cold.is_empty()) {
             let mut row = vec![v.label.clone()];
@@ -107,7 +107,7 @@ pub fn table(c: &Comparison) -> String {
     if !sources.is_empty() {
         let named: Vec<String> = sources
             .iter()
-            .map(|s| format!("{}: {}", s.header(), s.meaning()))
+            .map(|s| format!("{}: {}", s.said().header, s.said().meaning))
             .collect();
         let _ = write!(
             legend,

@@ -25,15 +25,13 @@ pub(super) enum Quantity {
 impl Quantity {
     /// The size of the unit a figure up to `top` reads in, and the unit's name.
     fn unit(self, top: f64) -> (f64, &'static str) {
+        let mib = f64::from(1 << 20);
         match self {
             Quantity::Micros => time_unit(top),
-            Quantity::Millis => {
-                let (size, unit) = time_unit(top * 1e3);
-                (size / 1e3, unit)
-            }
+            Quantity::Millis => (time_unit(top * 1e3).0 / 1e3, time_unit(top * 1e3).1),
             Quantity::PerSecond if top >= 999.5 => (1e3, "k"),
             Quantity::PerSecond => (1.0, ""),
-            Quantity::Bytes if top >= f64::from(1 << 20) => (f64::from(1 << 20), "MiB"),
+            Quantity::Bytes if top >= mib => (mib, "MiB"),
             Quantity::Bytes => (1024.0, "KiB"),
         }
     }
@@ -41,19 +39,17 @@ impl Quantity {
     /// A median with its [least–most] beside it, every figure in the unit of the largest:
     /// "33 [32–35] µs", "21 [19–25] ms", "100k [95k–104k] req/s"; memory, read once, alone.
     pub(super) fn spread(self, s: &Spread) -> String {
-        let (size, unit) = self.unit(s.max.max(s.median));
-        let n = |v: f64| figure(v / size);
+        self.spread_below(s, s.max.max(s.median))
+    }
+
+    /// The same, in the unit of figures up to `top`.
+    fn spread_below(self, s: &Spread, top: f64) -> String {
+        let (size, unit) = self.unit(top);
+        let [median, min, max] = [s.median, s.min, s.max].map(|v| figure(v / size));
         match self {
-            Quantity::Micros | Quantity::Millis => {
-                format!("{} [{}–{}] {unit}", n(s.median), n(s.min), n(s.max))
-            }
-            Quantity::PerSecond => format!(
-                "{}{unit} [{}{unit}–{}{unit}] req/s",
-                n(s.median),
-                n(s.min),
-                n(s.max)
-            ),
-            Quantity::Bytes => format!("{} {unit}", n(s.median)),
+            Quantity::Micros | Quantity::Millis => format!("{median} [{min}–{max}] {unit}"),
+            Quantity::PerSecond => format!("{median}{unit} [{min}{unit}–{max}{unit}] req/s"),
+            Quantity::Bytes => format!("{median} {unit}"),
         }
     }
 
@@ -61,12 +57,10 @@ impl Quantity {
     /// them survives the rounding they are printed with (20.4 against 20.6 µs reads "20" and
     /// "21" apart, but 20.6 against 20.7 reads "21" twice, and a reader sees no gap).
     pub(super) fn apart(self, a: &Spread, b: &Spread) -> bool {
-        let (lower, upper) = if a.max < b.min {
-            (a, b)
-        } else if b.max < a.min {
-            (b, a)
-        } else {
-            return false;
+        let (lower, upper) = match (a.max < b.min, b.max < a.min) {
+            (true, _) => (a, b),
+            (_, true) => (b, a),
+            _ => return false,
         };
         let (size, _) = self.unit(upper.max.max(lower.max));
         figure(lower.max / size) != figure(upper.min / size)
@@ -74,48 +68,38 @@ impl Quantity {
 }
 
 /// Who holds a record across the comparison. There is no record with fewer than two
-/// backends, or from spreads of too few rounds; where the best spread is not apart from
-/// another backend's, the order is chance, and the record is shared.
+/// forms, or from spreads of too few rounds; where the best spread is not apart from
+/// another form's, the order is chance, and the record is shared.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Record {
     Nobody,
-    Held(Backend),
-    /// Some backends, not all, whose spreads are within noise of the top one.
-    Shared(Vec<Backend>),
-    /// Every backend measured is within noise of the top one: there is no winner.
-    Tied(Vec<Backend>),
+    Held(Form),
+    /// Some forms, not all, whose spreads are within noise of the top one.
+    Shared(Vec<Form>),
+    /// Every form measured is within noise of the top one: there is no winner.
+    Tied(Vec<Form>),
 }
 
-/// Where one backend stands against a record.
+/// Where one form stands against a record.
 pub(super) enum Standing {
     Holds,
     /// Level with these others, within noise, ahead of the rest.
-    Level(Vec<Backend>),
+    Level(Vec<Form>),
     /// Within noise of these others, and nobody ahead.
-    Tied(Vec<Backend>),
+    Tied(Vec<Form>),
     Not,
 }
 
 impl Record {
-    pub(super) fn of(&self, backend: Backend) -> Standing {
-        let others = |all: &[Backend]| {
-            all.iter()
-                .copied()
-                .filter(|b| *b != backend)
-                .collect::<Vec<_>>()
-        };
+    pub(super) fn of(&self, form: Form) -> Standing {
+        let others = |all: &[Form]| all.iter().copied().filter(|f| *f != form).collect();
         match self {
-            Record::Held(b) if *b == backend => Standing::Holds,
-            Record::Shared(all) if all.contains(&backend) => Standing::Level(others(all)),
-            Record::Tied(all) if all.contains(&backend) => Standing::Tied(others(all)),
+            Record::Held(held) if *held == form => Standing::Holds,
+            Record::Shared(all) if all.contains(&form) => Standing::Level(others(all)),
+            Record::Tied(all) if all.contains(&form) => Standing::Tied(others(all)),
             _ => Standing::Not,
         }
     }
-}
-
-/// "component", "component and native".
-fn names(backends: &[Backend]) -> String {
-    listed(&backends.iter().map(|b| b.name()).collect::<Vec<_>>())
 }
 
 impl Standing {
@@ -127,7 +111,7 @@ impl Standing {
             Standing::Tied(others) => {
                 let subject = plain.trim_end();
                 let comma = if subject.is_empty() { "" } else { ", " };
-                format!("{subject}{comma}within noise of {}: ", names(others))
+                format!("{subject}{comma}within noise of {}: ", listed(others))
             }
             Standing::Not => plain.to_owned(),
             held => format!("{title}{}: ", held.shared()),
@@ -139,7 +123,7 @@ impl Standing {
     fn after(&self, title: &str) -> String {
         match self {
             Standing::Not => String::new(),
-            Standing::Tied(others) => format!(" (within noise of {})", names(others)),
+            Standing::Tied(others) => format!(" (within noise of {})", listed(others)),
             held => format!(" ({title}{})", held.shared()),
         }
     }
@@ -147,15 +131,15 @@ impl Standing {
     /// " with component and native, within noise" for a shared record; empty otherwise.
     fn shared(&self) -> String {
         match self {
-            Standing::Level(others) => format!(" with {}, within noise", names(others)),
+            Standing::Level(others) => format!(" with {}, within noise", listed(others)),
             _ => String::new(),
         }
     }
 }
 
-/// The record for `figure` (the best of each backend, by median, `highest` or lowest),
+/// The record for `figure` (the best of each form, by median, `highest` or lowest),
 /// told apart as `quantity` is said, from spreads of `samples` rounds or runs each. Every
-/// variant counts against the top one: a backend whose best median is behind, but one of
+/// variant counts against the top one: a form whose best median is behind, but one of
 /// whose variants' spreads reaches the top one's, is level with it.
 pub(super) fn holder(
     c: &Comparison,
@@ -164,41 +148,37 @@ pub(super) fn holder(
     quantity: Quantity,
     samples: usize,
 ) -> Record {
-    let measured: Vec<(Backend, Spread)> = c
-        .variants
-        .iter()
-        .filter_map(|v| Some((v.backend, figure(v)?)))
-        .filter(|(_, s)| s.median.is_finite() && s.min.is_finite() && s.max.is_finite())
-        .collect();
-    let mut backends: Vec<Backend> = Vec::new();
-    for (backend, _) in &measured {
-        if !backends.contains(backend) {
-            backends.push(*backend);
+    let finite = |s: &Spread| s.median.is_finite() && s.min.is_finite() && s.max.is_finite();
+    let measured = c.variants.iter().filter_map(|v| Some((v.form, figure(v)?)));
+    let measured: Vec<(Form, Spread)> = measured.filter(|(_, s)| finite(s)).collect();
+    let mut forms: Vec<Form> = Vec::new();
+    for (form, _) in &measured {
+        if !forms.contains(form) {
+            forms.push(*form);
         }
     }
-    if backends.len() < 2 || samples < FEWEST {
-        return Record::Nobody;
-    }
-    let better = |a: f64, b: f64| if highest { a > b } else { a < b };
-    let Some(&(top, top_spread)) = measured
+    let better = |a: &Spread, b: &Spread| {
+        if highest {
+            a.median > b.median
+        } else {
+            a.median < b.median
+        }
+    };
+    let top = measured
         .iter()
-        .reduce(|a, b| if better(b.1.median, a.1.median) { b } else { a })
-    else {
+        .reduce(|a, b| if better(&b.1, &a.1) { b } else { a });
+    let (Some(&(top, top_spread)), true) = (top, forms.len() >= 2 && samples >= FEWEST) else {
         return Record::Nobody;
     };
-    let level: Vec<Backend> = backends
-        .into_iter()
-        .filter(|b| {
-            *b == top
-                || measured
-                    .iter()
-                    .any(|(o, s)| o == b && !quantity.apart(&top_spread, s))
-        })
-        .collect();
-    let all = measured.iter().all(|(b, _)| level.contains(b));
+    let near = |form: &Form| {
+        measured
+            .iter()
+            .any(|(f, s)| f == form && !quantity.apart(&top_spread, s))
+    };
+    let level: Vec<Form> = forms.into_iter().filter(|f| *f == top || near(f)).collect();
     match level.len() {
         1 => Record::Held(top),
-        _ if all => Record::Tied(level),
+        _ if measured.iter().all(|(f, _)| level.contains(f)) => Record::Tied(level),
         _ => Record::Shared(level),
     }
 }
@@ -208,74 +188,59 @@ fn rounds(c: &Comparison) -> usize {
     c.conditions.rounds.min(c.conditions.hits)
 }
 
-/// The fewest fresh servers any cold figure of `source` comes from.
-fn cold_runs(c: &Comparison, source: Source) -> usize {
-    c.variants
-        .iter()
-        .filter_map(|v| v.cold_from(source).map(|x| x.runs))
-        .min()
-        .unwrap_or(0)
-}
-
 /// A single reading of memory, widened by its own noise: a spread that two readings of
 /// one server would share.
 fn memory_spread(bytes: u64) -> Spread {
     let b = bytes as f64;
-    Spread {
-        median: b,
-        min: b * (1.0 - MEMORY_NOISE),
-        max: b * (1.0 + MEMORY_NOISE),
-    }
+    Spread::new(b, b * (1.0 - MEMORY_NOISE), b * (1.0 + MEMORY_NOISE))
 }
 
-/// What the figures say of one backend, finding by finding; the table, the page and the
+/// What the figures say of one form, finding by finding; the table, the page and the
 /// tests read the parts, and it reads as one sentence ("module: ...; ....").
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
-    pub backend: Backend,
+    pub form: Form,
     /// Empty when nothing was measured.
     pub findings: Vec<String>,
 }
 
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.findings.is_empty() {
-            write!(f, "{}: nothing measured.", self.backend)
-        } else {
-            write!(f, "{}: {}.", self.backend, self.findings.join("; "))
+        match self.findings.is_empty() {
+            true => write!(f, "{}: nothing measured.", self.form),
+            false => write!(f, "{}: {}.", self.form, self.findings.join("; ")),
         }
     }
 }
 
-/// One verdict per backend, in the order the backends first appear.
+/// A variant's warm figure at `connections`, if measured there.
+fn warm(
+    connections: Option<usize>,
+    figure: fn(&Warm) -> Spread,
+) -> impl Fn(&Variant) -> Option<Spread> {
+    move |v| Some(figure(v.warm_at(connections?)?))
+}
+
+/// One verdict per form, in the order the forms first appear.
 pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let counts = c.connection_counts();
-    let low = counts.first().copied();
-    let high = counts.last().copied();
-    let p50 = |v: &Variant| low.and_then(|n| v.warm_at(n)).map(|w| w.p50);
-    let per_second = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.per_second);
-    let tail = |v: &Variant| high.and_then(|n| v.warm_at(n)).map(|w| w.p99);
-    let resident = |v: &Variant| v.resident_after_init.map(memory_spread);
+    let (low, high) = (counts.first().copied(), counts.last().copied());
+    let (p50, per_second, p99) = (
+        warm(low, |w| w.p50),
+        warm(high, |w| w.per_second),
+        warm(high, |w| w.p99),
+    );
     let rounds = rounds(c);
-
-    // Fresh instances are the price of isolation, not a backend's speed: the record is
+    // Fresh instances are the price of isolation, not a form's speed: the record is
     // held with the lifetime `warm_phrase` reports.
-    let fastest_warm = holder(
-        c,
-        |v| p50(v).filter(|_| v.lifetime != Lifetime::Fresh),
-        false,
-        Quantity::Micros,
-        rounds,
-    );
-    let most_per_second = holder(c, per_second, true, Quantity::PerSecond, rounds);
-    let shortest_tail = holder(
-        c,
-        |v| tail(v).filter(|_| v.lifetime != Lifetime::Fresh),
-        false,
-        Quantity::Micros,
-        rounds,
-    );
+    let kept = |figure: &dyn Fn(&Variant) -> Option<Spread>, v: &Variant| {
+        figure(v).filter(|_| v.lifetime != Lifetime::Fresh)
+    };
+    let fastest_warm = holder(c, |v| kept(&p50, v), false, Quantity::Micros, rounds);
+    let most_per_second = holder(c, &per_second, true, Quantity::PerSecond, rounds);
+    let shortest_tail = holder(c, |v| kept(&p99, v), false, Quantity::Micros, rounds);
     // Memory has no rounds: its noise is in its spread.
+    let resident = |v: &Variant| v.resident_after_init.map(memory_spread);
     let least_memory = holder(c, resident, false, Quantity::Bytes, FEWEST);
     // A cold start is compared only with starts of its own kind: a compile with compiles,
     // a cached start with cached ones; a native process starting has no counterpart.
@@ -284,78 +249,68 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         .into_iter()
         .filter(|s| s.is_compared())
         .map(|s| {
-            let record = holder(
-                c,
-                |v| v.cold_from(s).map(|x| x.millis),
-                false,
-                Quantity::Millis,
-                cold_runs(c, s),
-            );
-            (s, record)
+            let runs = c
+                .variants
+                .iter()
+                .filter_map(|v| Some(v.cold_from(s)?.runs))
+                .min();
+            let figure = |v: &Variant| Some(v.cold_from(s)?.millis);
+            (
+                s,
+                holder(c, figure, false, Quantity::Millis, runs.unwrap_or(0)),
+            )
         })
         .collect();
 
     let mut out = Vec::new();
-    for backend in c.backends() {
-        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.backend == backend).collect();
+    for form in c.forms() {
+        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
         let mut parts = Vec::new();
-        if let Some(low) = low {
-            parts.extend(warm_phrase(&variants, low, fastest_warm.of(backend)));
-        }
+        parts.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
         if let Some(high) = high {
-            parts.extend(rate_phrase(&variants, high, most_per_second.of(backend)));
-            parts.extend(tail_phrase(&variants, high, shortest_tail.of(backend)));
+            parts.extend(rate_phrase(&variants, high, most_per_second.of(form)));
+            parts.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
         }
-        parts.extend(cold_phrase(c, &variants, |s| {
-            cold_records
-                .iter()
-                .find(|(source, _)| *source == s)
-                .map_or(Standing::Not, |(_, record)| record.of(backend))
-        }));
-        parts.extend(memory_phrase(&variants, least_memory.of(backend)));
-        if let Some(low) = low {
-            parts.extend(fresh_phrase(&variants, low, rounds, true));
-        }
+        let standing = |s: Source| {
+            let record = cold_records.iter().find(|(source, _)| *source == s);
+            record.map_or(Standing::Not, |(_, record)| record.of(form))
+        };
+        parts.extend(cold_phrase(c, &variants, standing));
+        parts.extend(memory_phrase(&variants, least_memory.of(form)));
+        parts.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
         let crash = variants
             .iter()
-            .filter_map(|v| v.crash_to_answer_ms.map(|s| s.median))
-            .filter(|x| x.is_finite())
-            .reduce(f64::min);
-        if let Some(ms) = crash {
+            .filter_map(|v| v.crash_to_answer_ms.map(|s| s.median));
+        if let Some(ms) = crash.filter(|x| x.is_finite()).reduce(f64::min) {
             parts.push(format!("answers again {} after a crash", duration_ms(ms)));
         }
         let errors: usize = variants.iter().map(|v| v.errors).sum();
         if errors > 0 {
-            parts.push(format!(
-                "{errors} wrong answer{}",
-                if errors == 1 { "" } else { "s" }
-            ));
+            let s = if errors == 1 { "" } else { "s" };
+            parts.push(format!("{errors} wrong answer{s}"));
         }
         out.push(Verdict {
-            backend,
+            form,
             findings: parts,
         });
     }
     out
 }
 
-/// The variants with a finite `figure`, and it, in the lifetime a backend is usually run
-/// in: the persistent ones when any was measured, else all.
-fn as_usually_run<'a>(
+/// The variants with a finite `figure`, and it, in the lifetime a form is usually run
+/// in: the persistent ones when any was measured, else all (`usual`), or all of them.
+fn pool<'a>(
     variants: &[&'a Variant],
     figure: impl Fn(&Variant) -> Option<Spread>,
+    usual: bool,
 ) -> Vec<(&'a Variant, Spread)> {
-    let measured: Vec<(&Variant, Spread)> = variants
-        .iter()
-        .filter_map(|v| Some((*v, figure(v)?)))
-        .filter(|(_, x)| x.median.is_finite())
-        .collect();
-    let persistent = measured
-        .iter()
-        .any(|(v, _)| v.lifetime == Lifetime::Persistent);
+    let measured = variants.iter().filter_map(|v| Some((*v, figure(v)?)));
+    let measured: Vec<_> = measured.filter(|(_, x)| x.median.is_finite()).collect();
+    let persistent = |v: &Variant| v.lifetime == Lifetime::Persistent;
+    let any_persistent = usual && measured.iter().any(|(v, _)| persistent(v));
     measured
         .into_iter()
-        .filter(|(v, _)| !persistent || v.lifetime == Lifetime::Persistent)
+        .filter(|(v, _)| !any_persistent || persistent(v))
         .collect()
 }
 
@@ -363,89 +318,77 @@ fn as_usually_run<'a>(
 fn best<'a>(pool: &[(&'a Variant, Spread)], highest: bool) -> Option<(&'a Variant, Spread)> {
     let order =
         |a: &&(&Variant, Spread), b: &&(&Variant, Spread)| a.1.median.total_cmp(&b.1.median);
-    if highest {
-        pool.iter().max_by(order).copied()
-    } else {
-        pool.iter().min_by(order).copied()
+    match highest {
+        true => pool.iter().max_by(order).copied(),
+        false => pool.iter().min_by(order).copied(),
     }
 }
 
-/// The backend's best p50 at the lowest connection count, in the lifetime it is usually
+/// " at 8 connections", or nothing at one.
+fn at(connections: usize) -> String {
+    match connections {
+        1 => String::new(),
+        n => format!(" at {}", connections_phrase(n)),
+    }
+}
+
+/// The form's best p50 at the lowest connection count, in the lifetime it is usually
 /// run in (persistent, when measured), and its other compilers beside it, each with its
 /// spread over rounds.
 pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
-    let pool = as_usually_run(variants, |v| Some(v.warm_at(low)?.p50));
+    let pool = pool(variants, |v| Some(v.warm_at(low)?.p50), true);
     let (top, p50) = best(&pool, false)?;
-    let others: Vec<String> = pool
-        .iter()
-        .filter(|(v, _)| v.label != top.label)
+    let others = pool.iter().filter(|(v, _)| v.label != top.label);
+    let others: Vec<String> = others
         .map(|(v, s)| format!("{} {}", v.short_name(), Quantity::Micros.spread(s)))
         .collect();
     let mut inside = top.flavour();
     if !others.is_empty() {
         let _ = write!(inside, "; {}", others.join(", "));
     }
-    let at = if low == 1 {
-        String::new()
-    } else {
-        format!(" at {}", connections_phrase(low))
-    };
-    Some(format!(
-        "{}p50 {}{at} ({inside})",
+    let (lead, p50) = (
         fastest.lead("fastest warm", "warm "),
-        Quantity::Micros.spread(&p50)
-    ))
+        Quantity::Micros.spread(&p50),
+    );
+    Some(format!("{lead}p50 {p50}{} ({inside})", at(low)))
 }
 
-/// The backend's best rate at `high` connections, said only where it holds or shares the
+/// The form's best rate at `high` connections, said only where it holds or shares the
 /// record, or where nobody does.
 fn rate_phrase(variants: &[&Variant], high: usize, most: Standing) -> Option<String> {
-    if matches!(most, Standing::Not) {
-        return None;
-    }
-    let pool: Vec<(&Variant, Spread)> = variants
-        .iter()
-        .filter_map(|v| Some((*v, v.warm_at(high)?.per_second)))
-        .filter(|(_, s)| s.median.is_finite())
-        .collect();
-    let (v, rate) = best(&pool, true)?;
-    let title = format!("most req/s at {}", connections_phrase(high));
+    let pool = pool(variants, |v| Some(v.warm_at(high)?.per_second), false);
+    let (v, rate) = best(&pool, true).filter(|_| !matches!(most, Standing::Not))?;
+    let connections = connections_phrase(high);
     let lead = match &most {
-        Standing::Tied(others) => format!(
-            "req/s at {}, within noise of {}",
-            connections_phrase(high),
-            names(others)
-        ),
-        held => format!("{title}{}", held.shared()),
+        Standing::Tied(others) => {
+            format!("req/s at {connections}, within noise of {}", listed(others))
+        }
+        held => format!("most req/s at {connections}{}", held.shared()),
     };
-    Some(format!(
-        "{lead} ({}, {})",
-        Quantity::PerSecond.spread(&rate),
-        v.flavour()
-    ))
+    let (rate, flavour) = (Quantity::PerSecond.spread(&rate), v.flavour());
+    Some(format!("{lead} ({rate}, {flavour})"))
 }
 
-/// The backend's tail at `high` connections: the best p99 of its persistent variants (any
+/// The form's tail at `high` connections: the best p99 of its persistent variants (any
 /// variant's when none is persistent), with its spread over rounds.
 pub(super) fn tail_phrase(
     variants: &[&Variant],
     high: usize,
     shortest: Standing,
 ) -> Option<String> {
-    let pool = as_usually_run(variants, |v| Some(v.warm_at(high)?.p99));
+    let pool = pool(variants, |v| Some(v.warm_at(high)?.p99), true);
     let (v, p99) = best(&pool, false)?;
-    Some(format!(
-        "{}p99 {} at {} ({})",
+    let (lead, p99) = (
         shortest.lead("shortest tail", "tail "),
         Quantity::Micros.spread(&p99),
-        connections_phrase(high),
-        v.flavour()
-    ))
+    );
+    let (connections, flavour) = (connections_phrase(high), v.flavour());
+    Some(format!("{lead}p99 {p99} at {connections} ({flavour})"))
 }
 
-/// The backend's cold starts, per kind of start its quickest variant's median with its
+/// The form's cold starts, per kind of start its quickest variant's median with its
 /// spread over the fresh servers, and beside each the record `standing` gives it among
-/// the backends that start that way; then the compiler that was quickest at every kind,
+/// the forms that start that way; then the compiler that was quickest at every kind,
 /// where it was apart from the others each time.
 pub(super) fn cold_phrase(
     c: &Comparison,
@@ -455,31 +398,23 @@ pub(super) fn cold_phrase(
     let mut said = Vec::new();
     let mut quickest: Vec<Option<&str>> = Vec::new();
     for source in c.sources() {
-        let pool: Vec<(&Variant, Spread)> = variants
-            .iter()
-            .filter_map(|v| Some((*v, v.cold_from(source)?.millis)))
-            .filter(|(_, s)| s.median.is_finite())
-            .collect();
+        let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
         let Some((top, ms)) = best(&pool, false) else {
             continue;
         };
-        said.push(format!(
-            "{} {}{}",
+        let (ms_said, after) = (
             Quantity::Millis.spread(&ms),
-            source.phrase(),
-            standing(source).after("fastest")
-        ));
+            standing(source).after("fastest"),
+        );
+        said.push(format!("{ms_said} {}{after}", source.said().phrase));
         if pool.len() > 1 && source != Source::Receive {
             let runs = pool
                 .iter()
-                .filter_map(|(v, _)| v.cold_from(source).map(|x| x.runs))
-                .min()
-                .unwrap_or(0);
-            let apart = runs >= FEWEST
-                && pool
-                    .iter()
-                    .filter(|(v, _)| v.label != top.label)
-                    .all(|(_, s)| Quantity::Millis.apart(&ms, s));
+                .filter_map(|(v, _)| Some(v.cold_from(source)?.runs))
+                .min();
+            let others = pool.iter().filter(|(v, _)| v.label != top.label);
+            let apart =
+                runs >= Some(FEWEST) && others.clone().all(|(_, s)| Quantity::Millis.apart(&ms, s));
             quickest.push(apart.then(|| top.short_name()));
         }
     }
@@ -495,7 +430,7 @@ pub(super) fn cold_phrase(
     Some(phrase)
 }
 
-/// The backend's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
+/// The form's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
 /// cache, 4 ms signed", or "2.5 ms to start".
 fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
     let said: Vec<String> = c
@@ -503,25 +438,27 @@ fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
         .into_iter()
         .filter(|s| *s != Source::Receive)
         .filter_map(|source| {
-            let best = variants
-                .iter()
-                .filter_map(|v| v.cold_from(source).map(|x| x.millis.median))
-                .filter(|x| x.is_finite())
-                .reduce(f64::min)?;
-            Some(format!("{} {}", duration_ms(best), source.phrase()))
+            let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
+            let (_, best) = best(&pool, false)?;
+            Some(format!(
+                "{} {}",
+                duration_ms(best.median),
+                source.said().phrase
+            ))
         })
         .collect();
     (!said.is_empty()).then(|| format!("{} {}", cold_words(c, variants), said.join(", ")))
 }
 
-/// How a backend's cold starts are named: "cold /init", or "cold start" for a server that
+/// How a form's cold starts are named: "cold /init", or "cold start" for a server that
 /// takes no /init (its action built in, or the peer's).
 fn cold_words(c: &Comparison, variants: &[&Variant]) -> &'static str {
-    let inits = c.sources().into_iter().any(|s| {
-        !matches!(s, Source::FirstAnswer | Source::FirstCached)
-            && variants.iter().any(|v| v.cold_from(s).is_some())
-    });
-    if inits { "cold /init" } else { "cold start" }
+    let init = |s: &Source| !matches!(s, Source::FirstAnswer | Source::FirstCached);
+    let started = |s: &Source| variants.iter().any(|v| v.cold_from(*s).is_some());
+    match c.sources().iter().any(|s| init(s) && started(s)) {
+        true => "cold /init",
+        false => "cold start",
+    }
 }
 
 pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
@@ -530,17 +467,11 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<St
         .iter()
         .filter_map(|v| v.resident_per_extra_instance)
         .min();
-    let said = match (after_init, per_extra) {
-        (None, None) => return None,
-        (Some(a), None) => format!("{} resident after /init", bytes(a)),
-        (None, Some(e)) => format!("+{} per extra instance", bytes(e)),
-        (Some(a), Some(e)) => format!(
-            "{} resident after /init, +{} per extra instance",
-            bytes(a),
-            bytes(e)
-        ),
-    };
-    Some(format!("{}{said}", least.lead("least memory", "")))
+    let after_init = after_init.map(|a| format!("{} resident after /init", bytes(a)));
+    let per_extra = per_extra.map(|e| format!("+{} per extra instance", bytes(e)));
+    let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
+    let lead = least.lead("least memory", "");
+    (!said.is_empty()).then(|| format!("{lead}{}", said.join(", ")))
 }
 
 /// What a fresh instance per activation adds to the p50, against the persistent variant of
@@ -557,83 +488,61 @@ pub(super) fn fresh_phrase(
             .map(|w| w.p50)
             .filter(|s| s.median.is_finite())
     };
-    let fresh: Vec<&Variant> = variants
-        .iter()
-        .copied()
-        .filter(|v| v.lifetime == Lifetime::Fresh)
-        .collect();
+    let twin = |f: &Variant| {
+        let kept = |v: &&&Variant| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler;
+        variants.iter().find(kept)
+    };
     // Per compiler: the cost as said, and the two p50s it comes from.
+    let fresh = variants.iter().filter(|v| v.lifetime == Lifetime::Fresh);
     let costs: Vec<(Option<Compiler>, String, String)> = fresh
-        .iter()
         .filter_map(|f| {
-            let twin = variants
-                .iter()
-                .find(|v| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler)?;
-            let (spent, kept) = (p50(f)?, p50(twin)?);
-            let cost = spent.median - kept.median;
+            let (spent, kept) = (p50(f)?, p50(twin(f)?)?);
+            let cost = duration_us(spent.median - kept.median);
             // A fresh instance cannot be cheaper than a kept one: a difference inside the
             // rounds' spread, or below zero, is noise, and said so, never a negative cost.
-            let said = if cost <= 0.0 || !Quantity::Micros.apart(&spent, &kept) {
-                "nothing measurable, within noise".to_owned()
-            } else if rounds < FEWEST {
-                format!(
-                    "+{} (from {rounds} rounds, too few to tell from noise)",
-                    duration_us(cost)
-                )
-            } else {
-                format!("+{}", duration_us(cost))
+            let said = match spent.median > kept.median && Quantity::Micros.apart(&spent, &kept) {
+                false => "nothing measurable, within noise".to_owned(),
+                true if rounds < FEWEST => {
+                    format!("+{cost} (from {rounds} rounds, too few to tell from noise)")
+                }
+                true => format!("+{cost}"),
             };
-            let (size, unit) = time_unit(spent.max.max(kept.max));
-            let n = |v: f64| figure(v / size);
-            let compared = format!(
-                "p50 {} [{}–{}] {unit} against {} [{}–{}] {unit}",
-                n(spent.median),
-                n(spent.min),
-                n(spent.max),
-                n(kept.median),
-                n(kept.min),
-                n(kept.max)
-            );
-            Some((f.compiler, said, compared))
+            let top = spent.max.max(kept.max);
+            let [spent, kept] = [spent, kept].map(|s| Quantity::Micros.spread_below(&s, top));
+            Some((f.compiler, said, format!("p50 {spent} against {kept}")))
         })
         .collect();
     let (_, first, _) = costs.first()?;
-    let agree = costs.iter().all(|(_, said, _)| said == first);
-    if detail && agree && costs.len() > 1 {
+    let (agree, many) = (
+        costs.iter().all(|(_, said, _)| said == first),
+        costs.len() > 1,
+    );
+    let named = |compiler: &Option<Compiler>, what: &str| match compiler {
+        Some(compiler) => format!("{compiler}: {what}"),
+        None => what.to_owned(),
+    };
+    let said: Vec<String> = match (detail, agree) {
         // One cost, each compiler's p50s beside it.
-        let compared: Vec<String> = costs
+        (true, true) if many => {
+            let compared: Vec<String> = costs.iter().map(|(c, _, p50s)| named(c, p50s)).collect();
+            vec![format!("{first} ({})", compared.join("; "))]
+        }
+        (true, _) => costs
             .iter()
-            .map(|(compiler, _, compared)| match compiler {
-                Some(compiler) => format!("{compiler}: {compared}"),
-                None => compared.clone(),
+            .map(|(c, said, p50s)| {
+                format!(
+                    "{said} ({})",
+                    if many { named(c, p50s) } else { p50s.clone() }
+                )
             })
-            .collect();
-        return Some(format!(
-            "fresh instances cost {first} ({})",
-            compared.join("; ")
-        ));
-    }
-    if detail {
-        let said: Vec<String> = costs
+            .collect(),
+        // One figure when the compilers agree: naming each would only repeat it.
+        (false, true) => vec![first.clone()],
+        (false, false) => costs
             .iter()
-            .map(|(compiler, said, compared)| match compiler {
-                Some(compiler) if costs.len() > 1 => format!("{said} ({compiler}: {compared})"),
-                _ => format!("{said} ({compared})"),
-            })
-            .collect();
-        return Some(format!("fresh instances cost {}", said.join(", ")));
-    }
-    // One figure when the compilers agree: naming each would only repeat it.
-    if agree {
-        return Some(format!("fresh instances cost {first}"));
-    }
-    let said: Vec<String> = costs
-        .iter()
-        .map(|(compiler, said, _)| match compiler {
-            Some(compiler) => format!("{said} ({compiler})"),
-            None => said.clone(),
-        })
-        .collect();
+            .map(|(c, said, _)| c.map_or(said.clone(), |c| format!("{said} ({c})")))
+            .collect(),
+    };
     Some(format!("fresh instances cost {}", said.join(", ")))
 }
 
@@ -645,10 +554,11 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
     let Some(&low) = c.connection_counts().first() else {
         return Vec::new();
     };
-    let measured: Vec<(&Variant, Spread)> = c
+    let measured = c
         .variants
         .iter()
-        .filter_map(|v| Some((v, v.warm_at(low)?.p50)))
+        .filter_map(|v| Some((v, v.warm_at(low)?.p50)));
+    let measured: Vec<_> = measured
         .filter(|(_, s)| s.min.is_finite() && s.max.is_finite())
         .collect();
     let mut pairs = Vec::new();
@@ -659,33 +569,25 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
             }
         }
     }
-    let advice = if c.conditions.pinned {
-        "raise --hits to separate them"
-    } else {
-        "pin the run (taskset -c 0) and raise --hits to separate them"
+    let advice = match c.conditions.pinned {
+        true => "raise --hits to separate them",
+        false => "pin the run (taskset -c 0) and raise --hits to separate them",
     };
-    let mut notes: Vec<String> = pairs
-        .iter()
-        .take(SHOWN)
-        .map(|(a, sa, b, sb)| {
-            let (size, unit) = time_unit(sa.max.max(sb.max));
-            let span = |s: &Spread| format!("{}–{}", figure(s.min / size), figure(s.max / size));
-            format!(
-                "{} and {} overlap within their spread over rounds (p50 at {}: {} against \
-                 {} {unit}): their order may change from run to run; {advice}.",
-                a.label,
-                b.label,
-                connections_phrase(low),
-                span(sa),
-                span(sb)
-            )
-        })
-        .collect();
-    if pairs.len() > SHOWN {
-        let more = pairs.len() - SHOWN;
+    let connections = connections_phrase(low);
+    let note = |(a, sa, b, sb): &(&Variant, &Spread, &Variant, &Spread)| {
+        let (size, unit) = time_unit(sa.max.max(sb.max));
+        let span = |s: &Spread| format!("{}–{}", figure(s.min / size), figure(s.max / size));
+        let (a, b, sa, sb) = (&a.label, &b.label, span(sa), span(sb));
+        format!(
+            "{a} and {b} overlap within their spread over rounds (p50 at {connections}: {sa} \
+             against {sb} {unit}): their order may change from run to run; {advice}."
+        )
+    };
+    let mut notes: Vec<String> = pairs.iter().take(SHOWN).map(note).collect();
+    if let Some(more) = pairs.len().checked_sub(SHOWN).filter(|more| *more > 0) {
+        let s = if more == 1 { "" } else { "s" };
         notes.push(format!(
-            "{more} more pair{} of variants overlap the same way.",
-            if more == 1 { "" } else { "s" }
+            "{more} more pair{s} of variants overlap the same way."
         ));
     }
     notes
@@ -695,22 +597,21 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
 /// moved between the run's start and its end (`host_speed_note`).
 pub fn host_notes(c: &Comparison) -> Vec<String> {
     let k = &c.conditions;
-    let mut notes = Vec::new();
-    if let Some(load) = k.before.load
-        && k.online > 0
-        && load >= k.online as f64 / 2.0
-    {
-        notes.push(format!(
+    let busy = k
+        .before
+        .load
+        .filter(|load| k.online > 0 && *load >= k.online as f64 / 2.0);
+    let busy = busy.map(|load| {
+        format!(
             "the host was busy when the run began: its load average was {} on {} CPUs, so \
              other work shared the CPUs and the figures are slower and noisier than on an idle \
              host (a load left by work that just ended falls within a minute): rerun on an \
              idle host.",
             figure(load),
             k.online
-        ));
-    }
-    notes.extend(host_speed_note(c));
-    notes
+        )
+    });
+    busy.into_iter().chain(host_speed_note(c)).collect()
 }
 
 /// The least a move of the host's speed is warned of at: the reference task's median
@@ -724,17 +625,14 @@ const MOVED_MOST: f64 = 0.10;
 /// (each variant's p50, p99 and rate at every connection count, its cold starts), as a
 /// fraction of its median. None when nothing was measured.
 fn own_spread(c: &Comparison) -> Option<f64> {
-    let relative = |s: &Spread| (s.max - s.min) / s.median;
-    c.variants
+    let warm = c
+        .variants
         .iter()
-        .flat_map(|v| {
-            let warm = v.warm.iter().flat_map(|w| [w.p50, w.p99, w.per_second]);
-            let cold = v.cold.iter().map(|x| x.millis);
-            warm.chain(cold).collect::<Vec<_>>()
-        })
-        .map(|s| relative(&s))
-        .filter(|r| r.is_finite())
-        .reduce(f64::max)
+        .flat_map(|v| &v.warm)
+        .flat_map(|w| [w.p50, w.p99, w.per_second]);
+    let cold = c.variants.iter().flat_map(|v| &v.cold).map(|x| x.millis);
+    let relative = warm.chain(cold).map(|s| (s.max - s.min) / s.median);
+    relative.filter(|r| r.is_finite()).reduce(f64::max)
 }
 
 /// A warning when the host's speed moved during the run by more than the run's own spread:
@@ -749,27 +647,18 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
     let k = &c.conditions;
     let (before, after) = (k.before.reference_ms?, k.after.reference_ms?);
     let quicker = before.median.min(after.median);
-    if quicker.is_nan() || quicker <= 0.0 {
-        return None;
-    }
     let moved = (before.median - after.median).abs() / quicker;
-    let (bound, measured) = match own_spread(c) {
-        Some(own) => (own.clamp(MOVED_LEAST, MOVED_MOST), Some(own)),
-        None => (MOVED_MOST, None),
-    };
-    if moved <= bound {
+    let own = own_spread(c);
+    let bound = own.map_or(MOVED_MOST, |own| own.clamp(MOVED_LEAST, MOVED_MOST));
+    if quicker.is_nan() || quicker <= 0.0 || moved <= bound {
         return None;
     }
     let reading = |s: Spread| {
-        format!(
-            "{} ms ({}–{})",
-            figure(s.median),
-            figure(s.min),
-            figure(s.max)
-        )
+        let [median, min, max] = [s.median, s.min, s.max].map(figure);
+        format!("{median} ms ({min}–{max})")
     };
     let percent = |f: f64| format!("{}%", figure(f * 100.0));
-    let own = match measured {
+    let own = match own {
         Some(own) if own >= MOVED_MOST => format!(
             "more than {}, past which figures measured early and late in the run differ by \
              more than the host's noise",
@@ -786,107 +675,97 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
         ),
         None => format!("more than {}", percent(bound)),
     };
+    let pin = if k.pinned {
+        ""
+    } else {
+        ", pinned (taskset -c 0)"
+    };
+    let (before, after, moved) = (reading(before), reading(after), percent(moved));
     Some(format!(
-        "the host's speed moved during the run: a fixed CPU task took {} before it and {} \
-         after, {} apart, {own}, so the figures may not compare with each other (the cold \
-         starts, measured before the warm rounds, least of all): rerun on a quiet \
-         machine{}.",
-        reading(before),
-        reading(after),
-        percent(moved),
-        if k.pinned {
-            ""
-        } else {
-            ", pinned (taskset -c 0)"
-        }
+        "the host's speed moved during the run: a fixed CPU task took {before} before it and \
+         {after} after, {moved} apart, {own}, so the figures may not compare with each other \
+         (the cold starts, measured before the warm rounds, least of all): rerun on a quiet \
+         machine{pin}."
     ))
 }
 
 /// A note for each kind of figure measured too few times for a verdict to name a winner:
 /// the spreads of the same action would miss each other by chance too often.
 pub fn few_samples_notes(c: &Comparison) -> Vec<String> {
-    let chance = |n: usize| {
+    let said = |n: usize, of: &str, flag: &str, also: &str| {
         // C(2n, n) / 2: one time in this many, two runs of one action look apart.
-        let mut ways = 1.0;
-        for i in 0..n {
-            ways = ways * (2 * n - i) as f64 / (i + 1) as f64;
-        }
-        match ways / 2.0 {
+        let ways = (0..n).fold(1.0, |ways, i| ways * (2 * n - i) as f64 / (i + 1) as f64);
+        let chance = match ways / 2.0 {
             at_most_one if at_most_one <= 1.0 => "every time".to_owned(),
             one_in => format!("1 time in {}", figure(one_in)),
-        }
+        };
+        let (s, cold) = (if n == 1 { "" } else { "s" }, of.starts_with("fresh"));
+        let figures = if cold { "cold starts" } else { "warm figures" };
+        let winner = if cold { "cold" } else { "warm" };
+        format!(
+            "the {figures} come from {n} {of}{s} each, fewer than {FEWEST}: two runs of the same \
+             action would look apart by chance {chance}, so no verdict names a {winner} winner: \
+             give --{flag} {FEWEST} or more{also}."
+        )
     };
-    if c.backends().len() < 2 {
+    if c.forms().len() < 2 {
         return Vec::new();
     }
-    let mut notes = Vec::new();
     let rounds = rounds(c);
-    if rounds < FEWEST && !c.connection_counts().is_empty() {
-        notes.push(format!(
-            "the warm figures come from {rounds} round{} each, fewer than {FEWEST}: two runs of \
-             the same action would look apart by chance {}, so no verdict names a \
-             warm winner: give --rounds {FEWEST} or more (and --hits at least as many).",
-            if rounds == 1 { "" } else { "s" },
-            chance(rounds)
-        ));
-    }
+    let warm = (rounds < FEWEST && !c.connection_counts().is_empty())
+        .then(|| said(rounds, "round", "rounds", " (and --hits at least as many)"));
     let runs = c
         .variants
         .iter()
         .flat_map(|v| v.cold.iter().map(|x| x.runs))
         .min();
-    if let Some(runs) = runs.filter(|r| *r < FEWEST) {
-        notes.push(format!(
-            "the cold starts come from {runs} fresh server{} each, fewer than {FEWEST}: two \
-             runs of the same action would look apart by chance {}, so no verdict \
-             names a cold winner: give --cold-runs {FEWEST} or more.",
-            if runs == 1 { "" } else { "s" },
-            chance(runs)
-        ));
-    }
-    notes
+    let cold = runs
+        .filter(|r| *r < FEWEST)
+        .map(|runs| said(runs, "fresh server", "cold-runs", ""));
+    warm.into_iter().chain(cold).collect()
 }
 
-/// What a backend is, beyond its figures: what it isolates, what it may reach, with whose
+/// What a form is, beyond its figures: what it isolates, what it may reach, with whose
 /// privileges. The figures cannot show it, and it decides the choice as much as they do.
-pub fn unmeasured(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Module => {
+pub fn unmeasured(form: Form) -> &'static str {
+    match (form.server, form.backend, form.protocol) {
+        (Server::Url, ..) | (_, None, _) => {
+            "a server run elsewhere: what it isolates is not known here"
+        }
+        (Server::WasmtimeServe, ..) => {
+            "wasmtime's own server for the same HTTP component, as the peer: no OpenWhisk \
+             protocol, the request itself"
+        }
+        (_, _, Protocol::Plain) => {
+            "sandboxed like a component, the same file served as plain HTTP (`wasmloop serve --protocol http`): \
+             the request itself on any path, as wasmtime serve gets it, no platform in front"
+        }
+        (_, Some(Backend::Module), _) => {
             "sandboxed: its own capped memory, no network at all (WASI preview 1 has no \
              sockets), no files but a read-only /action; a crash is a trap the runtime \
              survives. Rust, C, Go"
         }
-        Backend::Component => {
+        (_, Some(Backend::Component), _) => {
             "sandboxed like a module, and may reach the network only where the operator's \
              `wasmloop serve --allow-outbound` lists (nothing by default). Rust, Python, JavaScript"
         }
-        Backend::Native => {
+        (_, Some(Backend::Native), _) => {
             "no sandbox: a process with the container's privileges, its files, its network \
              and every system call; only the container isolates it. Any executable"
         }
-        Backend::Http => {
+        (_, Some(Backend::Http), _) => {
             "sandboxed like a component, the same file wasmtime serve and Spin run: each \
              activation a request as a web action's; Rust, Python, JavaScript"
         }
-        Backend::HttpPlain => {
-            "sandboxed like a component, the same file served as plain HTTP (`wasmloop serve --protocol http`): \
-             the request itself on any path, as wasmtime serve gets it, no platform in front"
-        }
-        Backend::WasmtimeServe => {
-            "wasmtime's own server for the same HTTP component, as the peer: no OpenWhisk \
-             protocol, the request itself"
-        }
-        Backend::Url => "a server run elsewhere: what it isolates is not known here",
-        Backend::Row => "one of the rows' hellos",
     }
 }
 
-/// The page's and the terminal's first word on each backend: its main figures, then what
+/// The page's and the terminal's first word on each form: its main figures, then what
 /// they do not show.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BottomLine {
-    pub backend: Backend,
-    /// "warm p50 18 µs, 52,000 req/s at 8 connections, fresh instances cost +11 µs"; empty
+    pub form: Form,
+    /// "warm p50 18 µs, 52k req/s at 8 connections, fresh instances cost +11 µs"; empty
     /// when nothing was measured.
     pub figures: String,
     pub unmeasured: &'static str,
@@ -895,12 +774,8 @@ pub struct BottomLine {
 impl std::fmt::Display for BottomLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.figures.is_empty() {
-            true => write!(f, "{}: {}.", self.backend, self.unmeasured),
-            false => write!(
-                f,
-                "{}: {}. {}.",
-                self.backend, self.figures, self.unmeasured
-            ),
+            true => write!(f, "{}: {}.", self.form, self.unmeasured),
+            false => write!(f, "{}: {}. {}.", self.form, self.figures, self.unmeasured),
         }
     }
 }
@@ -908,61 +783,49 @@ impl std::fmt::Display for BottomLine {
 pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
     let counts = c.connection_counts();
     let (low, high) = (counts.first().copied(), counts.last().copied());
-    c.backends()
-        .into_iter()
-        .map(|backend| {
-            let variants: Vec<&Variant> =
-                c.variants.iter().filter(|v| v.backend == backend).collect();
-            let mut figures = Vec::new();
-            if let Some(low) = low {
-                let best = variants
-                    .iter()
-                    .filter(|v| v.lifetime == Lifetime::Persistent)
-                    .filter_map(|v| v.warm_at(low).map(|w| w.p50.median))
-                    .filter(|x| x.is_finite())
-                    .reduce(f64::min);
-                if let Some(p50) = best {
-                    figures.push(format!("warm p50 {}", duration_us(p50)));
-                }
-            }
-            if let Some(high) = high {
-                let per_second = variants
-                    .iter()
-                    .filter_map(|v| v.warm_at(high).map(|w| w.per_second.median))
-                    .filter(|x| x.is_finite())
-                    .reduce(f64::max)
-                    .map(|x| format!("{} req/s", rate(x)));
-                let tail = variants
-                    .iter()
-                    .filter(|v| v.lifetime == Lifetime::Persistent)
-                    .filter_map(|v| v.warm_at(high).map(|w| w.p99.median))
-                    .filter(|x| x.is_finite())
-                    .reduce(f64::min)
-                    .map(|x| format!("p99 {}", duration_us(x)));
-                let said = match (per_second, tail) {
-                    (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
-                    (one, other) => one.or(other),
-                };
-                if let Some(said) = said {
-                    figures.push(format!("{said} at {}", connections_phrase(high)));
-                }
-            }
-            figures.extend(cold_figures(c, &variants));
-            if let Some(low) = low {
-                figures.extend(fresh_phrase(&variants, low, rounds(c), false));
-            }
-            BottomLine {
-                backend,
-                figures: figures.join(", "),
-                unmeasured: unmeasured(backend),
-            }
-        })
-        .collect()
+    let line = |form: Form| {
+        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
+        // The best median of a warm figure (the lowest, or the `highest`): of the persistent
+        // variants alone, unless `any`.
+        let median = |at: Option<usize>, figure: fn(&Warm) -> Spread, highest: bool, any: bool| {
+            let kept = |v: &Variant| any || v.lifetime == Lifetime::Persistent;
+            let figure = |v: &Variant| Some(figure(v.warm_at(at?)?)).filter(|_| kept(v));
+            best(&pool(&variants, figure, false), highest).map(|(_, s)| s.median)
+        };
+        let p50 =
+            median(low, |w| w.p50, false, false).map(|x| format!("warm p50 {}", duration_us(x)));
+        let per_second =
+            median(high, |w| w.per_second, true, true).map(|x| format!("{} req/s", rate(x)));
+        let tail = median(high, |w| w.p99, false, false).map(|x| format!("p99 {}", duration_us(x)));
+        let busy = match (per_second, tail) {
+            (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
+            (one, other) => one.or(other),
+        };
+        let busy = busy
+            .zip(high)
+            .map(|(said, n)| format!("{said} at {}", connections_phrase(n)));
+        let fresh = low.and_then(|low| fresh_phrase(&variants, low, rounds(c), false));
+        let figures = p50
+            .into_iter()
+            .chain(busy)
+            .chain(cold_figures(c, &variants))
+            .chain(fresh);
+        let figures = figures.collect::<Vec<_>>().join(", ");
+        BottomLine {
+            form,
+            figures,
+            unmeasured: unmeasured(form),
+        }
+    };
+    c.forms().into_iter().map(line).collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{holds, say, starts};
     use super::*;
+    use Backend::{Component, Module, Native};
+    use Lifetime::{Fresh, Persistent};
 
     fn spread(median: f64, min: f64, max: f64) -> Spread {
         Spread { median, min, max }
@@ -1009,10 +872,6 @@ mod tests {
         }
     }
 
-    fn say(c: &Comparison) -> Vec<String> {
-        verdicts(c).iter().map(ToString::to_string).collect()
-    }
-
     /// A winner's title as a verdict gives it alone: "fastest warm: ", "(fastest)", ...
     fn wins(said: &str) -> bool {
         [
@@ -1030,56 +889,40 @@ mod tests {
     #[test]
     fn spreads_apart_name_a_winner_and_overlapping_ones_never() {
         let apart = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 21.0),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(30.0, 29.0, 31.0),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.0, 21.0)),
+            variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         let said = say(&apart);
-        assert!(
-            said[0].starts_with(
-                "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
+        starts(
+            &said[0],
+            "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
                  8 connections (50k [48k–53k] req/s, persistent, cranelift); shortest tail: p99 \
-                 60 [57–63] µs at 8 connections"
-            ),
-            "{}",
-            said[0]
+                 60 [57–63] µs at 8 connections",
         );
-        assert!(
-            said[0].contains("20 [19–21] s compiled (fastest)"),
-            "{}",
-            said[0]
+        holds(
+            &said[0],
+            &["20 [19–21] s compiled (fastest)", "least memory: 2 MiB"],
         );
-        assert!(said[0].contains("least memory: 2 MiB"), "{}", said[0]);
         assert!(!wins(&said[1]), "{}", said[1]);
 
         // The component's least reaches the module's most: nobody wins anything.
         let mut overlapping = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 24.0),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(23.0, 21.0, 25.0),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.0, 24.0)),
+            variant(Component, Persistent, spread(23.0, 21.0, 25.0)),
         ]);
         // Memory read once: 3% apart is within its noise.
         overlapping.variants[0].resident_after_init = Some(100 << 20);
         overlapping.variants[1].resident_after_init = Some(103 << 20);
         for said in say(&overlapping) {
             assert!(!wins(&said), "{said}");
-            assert!(said.contains("warm, within noise of "), "{said}");
-            assert!(said.contains("s compiled (within noise of "), "{said}");
-            assert!(said.contains("; within noise of "), "{said}");
+            holds(
+                &said,
+                &[
+                    "warm, within noise of ",
+                    "s compiled (within noise of ",
+                    "; within noise of ",
+                ],
+            );
         }
     }
 
@@ -1090,10 +933,10 @@ mod tests {
             spread(20.0, 20.0, 20.0),
             spread(2000.0, 1990.0, 2010.0),
         ] {
-            let mut twin = variant(Backend::Component, Lifetime::Persistent, p50);
+            let mut twin = variant(Component, Persistent, p50);
             twin.resident_per_extra_instance = Some(300 << 10);
             let mut one = twin.clone();
-            one.backend = Backend::Module;
+            one.form = Form::ours(Module);
             let c = comparison(vec![one, twin]);
             for said in say(&c) {
                 assert!(!wins(&said), "{said}");
@@ -1129,60 +972,44 @@ mod tests {
     #[test]
     fn a_fresh_instance_against_a_kept_one_twice_as_slow_costs_what_it_costs() {
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 22.0),
-            ),
-            variant(Backend::Module, Lifetime::Fresh, spread(40.0, 38.0, 44.0)),
+            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
+            variant(Module, Fresh, spread(40.0, 38.0, 44.0)),
         ]);
         let said = say(&c);
-        assert!(
-            said[0]
-                .contains("fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"),
-            "{}",
-            said[0]
+        holds(
+            &said[0],
+            &["fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"],
         );
         // The same action as its own fresh twin: nothing measurable.
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 22.0),
-            ),
-            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
+            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
+            variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
         ]);
-        assert!(
-            said_of(&c).contains("fresh instances cost nothing measurable, within noise"),
-            "{}",
-            said_of(&c)
+        holds(
+            &said_of(&c),
+            &["fresh instances cost nothing measurable, within noise"],
         );
     }
 
     #[test]
     fn compilers_whose_fresh_instances_cost_alike_are_said_once() {
         let winch = |lifetime, p50| {
-            let mut v = variant(Backend::Module, lifetime, p50);
+            let mut v = variant(Module, lifetime, p50);
             v.compiler = Some(Compiler::Winch);
             v
         };
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 22.0),
-            ),
-            variant(Backend::Module, Lifetime::Fresh, spread(20.5, 19.0, 22.0)),
-            winch(Lifetime::Persistent, spread(21.0, 20.0, 23.0)),
-            winch(Lifetime::Fresh, spread(21.0, 20.0, 23.0)),
+            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
+            variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
+            winch(Persistent, spread(21.0, 20.0, 23.0)),
+            winch(Fresh, spread(21.0, 20.0, 23.0)),
         ]);
-        assert!(
-            said_of(&c).contains(
+        holds(
+            &said_of(&c),
+            &[
                 "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
-                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)"
-            ),
-            "{}",
-            said_of(&c)
+                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)",
+            ],
         );
     }
 
@@ -1200,18 +1027,13 @@ mod tests {
         let c = spread(20.8, 20.6, 20.9);
         assert!(Quantity::Micros.apart(&spread(20.0, 19.8, 20.4), &c));
         // And as the issue saw it: a module at 20 against a component at 21 [21–21].
-        let module = variant(
-            Backend::Module,
-            Lifetime::Persistent,
-            spread(20.4, 20.0, 20.6),
-        );
-        let component = variant(Backend::Component, Lifetime::Persistent, b);
+        let module = variant(Module, Persistent, spread(20.4, 20.0, 20.6));
+        let component = variant(Component, Persistent, b);
         let said = say(&comparison(vec![module, component]));
         assert!(!said[0].contains("fastest warm"), "{}", said[0]);
-        assert!(
-            said[0].starts_with("module: warm, within noise of component: p50 20 [20–21] µs"),
-            "{}",
-            said[0]
+        starts(
+            &said[0],
+            "module: warm, within noise of component: p50 20 [20–21] µs",
         );
         // Bytes: read once, a reading within twice its noise of another is no record.
         let (small, large) = (memory_spread(100 << 20), memory_spread(109 << 20));
@@ -1223,29 +1045,13 @@ mod tests {
     fn any_variant_within_noise_of_the_top_one_makes_its_backend_level() {
         // The component's best median is apart from the module's, but its other variant's
         // spread reaches the module's.
-        let mut winch = variant(
-            Backend::Component,
-            Lifetime::Persistent,
-            spread(25.0, 20.0, 30.0),
-        );
+        let mut winch = variant(Component, Persistent, spread(25.0, 20.0, 30.0));
         winch.compiler = Some(Compiler::Winch);
         let c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.0, 21.0),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(24.0, 23.5, 24.5),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.0, 21.0)),
+            variant(Component, Persistent, spread(24.0, 23.5, 24.5)),
             winch,
-            variant(
-                Backend::Native,
-                Lifetime::Persistent,
-                spread(90.0, 85.0, 95.0),
-            ),
+            variant(Native, Persistent, spread(90.0, 85.0, 95.0)),
         ]);
         let record = holder(
             &c,
@@ -1256,28 +1062,19 @@ mod tests {
         );
         assert_eq!(
             record,
-            Record::Shared(vec![Backend::Module, Backend::Component])
+            Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
         );
-        assert!(
-            say(&c)[0].starts_with("module: fastest warm with component, within noise:"),
-            "{}",
-            say(&c)[0]
+        starts(
+            &say(&c)[0],
+            "module: fastest warm with component, within noise:",
         );
     }
 
     #[test]
     fn too_few_rounds_or_cold_runs_name_no_winner_and_say_why() {
         let mut c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.5, 20.5),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(30.0, 29.0, 31.0),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.5, 20.5)),
+            variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         assert_eq!(few_samples_notes(&c), Vec::<String>::new());
         c.conditions.rounds = 3;
@@ -1285,27 +1082,19 @@ mod tests {
             v.cold[0].runs = 2;
         }
         let said = say(&c);
-        assert!(
-            said[0].starts_with("module: warm p50 20 [20–20] µs"),
-            "{}",
-            said[0]
-        );
+        starts(&said[0], "module: warm p50 20 [20–20] µs");
         assert!(said.iter().all(|s| !s.contains("fastest")), "{said:#?}");
         let notes = few_samples_notes(&c);
         assert_eq!(notes.len(), 2, "{notes:#?}");
-        assert!(
-            notes[0].starts_with(
-                "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
-                 action would look apart by chance 1 time in 10"
-            ),
-            "{}",
-            notes[0]
+        starts(
+            &notes[0],
+            "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
+                 action would look apart by chance 1 time in 10",
         );
         assert!(notes[0].ends_with("give --rounds 5 or more (and --hits at least as many)."));
-        assert!(
-            notes[1].contains("by chance 1 time in 3, so no verdict names a cold winner"),
-            "{}",
-            notes[1]
+        holds(
+            &notes[1],
+            &["by chance 1 time in 3, so no verdict names a cold winner"],
         );
         // Fewer hits than rounds: a round per hit.
         c.conditions.rounds = 10;
@@ -1316,39 +1105,29 @@ mod tests {
     #[test]
     fn a_host_whose_speed_moved_past_the_runs_own_spread_is_warned_of() {
         let mut c = comparison(vec![
-            variant(
-                Backend::Module,
-                Lifetime::Persistent,
-                spread(20.0, 19.8, 20.2),
-            ),
-            variant(
-                Backend::Component,
-                Lifetime::Persistent,
-                spread(30.0, 29.7, 30.3),
-            ),
+            variant(Module, Persistent, spread(20.0, 19.8, 20.2)),
+            variant(Component, Persistent, spread(30.0, 29.7, 30.3)),
         ]);
         // The issue's run: 43 ms, its first runs of the task slow, then 27.
         c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
         c.conditions.after.reference_ms = Some(spread(27.0, 26.0, 28.0));
         let note = host_speed_note(&c).expect("a warning for 43 against 27 ms");
-        assert!(
-            note.starts_with(
-                "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
-                 before it and 27 ms (26–28) after, 59% apart"
-            ),
-            "{note}"
+        starts(
+            &note,
+            "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
+                 before it and 27 ms (26–28) after, 59% apart",
         );
         assert!(note.contains("may not compare") && note.contains("rerun on a quiet machine"));
         // The run's spreads are 2% wide: a 7% move is past them (and past the floor, 5%).
         c.conditions.before.reference_ms = Some(spread(21.0, 20.8, 21.2));
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
         let note = host_speed_note(&c).expect("a warning for a 7% move");
-        assert!(
-            note.contains(
+        holds(
+            &note,
+            &[
                 "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
-                 widest)"
-            ),
-            "{note}"
+                 widest)",
+            ],
         );
         // A 4% move is within the floor.
         c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
@@ -1361,10 +1140,7 @@ mod tests {
         assert_eq!(host_speed_note(&c), None);
         c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
         let note = host_speed_note(&c).expect("a warning for a 12% move");
-        assert!(
-            note.contains("12% apart, more than 10%, past which"),
-            "{note}"
-        );
+        holds(&note, &["12% apart, more than 10%, past which"]);
         // And the table says it as a warning.
         assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
     }
