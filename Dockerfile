@@ -9,8 +9,10 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
-# The workspace's other member: cargo reads its manifest, and builds none of it here.
+# The workspace's other members: cargo reads the bench's manifest, and builds none of it
+# here; the runtime uses `common` (what it shares with the bench).
 COPY bench ./bench
+COPY common ./common
 # `wasmloop new` embeds the SDKs, the templates and the components' WIT world (build.rs
 # finds the WASI packages it names in cargo's registry).
 COPY sdk ./sdk

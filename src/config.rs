@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_ACTIVATIONS_PER_INSTANCE: u32 = 0;
 /// Instances (or children) of an action at once: one, as the platform's own runtimes.
 pub const DEFAULT_CONCURRENCY: u16 = 1;
 /// The entry point name an `/init` without `main` gets, as the platform's default.
-pub const DEFAULT_MAIN: &str = "main";
+pub use wasmloop_common::DEFAULT_MAIN;
 /// Our own executable, as the kernel keeps it.
 pub const SELF_EXE: &str = "/proc/self/exe";
 /// Liveness and readiness under either protocol: paths no action is ever given.

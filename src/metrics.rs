@@ -248,7 +248,9 @@ impl Process {
                 *counted = cpu;
             }
         }
-        if let Some(resident) = resident_bytes() {
+        if let Some(resident) =
+            wasmloop_common::process::resident_bytes(0).and_then(|bytes| i64::try_from(bytes).ok())
+        {
             self.resident_bytes.set(resident);
         }
         if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
@@ -278,13 +280,6 @@ fn cpu_seconds() -> Option<f64> {
     let fields = stat_fields()?;
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(ticks as f64 / USER_HZ)
-}
-
-/// The resident set (/proc/self/statm's second field, in pages).
-fn resident_bytes() -> Option<i64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: i64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * i64::try_from(rustix::param::page_size()).ok()?)
 }
 
 /// The process's start: the boot time (/proc/stat's `btime`) plus its start in ticks

@@ -160,9 +160,7 @@ impl Worker for Process {
 
     /// Its resident set, from /proc (read only when `--recycle-above-memory` asks).
     fn memory_bytes(&mut self) -> Option<u64> {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.pid())).ok()?;
-        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-        Some(pages * rustix::param::page_size() as u64)
+        wasmloop_common::process::resident_bytes(u32::try_from(self.child.pid()).ok()?)
     }
 
     fn attribute(&mut self, labels: std::sync::Arc<crate::logs::Labels>) {
@@ -195,7 +193,7 @@ impl Worker for Process {
 
     /// The child's CPU time, all its threads (its process clock), for the report.
     fn cpu_time(&mut self) -> Option<std::time::Duration> {
-        process_cpu_time(self.child.pid())
+        wasmloop_common::process::cpu_time(u32::try_from(self.child.pid()).ok()?)
     }
 }
 
@@ -425,27 +423,6 @@ impl Process {
             _ => Some("the action closed its result channel (fd 3)".to_owned()),
         }
     }
-}
-
-/// The CPU time process `pid` has used, all its threads, from its process CPU clock.
-fn process_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: `clock` is a valid place for the id; a pid that is gone is an error return.
-    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
-        return None;
-    }
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec to write; `clock` came from clock_getcpuclockid.
-    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
-        return None;
-    }
-    Some(std::time::Duration::new(
-        u64::try_from(now.tv_sec).ok()?,
-        u32::try_from(now.tv_nsec).ok()?,
-    ))
 }
 
 #[cfg(test)]
