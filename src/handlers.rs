@@ -122,7 +122,7 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
             .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
         let ((action, admitted), body) = before_body(early, &parts.headers, body, limit).await?;
         let timeout = runtime.config().pool.timeout;
-        let context = crate::webaction::Context {
+        let context = crate::plain_http::Context {
             about: &about,
             traceparent: traceparent.as_deref(),
             timeout,
@@ -136,7 +136,7 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
             return served;
         }
         let body = read_body(&runtime, body, limit, "run").await?;
-        let line = crate::webaction::activation(
+        let line = crate::plain_http::activation(
             &parts.method,
             &parts.uri,
             &parts.headers,
@@ -147,7 +147,7 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
             .activate_to_completion(Bytes::from(line), admitted)
             .await?;
         Ok(
-            crate::webaction::response(&result, &say).unwrap_or_else(|e| {
+            crate::plain_http::response(&result, &say).unwrap_or_else(|e| {
                 let message = e.to_string();
                 say(&format!("wasmloop: {message}"));
                 json_response(StatusCode::BAD_GATEWAY, protocol::error_body(&message))

@@ -47,20 +47,22 @@
 //!     outbound gate, their settings and flags, `wasmloop compile`), its start generic
 //!     over a `World`.
 //!   - `executor::http/`: the HTTP component backend, a `World` on the wasm folder's
-//!     start, with OpenWhisk's web-action mapping both ways.
+//!     start, its activations' values made requests by `web_action`.
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
 //! - `local_run`: `wasmloop run`, the same path without HTTP; `ow_compile`: the reference's
 //!   `-compile`; `new_project`: `wasmloop new`.
 //! - `signals`: SIGTERM and Ctrl-C, told apart, for the server and a local run alike.
-//! - `webaction`: `--protocol http`, a plain request as a web action's activation and its
+//! - `web_action`: OpenWhisk's web-action convention both ways (a value as an HTTP request,
+//!   a response as a result; media types, base64), used by the HTTP backend and by
+//!   `plain_http`: `--protocol http`, a plain request as a web action's activation and its
 //!   result as the response.
 //!
 //! The arrows point one way (no module uses one that uses it; `../shared/tools/structure.sh`
 //! finds no circle): `server` → `linger`, `handlers` → `runtime` → `executor` → `action` →
 //! `signing`; `error` sits beside `runtime` and names `action`'s and `executor`'s errors;
-//! `config`, `protocol`, `logs`, `metrics`, `outbound`, `memory` and `signals` are used from
-//! above and use nothing above them; `local_run`, `ow_compile`, `new_project` and `cli` are
+//! `config`, `protocol`, `web_action`, `logs`, `metrics`, `outbound`, `memory` and `signals`
+//! are used from above and use nothing above them; `local_run`, `ow_compile`, `new_project` and `cli` are
 //! at the top, beside `main`.
 
 pub mod action;
@@ -78,12 +80,13 @@ pub mod metrics;
 pub mod new_project;
 pub mod outbound;
 pub mod ow_compile;
+pub mod plain_http;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
 pub mod signals;
 pub mod signing;
-pub mod webaction;
+pub mod web_action;
 
 /// `bytes` in lower-case hex: digests in cache names, keys and signatures.
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -86,7 +86,7 @@ fn printed_by(file: &str) -> &'static [&'static str] {
         "src/server.rs"
         | "src/handlers.rs"
         | "src/metrics.rs"
-        | "src/webaction.rs"
+        | "src/plain_http.rs"
         | "src/linger.rs"
         | "src/executor/intake.rs" => &["serve"],
         "src/main.rs" => &["serve"],

@@ -16,7 +16,7 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
-use super::web;
+use crate::web_action as web;
 use crate::executor::intake::IntakeError;
 use crate::executor::pool::{Close, Start, Worker};
 use crate::executor::wasm::component::{self, ComponentHost, Outbound};

@@ -6,7 +6,6 @@
 // actions do (`web`).
 
 mod instance;
-pub mod web;
 
 use std::path::Path;
 use std::sync::Arc;

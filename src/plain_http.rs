@@ -15,11 +15,11 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::executor::http::web::{
+use crate::protocol::json_response;
+use crate::web_action::{
     BadHeader, RESPONSE_STATUSES, decode_base64, drop_hop_by_hop, header_map,
     is_base64_on_the_wire, is_json_family, media_type, result_body_is_base64,
 };
-use crate::protocol::json_response;
 
 /// The request line of one activation: the request as its value, and its `context`.
 pub fn activation(
