@@ -127,7 +127,7 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
             traceparent: traceparent.as_deref(),
             timeout,
         };
-        if action.serves_http() {
+        if action.takes_requests() {
             let context = context.line();
             let served = pass_through(&runtime, &action, parts, body, context, admitted).await;
             if let Err(Error::Run(RunError::Stopped)) = &served {

@@ -505,13 +505,15 @@ impl Action {
     async fn activate_uncounted(&self, body: &[u8]) -> Result<Bytes, Error> {
         let deadline = protocol::check_run_body(body).map_err(Error::BadRequest)?;
         let limit = Limit::earliest(deadline, self.timeout);
+        let line = executor::lines::lift_traceparent(executor::lines::frame_request(body));
         let result = self
             .executor
-            .run(
-                executor::lines::lift_traceparent(executor::lines::frame_request(body)),
+            .activate(
+                executor::Activation::Line(line),
                 limit.as_ref().map(|l| l.0),
             )
-            .await;
+            .await
+            .and_then(executor::Answer::into_line);
         // The executor has marked the activation's end (the sentinels) before letting the
         // next one start.
         within_limit(result, limit)
@@ -538,13 +540,13 @@ impl Action {
 
     /// Whether requests go to it as they came (`--protocol http`), not as web actions'
     /// values.
-    pub fn serves_http(&self) -> bool {
-        self.executor.serves_http()
+    pub fn takes_requests(&self) -> bool {
+        self.executor.takes_requests()
     }
 
-    /// `--protocol http`, for an action that takes requests themselves (see
-    /// `Executor::serve`): `admitted` goes with the response's body, which a drain waits
-    /// for.
+    /// `--protocol http`, for an action that takes requests as they came (see
+    /// `Executor::takes_requests`): `admitted` goes with the response's body, which a
+    /// drain waits for.
     pub async fn serve(
         &self,
         request: executor::HttpRequest,
@@ -554,7 +556,17 @@ impl Action {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let limit = Limit::earliest(None, self.timeout);
         let deadline = limit.as_ref().map(|l| l.0);
-        let served = self.executor.serve(request, context, deadline).await;
+        let served = self
+            .executor
+            .activate(
+                executor::Activation::Request {
+                    request: Box::new(request),
+                    context,
+                },
+                deadline,
+            )
+            .await
+            .and_then(executor::Answer::into_response);
         let response = within_limit(served, limit);
         // Counted once the response's head is there: its status is the component's answer,
         // a 5xx its own word that it failed.

@@ -49,10 +49,18 @@ use crate::protocol;
 /// Runs activations of one initialized action: what a backend gives the runtime, which
 /// holds it as `dyn Executor` without knowing which backend it is.
 pub trait Executor: Send + Sync {
-    /// One activation: `line` is the request framed as one line (see `lines::frame_request`);
-    /// the answer is the action's result line (an object or array), with its `\n`. Past
-    /// `deadline` the activation is stopped and the action restarted.
-    fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_>;
+    /// One activation: a request line (see `lines::frame_request`), answered with the
+    /// action's result line (an object or array, with its `\n`); or, for an action that
+    /// takes them (`takes_requests`), a request as it came, answered with the response as
+    /// soon as its head is there, its body sent as the action writes it (the activation
+    /// lasts until that body has ended). Past `deadline` the activation is stopped and the
+    /// action restarted.
+    fn activate(&self, activation: Activation, deadline: Option<Instant>) -> ActivateFuture<'_>;
+
+    /// Whether its actions take requests as they came (`Activation::Request`); every
+    /// action takes request lines, which is how the others get a request: as a web
+    /// action's value (`web_action`).
+    fn takes_requests(&self) -> bool;
 
     /// Stops the action: every worker, idle or busy, is stopped (busy ones' activations
     /// end with `RunError::Stopped`), later activations are refused, and the future
@@ -65,35 +73,56 @@ pub trait Executor: Send + Sync {
 
     /// Told how long the action's start took: the first activation's report says it.
     fn started_in(&self, _took: Duration) {}
+}
 
-    /// Whether its actions take HTTP requests themselves (`serve`) under `--protocol
-    /// http`; the others take them as web actions' values, through `run`.
-    fn serves_http(&self) -> bool;
-
-    /// `--protocol http`, for an action that takes requests themselves: `request` goes to
-    /// it as it came, its body read as the action reads it; the answer is the response as
-    /// soon as its head is there, its body sent as the action writes it. The activation
-    /// lasts until that body has ended (or `deadline`); `context` is its request line
-    /// without a value (its id, its deadline).
-    /// Only called where `serves_http` says so.
-    fn serve(
-        &self,
-        request: HttpRequest,
+/// One activation, as the runtime hands it to an action.
+pub enum Activation {
+    /// Its request line (`/run`'s body framed as one line, or a web action's value).
+    Line(Vec<u8>),
+    /// A request as it came (`--protocol http`), its body read as the action reads it;
+    /// `context` is its request line without a value (its id, its deadline).
+    Request {
+        request: Box<HttpRequest>,
         context: Vec<u8>,
-        deadline: Option<Instant>,
-    ) -> ServeFuture<'_>;
+    },
+}
+
+/// What an activation answered.
+pub enum Answer {
+    /// The result line.
+    Line(Bytes),
+    /// The response, as soon as its head is there.
+    Response(HttpResponse),
+}
+
+impl Answer {
+    /// The result line of an activation that was a request line.
+    pub fn into_line(self) -> Result<Bytes, RunError> {
+        match self {
+            Answer::Line(line) => Ok(line),
+            Answer::Response(_) => Err(RunError::Exited(Some(
+                "it answered a response where a result line was due".to_owned(),
+            ))),
+        }
+    }
+
+    /// The response of an activation that was a request as it came.
+    pub fn into_response(self) -> Result<HttpResponse, RunError> {
+        match self {
+            Answer::Response(response) => Ok(response),
+            Answer::Line(_) => Err(RunError::Exited(Some(
+                "it answered a result line where a response was due".to_owned(),
+            ))),
+        }
+    }
 }
 
 /// An activation under way (boxed, so that `Executor` can be a trait object).
-pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Result<Bytes, RunError>> + Send + 'a>>;
+pub type ActivateFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, RunError>> + Send + 'a>>;
 
-/// A request handed to an action as it came (`Executor::serve`), and its response.
+/// A request handed to an action as it came, and its response.
 pub type HttpRequest = axum::http::Request<axum::body::Body>;
 pub type HttpResponse = axum::http::Response<axum::body::Body>;
-
-/// A request served as it came, until its response's head is there.
-pub type ServeFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<HttpResponse, RunError>> + Send + 'a>>;
 
 /// Where a worker sends the response's head, as soon as it has one; whether it did is
 /// told to whoever waits for the activation's end.

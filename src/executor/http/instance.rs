@@ -18,7 +18,7 @@ use wasmtime_wasi_http::WasiHttpView;
 
 use crate::web_action as web;
 use crate::executor::intake::IntakeError;
-use crate::executor::pool::{Close, Start, Worker};
+use crate::executor::pool::{Close, Job, Start, Worker};
 use crate::executor::wasm::component::{self, ComponentHost, Outbound};
 use crate::executor::wasm::descriptors::Descriptors;
 use crate::executor::wasm::environ::Environ;
@@ -142,14 +142,39 @@ impl Worker for HttpInstance {
         Some(&self.attribution)
     }
 
-    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
-        let incoming = web::request(&line).map_err(|e| RunError::BadInput(e.0))?;
-        self.environ.arrive(&line);
-        self.handle(incoming).await
+    /// Both kinds: a web action's value, made a request (`web_action`), or a request
+    /// as it came (`--protocol http`).
+    const TAKES_REQUESTS: bool = true;
+
+    async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
+        match job {
+            Job::Line(line) => {
+                let incoming = web::request(&line).map_err(|e| RunError::BadInput(e.0))?;
+                self.environ.arrive(&line);
+                self.handle(incoming).await
+            }
+            Job::Request {
+                request,
+                context,
+                respond,
+            } => self.serve(*request, context, respond).await.map(|()| Bytes::new()),
+        }
     }
 
-    const SERVES_HTTP: bool = true;
+    fn end_activation(&mut self, close: Close) {
+        self.stdout.flush();
+        close.write_stdout();
+        if let Some(line) = crate::lock(&self.denials).left_out() {
+            self.stderr.note(&line);
+        }
+        self.stderr.flush_with(close.stderr_tail());
+        self.descriptors.new_activation();
+    }
+}
 
+impl HttpInstance {
+    /// Serves one request as it came: sends the response's head on `respond` as soon as
+    /// it has it, and returns once the response's body has ended.
     async fn serve(
         &mut self,
         request: HttpRequest,
@@ -221,18 +246,6 @@ impl Worker for HttpInstance {
         }
     }
 
-    fn end_activation(&mut self, close: Close) {
-        self.stdout.flush();
-        close.write_stdout();
-        if let Some(line) = crate::lock(&self.denials).left_out() {
-            self.stderr.note(&line);
-        }
-        self.stderr.flush_with(close.stderr_tail());
-        self.descriptors.new_activation();
-    }
-}
-
-impl HttpInstance {
     /// Calls `handle` with the request, and reads its response as the guest writes it (up
     /// to `--max-result-bytes` of body) into the web-action result.
     async fn handle(&mut self, incoming: web::Incoming) -> Result<Bytes, RunError> {

@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
 use super::lines::{LineError, LineReader, NoAnswer};
-use super::pool::{Pool, PoolSize, Reporting, Start, Worker};
+use super::pool::{Job, Pool, PoolSize, Reporting, Start, Worker};
 use super::registry::{Backend, Registration, StartFuture};
 use super::{AbortOnDrop, RunError, StartError, StartSpec, parse_ack};
 use crate::action::{Entry, Prepared};
@@ -171,7 +171,8 @@ impl Worker for Process {
         Some(&self.attribution)
     }
 
-    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+    async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
+        let line = job.into_line()?;
         self.stdout.forget_lines();
         self.exchange(&line, self.max_result).await
     }

@@ -16,18 +16,21 @@ use tokio::time::Instant;
 pub use ending::{Close, End};
 use lifecycle::Idle;
 pub use reports::Reporting;
-pub use worker::{PoolSize, Start, Worker};
+pub use worker::{Job, NO_REQUESTS, PoolSize, Start, Worker};
 
 use super::report::cpu_timed;
-use super::{AbortOnDrop, Executor, HttpRequest, Respond, RunError, RunFuture, ServeFuture, lines};
+use super::{
+    AbortOnDrop, ActivateFuture, Activation, Answer, Executor, HttpRequest, HttpResponse, Respond,
+    RunError, lines,
+};
 use crate::lock;
 
-/// What an activation asks of its worker.
-enum Job {
+/// What kind of activation a job is: its request line goes with it either way.
+enum Kind {
     /// Its request line, answered with its result line.
-    Run,
-    /// A request served as it came (`Worker::serve`).
-    Serve(Box<HttpRequest>, Respond),
+    Line,
+    /// A request served as it came (`Job::Request`).
+    Request(Box<HttpRequest>, Respond),
 }
 
 /// What an activation leaves to its end: the permit it holds until then, whether its
@@ -89,50 +92,28 @@ impl<W: Worker> Executor for Pool<W>
 where
     W::Spec: 'static,
 {
-    fn run(&self, line: Vec<u8>, deadline: Option<Instant>) -> RunFuture<'_> {
-        Box::pin(self.job(Job::Run, line, deadline))
+    fn activate(&self, activation: Activation, deadline: Option<Instant>) -> ActivateFuture<'_> {
+        Box::pin(async move {
+            match activation {
+                Activation::Line(line) => {
+                    self.job(Kind::Line, line, deadline).await.map(Answer::Line)
+                }
+                Activation::Request { request, context } => self
+                    .serve(*request, context, deadline)
+                    .await
+                    .map(Answer::Response),
+            }
+        })
     }
 
-    fn serves_http(&self) -> bool {
-        W::SERVES_HTTP
+    fn takes_requests(&self) -> bool {
+        W::TAKES_REQUESTS
     }
 
     fn started_in(&self, took: std::time::Duration) {
         if self.reporting.reports {
             *lock(&self.cold) = Some(took);
         }
-    }
-
-    fn serve(
-        &self,
-        request: HttpRequest,
-        context: Vec<u8>,
-        deadline: Option<Instant>,
-    ) -> ServeFuture<'_> {
-        Box::pin(async move {
-            let pool = self.me.upgrade().ok_or(RunError::Stopped)?;
-            let (respond, head) = Respond::new();
-            // The activation goes on once the head is out, until the worker has written
-            // the body: a task of its own holds the worker until then.
-            let task = tokio::spawn(async move {
-                pool.job(Job::Serve(Box::new(request), respond), context, deadline)
-                    .await
-            });
-            match head.await {
-                Ok(response) => Ok(response),
-                Err(_) => match task.await {
-                    Ok(Err(e)) => Err(e),
-                    Ok(Ok(_)) => Err(RunError::Exited(Some(
-                        "it ended the activation without a response".to_owned(),
-                    ))),
-                    Err(panicked) => {
-                        tracing::error!(error = %panicked, "an activation panicked");
-                        self.reporting.end.write();
-                        Err(RunError::Exited(Some("the activation failed".to_owned())))
-                    }
-                },
-            }
-        })
     }
 
     fn abandon(&self) {
@@ -153,17 +134,54 @@ where
 }
 
 impl<W: Worker> Pool<W> {
+    /// A request as it came: answered as soon as the response's head is there, while a
+    /// task of its own holds the worker until the body has gone out.
+    async fn serve(
+        &self,
+        request: HttpRequest,
+        context: Vec<u8>,
+        deadline: Option<Instant>,
+    ) -> Result<HttpResponse, RunError> {
+        if !W::TAKES_REQUESTS {
+            return Err(RunError::BadInput(worker::NO_REQUESTS.to_owned()));
+        }
+        {
+            let pool = self.me.upgrade().ok_or(RunError::Stopped)?;
+            let (respond, head) = Respond::new();
+            // The activation goes on once the head is out, until the worker has written
+            // the body: a task of its own holds the worker until then.
+            let task = tokio::spawn(async move {
+                pool.job(Kind::Request(Box::new(request), respond), context, deadline)
+                    .await
+            });
+            match head.await {
+                Ok(response) => Ok(response),
+                Err(_) => match task.await {
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(_)) => Err(RunError::Exited(Some(
+                        "it ended the activation without a response".to_owned(),
+                    ))),
+                    Err(panicked) => {
+                        tracing::error!(error = %panicked, "an activation panicked");
+                        self.reporting.end.write();
+                        Err(RunError::Exited(Some("the activation failed".to_owned())))
+                    }
+                },
+            }
+        }
+    }
+
     /// One activation of either kind, ended (its logs marked) before the next may start.
     async fn job(
         &self,
-        job: Job,
+        job: Kind,
         line: Vec<u8>,
         deadline: Option<Instant>,
     ) -> Result<Bytes, RunError> {
         let mut stopping = self.stopping.subscribe();
         let head_sent = match &job {
-            Job::Serve(_, respond) => Some(respond.head_sent()),
-            Job::Run => None,
+            Kind::Request(_, respond) => Some(respond.head_sent()),
+            Kind::Line => None,
         };
         // Read only for the activation's report.
         let began = self.reporting.reports.then(std::time::Instant::now);
@@ -187,7 +205,7 @@ impl<W: Worker> Pool<W> {
                 self.say_stopped(began, sent, labels.as_deref());
                 Err(RunError::Stopped)
             }
-            result = self.activate(job, line, deadline, head_sent.as_deref(), &mut in_flight) => result,
+            result = self.carry_out(job, line, deadline, head_sent.as_deref(), &mut in_flight) => result,
         };
         if !in_flight.written {
             self.reporting.end.write();
@@ -208,9 +226,9 @@ impl<W: Worker> Pool<W> {
     /// One activation on a worker: admitted, it takes a worker, runs on it, closes its
     /// logs and gives the worker back. `head_sent`, for a request served as it came, is
     /// set once its response's head went out (a failure after that is told as a cut).
-    async fn activate(
+    async fn carry_out(
         &self,
-        job: Job,
+        job: Kind,
         line: Vec<u8>,
         deadline: Option<Instant>,
         head_sent: Option<&AtomicU16>,
@@ -227,11 +245,15 @@ impl<W: Worker> Pool<W> {
         let mut polled = std::time::Duration::ZERO;
         let work = async {
             match job {
-                Job::Run => lines::check_result(worker.activate(line).await?),
-                Job::Serve(request, respond) => worker
-                    .serve(*request, line, respond)
-                    .await
-                    .map(|()| Bytes::new()),
+                Kind::Line => lines::check_result(worker.activate(Job::Line(line)).await?),
+                Kind::Request(request, respond) => {
+                    let request = Job::Request {
+                        request,
+                        context: line,
+                        respond,
+                    };
+                    worker.activate(request).await
+                }
             }
         };
         let result = within(deadline, cpu_timed(work, &mut polled, reports)).await;
@@ -325,7 +347,8 @@ mod tests {
             None
         }
 
-        async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+        async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
+            let line = job.into_line()?;
             if line == b"exit\n" {
                 return Err(RunError::Exited(None));
             }
@@ -334,7 +357,11 @@ mod tests {
     }
 
     async fn answer(slot: &Pool<Fake>) -> String {
-        let answer = slot.run(b"{}\n".to_vec(), None).await.unwrap();
+        let answer = slot
+            .activate(Activation::Line(b"{}\n".to_vec()), None)
+            .await
+            .and_then(Answer::into_line)
+            .unwrap();
         String::from_utf8(answer.to_vec()).unwrap()
     }
 
@@ -371,7 +398,11 @@ mod tests {
             "the unneeded fresh worker is not kept"
         );
         // Once it ends, its successor is made from the new spec.
-        assert!(slot.run(b"exit\n".to_vec(), None).await.is_err());
+        assert!(
+            slot.activate(Activation::Line(b"exit\n".to_vec()), None)
+                .await
+                .is_err()
+        );
         assert_eq!(answer(&slot).await, "{\"spec\":3}\n");
     }
 
@@ -405,7 +436,7 @@ mod tests {
             None
         }
 
-        async fn activate(&mut self, _line: Vec<u8>) -> Result<Bytes, RunError> {
+        async fn activate(&mut self, _job: Job) -> Result<Bytes, RunError> {
             self.0 += 1;
             Ok(Bytes::from(format!("{{\"count\":{}}}\n", self.0)))
         }
@@ -425,7 +456,11 @@ mod tests {
             .unwrap();
         let mut answers = Vec::new();
         for _ in 0..5 {
-            let answer = pool.run(b"{}\n".to_vec(), None).await.unwrap();
+            let answer = pool
+                .activate(Activation::Line(b"{}\n".to_vec()), None)
+                .await
+                .and_then(Answer::into_line)
+                .unwrap();
             answers.push(String::from_utf8(answer.to_vec()).unwrap());
         }
         assert_eq!(
@@ -479,7 +514,7 @@ mod tests {
             lock(&self.told).push(queued);
         }
 
-        async fn activate(&mut self, _line: Vec<u8>) -> Result<Bytes, RunError> {
+        async fn activate(&mut self, _job: Job) -> Result<Bytes, RunError> {
             self.gate.acquire().await.unwrap().forget();
             Ok(Bytes::from_static(b"{}\n"))
         }
@@ -501,7 +536,10 @@ mod tests {
         let runs: Vec<_> = (0..3)
             .map(|_| {
                 let slot = slot.clone();
-                tokio::spawn(async move { slot.run(b"{}\n".to_vec(), None).await })
+                tokio::spawn(async move {
+                    slot.activate(Activation::Line(b"{}\n".to_vec()), None)
+                        .await
+                })
             })
             .collect();
         // The first is served alone; two queue behind it.

@@ -48,26 +48,12 @@ pub trait Worker: Sized + Send + 'static {
         close.write();
     }
 
-    /// Sends one request line and waits for the result line (at most as long as the
-    /// worker's spec allows).
-    fn activate(&mut self, line: Vec<u8>) -> impl Future<Output = Result<Bytes, RunError>> + Send;
+    /// Whether it takes requests as they came (`Job::Request`) besides request lines.
+    const TAKES_REQUESTS: bool = false;
 
-    /// Whether it takes HTTP requests themselves (`serve`).
-    const SERVES_HTTP: bool = false;
-
-    /// Serves one request as it came (see `Executor::serve`): sends the response's head on
-    /// `respond` as soon as it has it, and returns once the response's body has ended.
-    /// `context` is the activation's request line without a value.
-    fn serve(
-        &mut self,
-        _request: HttpRequest,
-        _context: Vec<u8>,
-        _respond: Respond,
-    ) -> impl Future<Output = Result<(), RunError>> + Send {
-        std::future::ready(Err(RunError::BadInput(
-            "this action takes requests as web actions' values, not as they came".to_owned(),
-        )))
-    }
+    /// One activation: a request line, answered with the result line (at most as long as
+    /// the worker's spec allows); or, where it takes them, a request as it came.
+    fn activate(&mut self, job: Job) -> impl Future<Output = Result<Bytes, RunError>> + Send;
 
     /// Told before each activation which one it is, when log lines carry it
     /// (`--log-format json`).
@@ -102,6 +88,34 @@ pub trait Worker: Sized + Send + 'static {
         None
     }
 }
+
+/// What an activation asks of a worker.
+pub enum Job {
+    /// Its request line, answered with its result line.
+    Line(Vec<u8>),
+    /// A request as it came (`Worker::TAKES_REQUESTS`): the response's head goes on
+    /// `respond` as soon as there is one, and the activation returns (no bytes) once the
+    /// response's body has ended. `context` is its request line without a value.
+    Request {
+        request: Box<HttpRequest>,
+        context: Vec<u8>,
+        respond: Respond,
+    },
+}
+
+impl Job {
+    /// The request line, for a worker that takes nothing else (the pool hands it nothing
+    /// else: `Worker::TAKES_REQUESTS`).
+    pub fn into_line(self) -> Result<Vec<u8>, RunError> {
+        match self {
+            Job::Line(line) => Ok(line),
+            Job::Request { .. } => Err(RunError::BadInput(NO_REQUESTS.to_owned())),
+        }
+    }
+}
+
+/// What an action that takes only request lines answers a request as it came.
+pub const NO_REQUESTS: &str = "this action takes requests as web actions' values, not as they came";
 
 /// How a worker is started.
 #[derive(Debug, Clone, Copy)]

@@ -19,7 +19,7 @@ use super::streams::{GuestStderr, GuestStdin, GuestStdout, StdioOut};
 use super::{Pre, WasmError, WasmSpec, descriptors, ticker};
 use crate::executor::lines::{LineTooLong, NoAnswer};
 use crate::last_words;
-use crate::executor::pool::{Close, Start, Worker};
+use crate::executor::pool::{Close, Job, Start, Worker};
 use crate::executor::{RunError, StartError, StartSpec, parse_ack};
 
 impl Worker for Instance {
@@ -54,7 +54,8 @@ impl Worker for Instance {
         Some(self.memory.load(std::sync::atomic::Ordering::Relaxed) as u64)
     }
 
-    async fn activate(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+    async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
+        let line = job.into_line()?;
         self.settle().await;
         // The result's cap is the stdout stream's own, set when the instance was made.
         let result = self.exchange(line).await;
