@@ -170,8 +170,18 @@ impl Drop for Admitted {
 impl Runtime {
     /// The runtime for `config`, counting in `metrics` when they are on.
     pub fn new(config: Config, metrics: Option<Arc<crate::metrics::Metrics>>) -> Self {
+        Runtime::with_backends(config, metrics, &[])
+    }
+
+    /// The runtime with backends of its embedder's besides the registered ones
+    /// (`Registry::with_backends`).
+    pub fn with_backends(
+        config: Config,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+        more: &[&'static executor::registry::Registration],
+    ) -> Self {
         Runtime {
-            registry: executor::registry::Registry::new(&config, metrics.clone()),
+            registry: executor::registry::Registry::with_backends(&config, metrics.clone(), more),
             metrics,
             config,
             action: RwLock::new(None),

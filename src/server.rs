@@ -98,9 +98,18 @@ pub async fn run(
     shutdown: impl Future<Output = Stop> + Send + 'static,
 ) -> std::io::Result<()> {
     config.fit_to_host();
+    serve(listener, Arc::new(Runtime::new(config, metrics)), shutdown).await
+}
+
+/// `run` for a runtime made already (one with backends of its embedder's, say: see
+/// `Runtime::with_backends`), its settings fitted to the host.
+pub async fn serve(
+    listener: TcpListener,
+    runtime: Arc<Runtime>,
+    shutdown: impl Future<Output = Stop> + Send + 'static,
+) -> std::io::Result<()> {
     tracing::debug!(address = ?listener.local_addr().ok(), "listening");
-    let built_in = config.action.built_in.clone();
-    let runtime = Arc::new(Runtime::new(config, metrics));
+    let built_in = runtime.config().action.built_in.clone();
     // Made now, off the async workers, so that the first /init does not pay for it (the
     // wasm engines: see each backend's `warm`). Only the backends `--backends` allows: a
     // native-only image keeps an engine's memory and the address space its pool reserves.

@@ -11,16 +11,17 @@ macro_rules! backends {
     ($($folder:ident: $($registration:ident),+;)+) => {
         $(pub mod $folder;)+
 
-        /// Every backend, in the order an upload is offered to them (the first that claims
-        /// it runs it).
+        /// Every backend, in the order `--help` lists them: which one runs an upload is
+        /// the closest claim's (`registry::Claim`), not a matter of this order.
         pub const BACKENDS: &[registry::Registration] = &[$($($folder::$registration),+),+];
     };
 }
 
 // The backends: a new one is its folder (a `Registration`, a `Backend` and a `Worker`)
-// and a line here. A module precompiled by `wasmloop compile` is an ELF file too, so the
-// WebAssembly backends look before the native one; an HTTP component is a component too,
-// so its backend looks before theirs.
+// and a line here. Uploads two could run are told apart by how closely each claims them:
+// a module precompiled by `wasmloop compile` is an ELF file too, which the native backend
+// claims as any file and the WebAssembly one by its format; an HTTP component is a
+// component too, which its backend claims by its exports.
 backends! {
     http: HTTP;
     wasm: MODULES, COMPONENTS;

@@ -35,8 +35,9 @@ pub type StartFuture<'a> =
 
 /// One way of running actions, made for one runtime and owning what it keeps for it.
 pub trait Backend: Send + Sync {
-    /// Whether it runs what `/init` unpacked (asked in `BACKENDS`' order).
-    fn claims(&self, entry: &Entry) -> bool;
+    /// Whether it runs what `/init` unpacked, and how closely its claim fits (`Claim`):
+    /// every backend is asked, and the closest claim wins.
+    fn claims(&self, entry: &Entry) -> Option<Claim>;
 
     /// Starts the action it claimed.
     fn start<'a>(
@@ -64,6 +65,20 @@ pub trait Backend: Send + Sync {
     fn sign(&self, _prepared: &Prepared, _key: &ed25519_dalek::SigningKey) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// How closely a backend's claim on an upload fits it. Every backend is asked; the
+/// closest claim wins, whatever order the backends are listed in, and two claims that fit
+/// equally closely are a mistake in the backends, refused at `/init` naming both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Claim {
+    /// Any file it can start (the native backend: any executable or script).
+    AnyFile,
+    /// The file's format (a WebAssembly module; a component).
+    Format,
+    /// What the format holds (a component exporting wasi:http's handler and no
+    /// `wasi:cli/run`).
+    Contents,
 }
 
 /// What the backends of one runtime are made with besides its settings: state the
@@ -224,9 +239,12 @@ pub fn name_parser() -> impl clap::builder::TypedValueParser<Value = BackendName
     })
 }
 
+/// A backend made for one runtime, with its registration.
+type Made = (&'static Registration, Arc<dyn Backend>);
+
 /// The backends of one runtime, made from its settings.
 pub struct Registry {
-    made: Vec<(&'static Registration, Arc<dyn Backend>)>,
+    made: Vec<Made>,
     /// The names `--backends` allows.
     allowed: Vec<&'static str>,
 }
@@ -235,17 +253,28 @@ impl Registry {
     /// Makes every registered backend (each makes little until it is warmed or used):
     /// one that `--backends` leaves out still tells what it would have claimed.
     pub fn new(config: &Config, metrics: Option<Arc<crate::metrics::Metrics>>) -> Registry {
+        Registry::with_backends(config, metrics, &[])
+    }
+
+    /// The registered backends and `more` (a program that embeds the runtime, or a test,
+    /// adds its own this way: a `Registration` and its `Backend`, nothing else).
+    pub fn with_backends(
+        config: &Config,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+        more: &[&'static Registration],
+    ) -> Registry {
         let mut shared = Shared {
             made: HashMap::new(),
             metrics,
         };
-        let made = BACKENDS
+        let made: Vec<_> = BACKENDS
             .iter()
+            .chain(more.iter().copied())
             .map(|registration| (registration, (registration.make)(config, &mut shared)))
             .collect();
         let allowed = match &config.action.backends {
             Some(names) => names.clone(),
-            None => BACKENDS.iter().map(|b| b.name).collect(),
+            None => made.iter().map(|(b, _)| b.name).collect(),
         };
         Registry { made, allowed }
     }
@@ -277,9 +306,10 @@ impl Registry {
 
     /// Signs what `/init` unpacked (`Backend::sign`), by the backend that claims it.
     pub fn sign(&self, prepared: &Prepared, key: &ed25519_dalek::SigningKey) -> anyhow::Result<()> {
-        match self.made.iter().find(|(_, b)| b.claims(&prepared.entry)) {
-            Some((_, backend)) => backend.sign(prepared, key),
-            None => Ok(()),
+        match self.claimant(&prepared.entry) {
+            Ok(Some((_, backend))) => backend.sign(prepared, key),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -294,13 +324,7 @@ impl Registry {
         if let Some(expected) = &config.action.execution_env {
             check_execution_env(&prepared.bin_dir, expected)?;
         }
-        // Asked of each backend in turn, from the file, before anything runs (or its
-        // WebAssembly is compiled): a refused upload costs a few header reads.
-        let Some((registration, backend)) = self
-            .made
-            .iter()
-            .find(|(_, backend)| backend.claims(&prepared.entry))
-        else {
+        let Some((registration, backend)) = self.claimant(&prepared.entry)? else {
             return Err(StartError::Unsupported(
                 "no backend runs this upload".to_owned(),
             ));
@@ -319,6 +343,35 @@ impl Registry {
         };
         let executor = backend.start(prepared, spec, config, size).await?;
         Ok((registration.name, executor))
+    }
+}
+
+impl Registry {
+    /// The backend whose claim on `entry` fits closest (`Claim`). Asked of every backend,
+    /// from the file, before anything runs (or its WebAssembly is compiled): a refused
+    /// upload costs a few header reads.
+    fn claimant(&self, entry: &Entry) -> Result<Option<&Made>, StartError> {
+        let claims: Vec<_> = self
+            .made
+            .iter()
+            .filter_map(|made| Some((made.1.claims(entry)?, made)))
+            .collect();
+        let Some(closest) = claims.iter().map(|(claim, ..)| *claim).max() else {
+            return Ok(None);
+        };
+        let mut closest = claims.into_iter().filter(|(claim, ..)| *claim == closest);
+        let Some((_, made)) = closest.next() else {
+            return Ok(None);
+        };
+        if let Some((_, (other, _))) = closest.next() {
+            return Err(StartError::Unsupported(format!(
+                "the {} and {} backends both claim this upload, equally closely: a mistake in \
+                 their claims (each must claim only what it alone runs, or claim it more or \
+                 less closely than the other)",
+                made.0.name, other.name
+            )));
+        }
+        Ok(Some(made))
     }
 }
 

@@ -5,6 +5,7 @@ mod support;
 
 mod answers;
 mod authoring;
+mod backends;
 mod bench_report;
 mod built_in;
 mod canonical;

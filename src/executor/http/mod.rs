@@ -13,7 +13,7 @@ use std::sync::Arc;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use super::pool::PoolSize;
-use super::registry::{Backend, Registration, StartFuture};
+use super::registry::{Backend, Claim, Registration, StartFuture};
 use super::wasm::component::ComponentHost;
 use super::wasm::{self, Code, Engines, WasmEngine, WasmError, World};
 use super::StartSpec;
@@ -46,8 +46,8 @@ struct HttpBackend {
 impl Backend for HttpBackend {
     /// A component that exports `incoming-handler` and no `wasi:cli/run` (one that has
     /// both was made for the stdio contract, and runs on the component backend).
-    fn claims(&self, entry: &Entry) -> bool {
-        match entry {
+    fn claims(&self, entry: &Entry) -> Option<Claim> {
+        let handles_http = match entry {
             Entry::File(path) if wasm::is_webassembly(path) => is_http_component(path),
             Entry::File(path) => {
                 self.allow_precompiled
@@ -59,7 +59,8 @@ impl Backend for HttpBackend {
                 wasm::Side::of_precompiled(&path) == Some(wasm::Side::Component)
                     && self.loaded_handles_http(|engine| engine.load_signed(&path))
             }
-        }
+        };
+        handles_http.then_some(Claim::Contents)
     }
 
     fn start<'a>(

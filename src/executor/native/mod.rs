@@ -18,7 +18,7 @@ use tokio::net::unix::pipe;
 
 use super::lines::{LineError, LineReader, NoAnswer};
 use super::pool::{Job, Pool, PoolSize, Reporting, Start, Worker};
-use super::registry::{Backend, Registration, StartFuture};
+use super::registry::{Backend, Claim, Registration, StartFuture};
 use super::{AbortOnDrop, RunError, StartError, StartSpec, parse_ack};
 use crate::action::{Entry, Prepared};
 use crate::config::Config;
@@ -74,10 +74,10 @@ pub const NATIVE: Registration = Registration {
 struct Native(NativeSettings, Option<Arc<crate::metrics::Metrics>>);
 
 impl Backend for Native {
-    /// Any file: last in the registry, it is asked only about what the WebAssembly
-    /// backends did not claim (a file that does not start is its start error to tell).
-    fn claims(&self, entry: &Entry) -> bool {
-        matches!(entry, Entry::File(_))
+    /// Any file, as loosely as a claim can be: the WebAssembly backends' claims on
+    /// theirs are closer (a file that does not start is its start error to tell).
+    fn claims(&self, entry: &Entry) -> Option<Claim> {
+        matches!(entry, Entry::File(_)).then_some(Claim::AnyFile)
     }
 
     fn start<'a>(

@@ -43,7 +43,7 @@ pub use settings::{
 };
 
 use super::pool::{Pool, PoolSize, Reporting, Worker};
-use super::registry::{Backend, Registration, Shared, StartFuture};
+use super::registry::{Backend, Claim, Registration, Shared, StartFuture};
 use super::{StartError, StartSpec};
 use crate::action::{Entry, Prepared};
 use crate::config::Config;
@@ -96,13 +96,15 @@ impl WasmBackend {
 }
 
 impl Backend for WasmBackend {
-    fn claims(&self, entry: &Entry) -> bool {
+    /// A module, or a component, by its format (an HTTP component is claimed more closely
+    /// by its own backend).
+    fn claims(&self, entry: &Entry) -> Option<Claim> {
         let side = match entry {
             Entry::File(path) if is_webassembly(path) => Some(Side::of_file(path)),
             Entry::File(path) => Side::of_precompiled(path),
             Entry::Signed(code) => Some(Side::of_file(&code.path())),
         };
-        side == Some(self.side)
+        (side == Some(self.side)).then_some(Claim::Format)
     }
 
     fn start<'a>(
