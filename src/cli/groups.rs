@@ -250,3 +250,13 @@ fn inherited_ow_env() -> Vec<(String, String)> {
         .filter(|(k, _)| k.starts_with("__OW_"))
         .collect()
 }
+
+/// What the action is called: `serve`'s built-in action in log lines and reports; under
+/// `run`, in the request lines too. One flag, whose help each command words for itself.
+#[derive(Debug, Clone, Args)]
+pub struct NameArgs {
+    /// What log lines and reports call the built-in action (their `action` in json), as
+    /// OpenWhisk names an action [default: the --action file's name without its extension].
+    #[arg(long, env = "WASMLOOP_ACTION_NAME", value_name = "NAME")]
+    pub action_name: Option<String>,
+}

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 use crate::executor::registry;
 pub use groups::{
-    ActivationArgs, LimitArgs, LogArgs, PoolArgs, RuntimeArgs, StartArgs, UploadArgs,
+    ActivationArgs, LimitArgs, LogArgs, NameArgs, PoolArgs, RuntimeArgs, StartArgs, UploadArgs,
 };
 pub use run::RunArgs;
 pub use serve::ServeArgs;

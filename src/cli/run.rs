@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{ActivationArgs, UploadArgs, parse_key_value};
+use super::{ActivationArgs, NameArgs, UploadArgs, parse_key_value};
 use crate::config::{self, Config};
 use crate::executor::registry;
 
@@ -16,6 +16,9 @@ use crate::executor::registry;
 #[command(mut_arg("timeout", |arg| arg
     .default_value(config::DEFAULT_RUN_TIMEOUT)
     .help("Stop an activation (and the start-up) that takes longer than this (e.g. 500ms, 2m)")))]
+#[command(mut_arg("action_name", |arg| arg
+    .help("The action name the request lines name [default: /NAMESPACE/ and the file's \
+           name without its extension]")))]
 pub struct RunArgs {
     /// The action: a .wasm module, a native executable or script, or a zip / tar.gz.
     pub file: PathBuf,
@@ -39,10 +42,8 @@ pub struct RunArgs {
     /// The namespace the request lines name.
     #[arg(long, default_value = "_")]
     pub namespace: String,
-    /// The action name the request lines name [default: /NAMESPACE/ and the file's name
-    /// without its extension].
-    #[arg(long, value_name = "NAME")]
-    pub action_name: Option<String>,
+    #[command(flatten)]
+    pub name: NameArgs,
     /// Send each input line as the whole request line, as it is (for testing the raw
     /// contract); otherwise each input is the `value` of a request line that also carries
     /// `activation_id`, `deadline` (now + --timeout), `namespace` and `action_name`.
@@ -75,6 +76,7 @@ impl RunArgs {
         crate::local_run::RequestContext {
             activation_id: self.activation_id.clone(),
             action_name: self
+                .name
                 .action_name
                 .clone()
                 .unwrap_or_else(|| format!("/{}/{stem}", self.namespace)),

@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{RuntimeArgs, parse_listen};
+use super::{NameArgs, RuntimeArgs, parse_listen};
 use crate::config::{self, Config};
 
+/// `serve`'s: its `--action-name` names the built-in action, so it needs one.
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg("action_name", |arg| arg.requires("action")))]
 pub struct ServeArgs {
     /// Address and port to listen on, or a port alone for every address [default:
     /// 0.0.0.0:$PORT when PORT is set, as Knative and Cloud Run set it; else 0.0.0.0:8080].
@@ -43,15 +45,8 @@ pub struct ServeArgs {
         requires = "action"
     )]
     pub action_main: String,
-    /// What log lines and reports call the built-in action (their `action` in json), as
-    /// OpenWhisk names an action [default: the --action file's name without its extension].
-    #[arg(
-        long,
-        env = "WASMLOOP_ACTION_NAME",
-        value_name = "NAME",
-        requires = "action"
-    )]
-    pub action_name: Option<String>,
+    #[command(flatten)]
+    pub name: NameArgs,
     /// Under --protocol http, how long requests are still served after SIGTERM, while the
     /// readiness path answers 503 so that the platform stops routing here; then those in
     /// flight get --shutdown-timeout. Longer than the readiness probe's period times its
@@ -80,7 +75,7 @@ impl ServeArgs {
             .action
             .clone()
             .map(|file| (file, self.action_main.clone()));
-        config.action.name = self.action_name.clone().or_else(|| {
+        config.action.name = self.name.action_name.clone().or_else(|| {
             let file = self.action.as_deref()?;
             Some(file.file_stem()?.to_string_lossy().into_owned())
         });
