@@ -665,6 +665,20 @@ mod tests {
         }
     }
 
+    /// Asserts that `text` is `golden`'s, a file under bench/tests/golden/, naming the first
+    /// line that differs (the files are the expected output, reviewed as such).
+    #[track_caller]
+    pub(super) fn same(text: &str, golden: &str) {
+        let mut lines = text.lines().zip(golden.lines()).enumerate();
+        if let Some((at, (now, kept))) = lines.find(|(_, (a, b))| a != b) {
+            panic!(
+                "line {} is now\n{now}\nnot as the golden file has it\n{kept}",
+                at + 1
+            );
+        }
+        assert_eq!(text, golden, "the same lines, but not as many");
+    }
+
     #[track_caller]
     pub(super) fn starts(text: &str, start: &str) {
         assert!(
@@ -787,53 +801,8 @@ mod tests {
 
     #[test]
     fn the_page_holds_every_chart_the_conditions_and_the_verdicts_escaped() {
-        let c = sample();
-        let page = html(&c);
-        let titles = [
-            "latency by percentile at 1 connection",
-            "latency by percentile at 8 connections",
-            COLD_TITLE,
-            MEMORY_TITLE,
-            THROUGHPUT_TITLE,
-            CRASH_TITLE,
-        ];
-        for title in titles {
-            let chart = page
-                .split("<svg")
-                .skip(1)
-                .find(|svg| svg.contains(&format!("<title>{}</title>", escape(title))));
-            assert!(chart.is_some(), "no <svg titled {title:?}");
-        }
-        assert_eq!(page.matches("<svg").count(), titles.len());
-        for v in &c.variants {
-            assert!(page.contains(&escape(&v.label)), "no label {}", v.label);
-        }
-        for verdict in verdicts(&c) {
-            let said = verdict.to_string();
-            let (backend, rest) = said.split_once(": ").expect("a backend first");
-            let shown = format!("<li><strong>{backend}</strong>: {}</li>", escape(rest));
-            assert!(page.contains(&shown), "no verdict {verdict}");
-        }
-        for shown in [
-            "Example CPU @ 3.0GHz",
-            "abc1234",
-            "2025-01-02T03:04:05Z",
-            "not pinned",
-        ] {
-            assert!(page.contains(shown), "no condition {shown}");
-        }
-        holds(
-            &page,
-            &["{&quot;value&quot;:{&quot;name&quot;:&quot;bench&quot;}}"],
-        );
-        assert!(!page.contains("<b>") && page.contains("&lt;b&gt;persistent&lt;/b&gt;"));
-        holds(
-            &page,
-            &[
-                "the machine was &lt;busy&gt;",
-                "3 answers were wrong; the first: <code>500 `oops`",
-            ],
-        );
+        let page = html(&sample());
+        same(&page, golden!("sample.html"));
         // Only the page's own markup opens a tag: every `<` starts a known element.
         for tag in page.split('<').skip(1) {
             let name: String = tag
@@ -859,60 +828,19 @@ mod tests {
         let page = html(&sample());
         let first = page.find("<h2>").map(|at| &page[at..]).unwrap();
         assert!(first.starts_with("<h2>Bottom line</h2>"), "{first:.200}");
-        let bottom = &first[..first.find("<h2>Conditions").unwrap()];
-        // Wrong answers first of all, then a line per backend.
-        holds(
-            bottom,
-            &[
-                "<p class=\"wrong\"><strong>native persistent</strong>: 3",
-                "<li><strong>module</strong>: warm p50 33 µs, 100k req/s with p99 150 µs at 8 \
-                 connections, cold /init 21 ms compiled, 1.8 ms from the cache, 4 ms signed, \
-                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network",
-                "only where the operator&#39;s `wasmloop serve --allow-outbound` lists",
-                "no sandbox: a process with the container&#39;s privileges",
-                // Each backend's cold start named by its kind: a native start is no compile.
-                "cold /init 1.1 s compiled, 15 ms from the cache.",
-            ],
-        );
-        let said = table(&sample());
-        holds(
-            &said,
-            &[
-                "bottom line, native: warm p50 44 µs, 75k req/s with p99 200 µs at 8 \
-                 connections, cold /init 2.5 ms to start. no sandbox",
-            ],
-        );
+        same(&page, golden!("sample.html"));
+        same(&table(&sample()), golden!("sample.txt"));
     }
 
     #[test]
     fn each_chart_says_which_variants_it_leaves_out_and_why() {
         let page = html(&sample());
-        let figure_of = |title: &str| {
-            page.split("<figure>")
-                .find(|f| f.contains(&escape(title)))
-                .unwrap()
-                .to_owned()
-        };
-        holds(
-            &figure_of(COLD_TITLE),
-            &[
-                "Left out: module cranelift fresh (a fresh instance per activation changes \
-                 nothing at /init: its cold start is its persistent twin&#39;s).",
-            ],
-        );
-        let crash = figure_of(CRASH_TITLE);
-        holds(
-            &crash,
-            &[
-                "Left out: module cranelift fresh and component winch &lt;b&gt;persistent&lt;/b&gt; \
-                 (WebAssembly is crashed only from inside, by a request that makes it trap: give \
-                 one with --crash-body); native persistent (its process was not killed).",
-            ],
-        );
-        let memory = figure_of(MEMORY_TITLE);
-        holds(&memory, &["a fresh variant keeps none"]);
+        same(&page, golden!("sample.html"));
         // Every variant was measured warm at both counts: nothing is said to be missing.
-        assert!(!figure_of(THROUGHPUT_TITLE).contains("Left out"));
+        let throughput = page
+            .split("<figure>")
+            .find(|f| f.contains(THROUGHPUT_TITLE));
+        assert!(!throughput.unwrap().contains("Left out"));
     }
 
     #[test]
@@ -939,37 +867,8 @@ mod tests {
         let mut c = sample();
         c.variants[0].label = "module, \"quoted\"".to_owned();
         let text = csv(&c);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], csv_columns().join(","));
-        assert_eq!(lines.len(), 1 + 4 * 2, "{text}");
-        starts(
-            lines[1],
-            "\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,",
-        );
-        assert!(lines[3].starts_with("module cranelift fresh,module,cranelift,fresh,1,"));
-        let native = lines
-            .iter()
-            .find(|l| l.starts_with("native persistent,native,,persistent,8,"))
-            .expect("native at 8");
-        let fields: Vec<&str> = native.split(',').collect();
-        assert_eq!(fields.len(), csv_columns().len());
-        assert_eq!(fields[21], "2.500", "cold_start_ms");
-        assert_eq!(fields[22], (3u64 << 20).to_string());
-        assert_eq!(fields[25], "3", "errors");
-        // The sample's native row at 8 connections has a base of 100 µs.
-        let column = |name: &str| csv_columns().iter().position(|c| c == name).unwrap();
-        assert_eq!(fields[column("server_cpu_us")], "60.0");
-        assert_eq!(fields[column("client_cpu_us")], "30.0");
-        // Every cold start's least and most beside its median (the sample's spread is
-        // 0.9 to 1.2 times it).
-        for stem in Source::ALL.iter().map(|s| s.said().stem) {
-            for suffix in ["_ms", "_min_ms", "_max_ms"] {
-                column(&format!("{stem}{suffix}"));
-            }
-        }
-        assert_eq!(fields[column("cold_start_min_ms")], "2.250");
-        assert_eq!(fields[column("cold_start_max_ms")], "3.000");
-        assert_eq!(fields[column("cold_compiled_min_ms")], "");
+        assert_eq!(text.lines().next(), Some(csv_columns().join(",").as_str()));
+        same(&text, golden!("sample.csv"));
     }
 
     #[test]
@@ -998,49 +897,8 @@ mod tests {
 
     #[test]
     fn the_verdicts_give_each_record_to_the_backend_that_holds_it() {
-        let said = say(&sample());
-        assert_eq!(said.len(), 3, "{said:#?}");
-        starts(
-            &said[0],
-            "module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)",
-        );
-        // Each kind of start against its own kind: the module's compile and cache against
-        // the component's; signed, only the module's, holds no record.
-        holds(
-            &said[0],
-            &[
-                "cold /init 21 [19–25] ms compiled (fastest), 1.8 [1.6–2.2] ms from the cache \
-                 (fastest), 4 [3.6–4.8] ms signed, 500 [450–600] µs to receive the signed \
-                 upload;",
-                "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)",
-                "fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)",
-            ],
-        );
-        starts(
-            &said[1],
-            "component: warm p50 77 [74–80] µs (persistent, winch)",
-        );
-        holds(
-            &said[1],
-            &[
-                "; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive",
-            ],
-        );
-        // A native start is quicker than the module's cached start, but not of its kind: it
-        // holds no cold record.
-        holds(&said[2], &["; cold /init 2.5 [2.2–3] ms to start;"]);
-        assert!(!said[2].contains("fastest cold") && !said[2].contains("start (fastest"));
-        holds(
-            &said[2],
-            &[
-                "; tail p99 200 [180–230] µs at 8 connections (persistent);",
-                "least memory: 3 MiB",
-                "3 wrong answers",
-            ],
-        );
-        let records = said.iter().filter(|s| s.contains("fastest warm")).count();
-        assert_eq!(records, 1);
-
+        let said = say(&sample()).join("\n") + "\n";
+        same(&said, golden!("sample-verdicts.txt"));
         let mut c = sample();
         c.variants[3].warm[0].p50 = spread(20.0, 19.0, 21.0);
         let said = say(&c);
@@ -1115,20 +973,8 @@ mod tests {
 
     #[test]
     fn the_conditions_say_the_load_before_and_after_and_the_hosts_speed() {
-        let c = sample();
-        let page = html(&c);
-        holds(
-            &page,
-            &[
-                "<dt>load average</dt><dd>0.12 before the run, 1.9 after (1 minute, on 2 CPUs; \
-                 the run&#39;s own work counts in the after)</dd>",
-                "<dt>host speed</dt><dd>a fixed CPU task took 21 ms before the run, 22 ms after",
-            ],
-        );
-        holds(
-            &table(&c),
-            &["(conditions: not pinned; load average 0.12 before the run, 1.9 after"],
-        );
+        same(&html(&sample()), golden!("sample.html"));
+        same(&table(&sample()), golden!("sample.txt"));
     }
 
     #[test]
@@ -1197,40 +1043,9 @@ mod tests {
 
     #[test]
     fn the_table_has_a_line_per_variant_then_verdicts_notes_and_wrong_answers() {
-        let c = sample();
-        let text = table(&c);
-        let lines: Vec<&str> = text.lines().collect();
-        assert!(
-            lines[0].starts_with("variant") && lines[0].contains("p50@1 µs"),
-            "{text}"
-        );
-        for (v, line) in c.variants.iter().zip(&lines[1..]) {
-            assert!(line.starts_with(&v.label), "{text}");
-        }
-        // The figures the verdicts compare with their spreads: the p50 at 1 connection,
-        // the p99 and the rate at 8.
-        holds(lines[1], &["33 [32–34]"]);
-        holds(lines[0], &["  p99@8  "]);
-        // The server's CPU per request at the most connections (the sample's is 0.6 of
-        // its base of 75 µs there).
-        holds(lines[0], &["  srv@8  "]);
-        holds(lines[1], &["  150 [135–172]  100 [95–104]     45  "]);
-        assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
-        // Then the cold starts, each with its spread, of the variants that have any.
-        assert!(lines[5].starts_with("cold start, ms") && lines[5].contains("cmpl"));
-        assert!(
-            lines[6].starts_with("module cranelift persistent")
-                && lines[6].contains("21 [19–25]  1.8 [1.6–2.2]"),
-            "{}",
-            lines[6]
-        );
-        starts(lines[8], "native persistent");
-        holds(&text, &["note: the machine was <busy>"]);
-        assert!(text.ends_with(
-            "native persistent: 3 answers were wrong; the first: 500 `oops`, expected 200 \
-             `{\"message\":\"Hi\"}`\n"
-        ));
-        let widest = lines.iter().take(9).map(|l| l.chars().count()).max();
+        let text = table(&sample());
+        same(&text, golden!("sample.txt"));
+        let widest = text.lines().take(9).map(|l| l.chars().count()).max();
         assert!(widest < Some(165), "{text}");
     }
 
@@ -1427,28 +1242,9 @@ mod tests {
 
     #[test]
     fn the_peers_cold_start_stands_beside_wasmloops_own_of_the_same_component() {
-        let said = say(&with_http());
-        let plain = said.iter().find(|s| s.starts_with("http-plain: ")).unwrap();
-        holds(
-            plain,
-            &[
-                "cold start 60 [54–72] ms to a first answer, compiled (fastest), 9 [8.1–11] ms \
-                 to a first answer from the cache (fastest)",
-            ],
-        );
-        let peer = said
-            .iter()
-            .find(|s| s.starts_with("wasmtime-serve: "))
-            .unwrap();
-        holds(
-            peer,
-            &[
-                "cold start 290 [261–348] ms to a first answer, compiled, 40 [36–48] ms to a \
-                 first answer from the cache;",
-            ],
-        );
-        let text = table(&with_http());
-        holds(&text, &["  1st  "]);
+        let said = say(&with_http()).join("\n") + "\n";
+        same(&said, golden!("with-http-verdicts.txt"));
+        same(&table(&with_http()), golden!("with-http.txt"));
     }
 
     #[test]
