@@ -695,6 +695,11 @@ mod tests {
         verdicts(c).iter().map(ToString::to_string).collect()
     }
 
+    /// Lines as a golden file holds them: each ended.
+    pub(super) fn lines(lines: &[String]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
     /// `n` latencies from `base` µs up, the slowest percent climbing to 11x `base`.
     fn micros(base: f64, n: usize) -> Vec<f64> {
         (0..n)
@@ -912,28 +917,14 @@ mod tests {
     #[test]
     fn a_cold_start_within_noise_of_another_of_its_kind_shares_the_record() {
         let mut c = sample();
-        // The component's compile, 20 ms (18–24), reaches into the module's (18.9–25.2).
+        // The component's compile, 20 ms (18–24), reaches into the module's (18.9–25.2):
+        // the module's compile is no longer the fastest alone.
         c.variants[2].cold[0] = Cold {
             source: Source::Compiled,
             millis: spread(20.0, 18.0, 24.0),
             runs: 5,
         };
-        let said = say(&c);
-        assert!(
-            said[0].contains(
-                "cold /init 21 [19–25] ms compiled (within noise of component), 1.8 [1.6–2.2] \
-                 ms from the cache (fastest),"
-            ),
-            "the module's compile is no longer the fastest alone: {}",
-            said[0]
-        );
-        holds(
-            &said[1],
-            &[
-                "cold /init 20 [18–24] ms compiled (within noise of module), 15 [14–18] ms from \
-                 the cache,",
-            ],
-        );
+        same(&lines(&say(&c)), golden!("cold-within-noise-verdicts.txt"));
     }
 
     #[test]
@@ -946,22 +937,7 @@ mod tests {
         );
         c.conditions.before.load = Some(1.3);
         c.conditions.after.reference_ms = Some(spread(105.0, 98.0, 110.0));
-        let notes = host_notes(&c);
-        assert_eq!(notes.len(), 2, "{notes:#?}");
-        starts(
-            &notes[0],
-            "the host was busy when the run began: its load average was 1.3 on 2 CPUs",
-        );
-        starts(
-            &notes[1],
-            "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
-                 before it and 105 ms (98–110) after",
-        );
-        assert!(
-            notes[1].ends_with(", pinned (taskset -c 0)."),
-            "{}",
-            notes[1]
-        );
+        same(&lines(&host_notes(&c)), golden!("busy-host-notes.txt"));
         let page = html(&c);
         holds(&page, &["the host&#39;s speed moved during the run"]);
         assert!(table(&c).contains("note: the host was busy when the run began"));
@@ -981,23 +957,11 @@ mod tests {
     fn a_record_inside_the_spread_is_shared_within_noise_never_won() {
         let mut c = sample();
         // Native's p50 spread reaches into the module's (32–34 µs): neither is the faster.
-        c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
-        let said = say(&c);
-        starts(
-            &said[0],
-            "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
-                 cranelift)",
-        );
-        starts(
-            &said[2],
-            "native: fastest warm with module, within noise: p50 34 [31–36] µs",
-        );
-        assert!(
-            !said.iter().any(|s| s.contains("fastest warm:")),
-            "{said:#?}"
-        );
         // The component, apart from both, is named with its figure alone.
-        starts(&said[1], "component: warm p50 77 [74–80] µs");
+        c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
+        let said = lines(&say(&c));
+        same(&said, golden!("shared-warm-verdicts.txt"));
+        assert!(!said.contains("fastest warm:"), "{said}");
     }
 
     #[test]
@@ -1010,16 +974,7 @@ mod tests {
         );
         c.variants[3].warm[0].p50 = spread(33.0, 31.0, 36.0);
         let notes = overlap_notes(&c);
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        starts(
-            &notes[0],
-            "module cranelift persistent and native persistent overlap",
-        );
-        holds(
-            &notes[0],
-            &["(p50 at 1 connection: 32–34 against 31–36 µs)"],
-        );
-        holds(&notes[0], &["taskset -c 0"]);
+        same(&lines(&notes), golden!("overlap-notes.txt"));
         // The fresh variant overlaps too, but against another lifetime it is not compared.
         c.variants[1].warm[0].p50 = spread(33.0, 31.0, 36.0);
         assert_eq!(overlap_notes(&c).len(), 1);
@@ -1253,33 +1208,26 @@ mod tests {
         url.label = "url".to_owned();
         url.errors = 30;
         url.first_wrong = Some("200 `{\"n\":7}`, expected 200 `{\"n\":8}`".to_owned());
-        let mut k = Conditions {
-            body: "{\"value\":{\"n\":7}}".to_owned(),
-            body_given: true,
-            expect: Some("{\"n\":8}".to_owned()),
-            ..Conditions::default()
-        };
-        let line = wrong_line(&url, &k);
-        assert_eq!(
-            line,
-            "url: 30 answers were wrong; the first: 200 `{\"n\":7}`, expected 200 `{\"n\":8}`. \
-             It was sent `{\"value\":{\"n\":7}}` (the body given) and had to answer \
-             `{\"n\":8}` (--expect): if that answer is right for that body, the server at \
-             --url runs another action than the one meant; if not, correct --expect"
-        );
-        assert!(!line.contains("give --body"), "{line}");
-        // Neither given: the hello's request was sent, and the way to send another is said.
-        k.body_given = false;
-        k.expect = None;
-        assert!(wrong_line(&url, &k).ends_with("for another action, give --body and --expect"));
-        // One of the two: what was given, and what is missing.
-        k.expect = Some("{\"n\":8}".to_owned());
-        assert!(wrong_line(&url, &k).ends_with("for another action, give its request with --body"));
-        k.body_given = true;
-        k.expect = None;
-        assert!(wrong_line(&url, &k).ends_with(
-            "without --expect only the status is checked: the server at --url refused that body"
-        ));
+        let expect = Some("{\"n\":8}".to_owned());
+        // Both given, neither (the hello's request was sent, and the way to send another is
+        // said), then one of the two: what was given, and what is missing.
+        let said = [
+            (true, expect.clone()),
+            (false, None),
+            (false, expect),
+            (true, None),
+        ]
+        .map(|(body_given, expect)| {
+            let k = Conditions {
+                body: "{\"value\":{\"n\":7}}".to_owned(),
+                body_given,
+                expect,
+                ..Conditions::default()
+            };
+            wrong_line(&url, &k)
+        });
+        assert!(!said[0].contains("give --body"), "{}", said[0]);
+        same(&lines(&said), golden!("wrong-at-url.txt"));
     }
 
     #[test]

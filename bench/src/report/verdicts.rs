@@ -822,7 +822,7 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{holds, say, starts};
+    use super::super::tests::{holds, lines, same, say, starts};
     use super::*;
     use Backend::{Component, Module, Native};
     use Lifetime::{Fresh, Persistent};
@@ -893,16 +893,7 @@ mod tests {
             variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         let said = say(&apart);
-        starts(
-            &said[0],
-            "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
-                 8 connections (50k [48k–53k] req/s, persistent, cranelift); shortest tail: p99 \
-                 60 [57–63] µs at 8 connections",
-        );
-        holds(
-            &said[0],
-            &["20 [19–21] s compiled (fastest)", "least memory: 2 MiB"],
-        );
+        same(&lines(&said), golden!("apart-verdicts.txt"));
         assert!(!wins(&said[1]), "{}", said[1]);
 
         // The component's least reaches the module's most: nobody wins anything.
@@ -975,20 +966,13 @@ mod tests {
             variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
             variant(Module, Fresh, spread(40.0, 38.0, 44.0)),
         ]);
-        let said = say(&c);
-        holds(
-            &said[0],
-            &["fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"],
-        );
+        same(&lines(&say(&c)), golden!("fresh-twice-verdicts.txt"));
         // The same action as its own fresh twin: nothing measurable.
         let c = comparison(vec![
             variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
             variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
         ]);
-        holds(
-            &said_of(&c),
-            &["fresh instances cost nothing measurable, within noise"],
-        );
+        same(&lines(&say(&c)), golden!("fresh-alike-verdicts.txt"));
     }
 
     #[test]
@@ -1004,17 +988,7 @@ mod tests {
             winch(Persistent, spread(21.0, 20.0, 23.0)),
             winch(Fresh, spread(21.0, 20.0, 23.0)),
         ]);
-        holds(
-            &said_of(&c),
-            &[
-                "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
-                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)",
-            ],
-        );
-    }
-
-    fn said_of(c: &Comparison) -> String {
-        say(c).join("\n")
+        same(&lines(&say(&c)), golden!("fresh-compilers-verdicts.txt"));
     }
 
     #[test]
@@ -1084,17 +1058,9 @@ mod tests {
         let said = say(&c);
         starts(&said[0], "module: warm p50 20 [20–20] µs");
         assert!(said.iter().all(|s| !s.contains("fastest")), "{said:#?}");
-        let notes = few_samples_notes(&c);
-        assert_eq!(notes.len(), 2, "{notes:#?}");
-        starts(
-            &notes[0],
-            "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
-                 action would look apart by chance 1 time in 10",
-        );
-        assert!(notes[0].ends_with("give --rounds 5 or more (and --hits at least as many)."));
-        holds(
-            &notes[1],
-            &["by chance 1 time in 3, so no verdict names a cold winner"],
+        same(
+            &lines(&few_samples_notes(&c)),
+            golden!("few-samples-notes.txt"),
         );
         // Fewer hits than rounds: a round per hit.
         c.conditions.rounds = 10;
@@ -1111,24 +1077,11 @@ mod tests {
         // The issue's run: 43 ms, its first runs of the task slow, then 27.
         c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
         c.conditions.after.reference_ms = Some(spread(27.0, 26.0, 28.0));
-        let note = host_speed_note(&c).expect("a warning for 43 against 27 ms");
-        starts(
-            &note,
-            "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
-                 before it and 27 ms (26–28) after, 59% apart",
-        );
-        assert!(note.contains("may not compare") && note.contains("rerun on a quiet machine"));
+        let mut notes = vec![host_speed_note(&c).expect("a warning for 43 against 27 ms")];
         // The run's spreads are 2% wide: a 7% move is past them (and past the floor, 5%).
         c.conditions.before.reference_ms = Some(spread(21.0, 20.8, 21.2));
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
-        let note = host_speed_note(&c).expect("a warning for a 7% move");
-        holds(
-            &note,
-            &[
-                "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
-                 widest)",
-            ],
-        );
+        notes.push(host_speed_note(&c).expect("a warning for a 7% move"));
         // A 4% move is within the floor.
         c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
         assert_eq!(host_speed_note(&c), None);
@@ -1139,8 +1092,8 @@ mod tests {
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
         assert_eq!(host_speed_note(&c), None);
         c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
-        let note = host_speed_note(&c).expect("a warning for a 12% move");
-        holds(&note, &["12% apart, more than 10%, past which"]);
+        notes.push(host_speed_note(&c).expect("a warning for a 12% move"));
+        same(&lines(&notes), golden!("host-speed-notes.txt"));
         // And the table says it as a warning.
         assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
     }
