@@ -12,7 +12,7 @@ use wasmloop_common::excerpt;
 
 use crate::harness;
 use crate::load::{
-    Options, Payload, Rounds, Target, conditions, host_now, measure, path_of, resolve_url, wrong,
+    Options, Payload, Target, conditions, host_now, measure, path_of, resolve_url, wrong,
 };
 use crate::peer::WasmtimeServe;
 use crate::report::{
@@ -489,11 +489,9 @@ pub async fn run(
     };
     let targets: Vec<Target> = plans.iter().zip(&servers).map(target).collect();
     progress.finish_and_clear();
-    let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);
-    let progress = ProgressBar::new(total as u64);
-    let measured = measure(&targets, &CONNECTIONS, rounds(options), &progress).await?;
+    // Wrong answers stop the run: figures of wrong answers compare nothing.
+    let measured = measure(options, &targets, &CONNECTIONS, true).await?;
     let after_load = held(&servers);
-    progress.finish_and_clear();
 
     // Instances beyond the first exist only where the server may run them at once, and
     // only a persistent one keeps them.
@@ -533,16 +531,6 @@ pub async fn run(
     Ok(comparison)
 }
 
-/// How every variant is measured warm: wrong answers stop the run.
-fn rounds(options: &Options) -> Rounds {
-    Rounds {
-        warmup: options.warmup,
-        hits: options.hits,
-        rounds: options.rounds,
-        stop_on_wrong: true,
-    }
-}
-
 /// With `--out`, the report's files: report.html and compare.csv.
 fn write(options: &Options, comparison: &Comparison) -> anyhow::Result<()> {
     let Some(dir) = &options.out else {
@@ -559,12 +547,9 @@ pub async fn url(options: &Options, url: &str) -> anyhow::Result<Comparison> {
     let (addr, path) = resolve_url(url).await?;
     let before = host_now();
     let target = Target::url(addr, &path, &options.payload);
-    let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
     let targets = std::slice::from_ref(&target);
-    let (warm, driven) = measure(targets, &CONNECTIONS, rounds(options), &progress)
-        .await?
-        .remove(0);
-    progress.finish_and_clear();
+    let mut measured = measure(options, targets, &CONNECTIONS, true).await?;
+    let (warm, driven) = measured.remove(0);
     let variant = Variant {
         label: format!("url {path}"),
         warm,

@@ -10,7 +10,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use indicatif::ProgressBar;
+use indicatif::{ProgressBar, ProgressStyle};
 use tokio::net::TcpStream;
 use wasmloop_common::excerpt;
 
@@ -231,18 +231,6 @@ async fn drive(
     Ok(all)
 }
 
-/// How targets are measured: warmed up, then `hits` requests each, in `rounds` slices.
-#[derive(Debug, Clone, Copy)]
-pub struct Rounds {
-    pub warmup: usize,
-    pub hits: usize,
-    pub rounds: usize,
-    /// Wrong answers stop the run once the warm-up (or, without one, the first round) has
-    /// met them: figures of wrong answers compare nothing (the comparison's way; the rows
-    /// count them to the end, as the reference's table does).
-    pub stop_on_wrong: bool,
-}
-
 /// The error of a run stopped by wrong answers: whose, what they were, what to change.
 fn wrong_answers(target: &Target, driven: &Driven, progress: &ProgressBar) -> anyhow::Error {
     progress.finish_and_clear();
@@ -272,22 +260,32 @@ struct Slices {
 /// over the run (other load, CPU frequency) falls on every target alike instead of on
 /// whichever ran during it, which keeps the ratios between them honest. Each round's p50,
 /// p99 and rate are kept for the spread, and the CPU the slices took; per target, a
-/// `Warm` per count, and its wrong answers.
+/// `Warm` per count, and its wrong answers. With `stop_on_wrong`, wrong answers stop the
+/// run once the warm-up (or, without one, the first round) has met them: figures of wrong
+/// answers compare nothing (the comparison's way; the rows count them to the end, as the
+/// reference's table does, under a bar that shows their rate).
 pub async fn measure(
+    options: &Options,
     targets: &[Target],
     counts: &[usize],
-    plan: Rounds,
-    progress: &ProgressBar,
+    stop_on_wrong: bool,
 ) -> anyhow::Result<Vec<(Vec<Warm>, Driven)>> {
+    let total = counts.len() * targets.len() * (options.warmup + options.hits);
+    let progress = &ProgressBar::new(total as u64);
+    if !stop_on_wrong {
+        let bar = ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} {per_sec}");
+        progress.set_style(bar.expect("a valid template").progress_chars("=> "));
+        progress.set_prefix("bench");
+    }
     let mut out: Vec<(Vec<Warm>, Driven)> = targets.iter().map(|_| Default::default()).collect();
     for &connections in counts {
         for target in targets {
-            let warmed = drive(target, plan.warmup, connections, progress).await?;
-            if plan.stop_on_wrong && warmed.errors > 0 {
+            let warmed = drive(target, options.warmup, connections, progress).await?;
+            if stop_on_wrong && warmed.errors > 0 {
                 return Err(wrong_answers(target, &warmed, progress));
             }
         }
-        let rounds = plan.rounds.clamp(1, plan.hits.max(1));
+        let rounds = options.rounds.clamp(1, options.hits.max(1));
         let mut all: Vec<Slices> = targets
             .iter()
             .map(|_| Slices {
@@ -296,7 +294,7 @@ pub async fn measure(
             })
             .collect();
         for round in 0..rounds {
-            let share = plan.hits / rounds + usize::from(round < plan.hits % rounds);
+            let share = options.hits / rounds + usize::from(round < options.hits % rounds);
             for (target, slices) in targets.iter().zip(&mut all) {
                 // Read around the load alone: between slices the server serves nobody.
                 let server_before = target.pid.and_then(cpu::server);
@@ -309,7 +307,7 @@ pub async fn measure(
                     }
                     _ => None,
                 };
-                if plan.stop_on_wrong && round == 0 && plan.warmup == 0 && driven.errors > 0 {
+                if stop_on_wrong && round == 0 && options.warmup == 0 && driven.errors > 0 {
                     return Err(wrong_answers(target, &driven, progress));
                 }
                 driven.micros.sort_by(f64::total_cmp);
@@ -344,6 +342,7 @@ pub async fn measure(
             checked.add(sum);
         }
     }
+    progress.finish_and_clear();
     Ok(out)
 }
 
