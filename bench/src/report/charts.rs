@@ -209,10 +209,8 @@ pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
 /// outside the page carries.
 fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&str>) -> String {
     let at = connections_phrase(connections);
-    let (title, id) = (
-        format!("latency by percentile at {at}"),
-        format!("latency-{connections}"),
-    );
+    let title = format!("latency by percentile at {at}");
+    let id = format!("latency-{connections}");
     let mut series = curves;
     series.retain(|(_, c)| !c.warm.micros.is_empty());
     if series.is_empty() {
@@ -377,11 +375,8 @@ fn bar_chart(id: &str, title: &str, why: &str, keys: &[Key], panels: &[Panel]) -
         svg.line((BAR_LEFT, plot_top), (BAR_LEFT, y), "stroke=\"#999\"");
         svg.line((BAR_LEFT, y), (BAR_RIGHT, y), "stroke=\"#999\"");
         let axis = format!("{axis}{}", if scale.log { " (log scale)" } else { "" });
-        svg.text(
-            ((BAR_LEFT + BAR_RIGHT) / 2.0, y + 36.0),
-            "axis middle",
-            &axis,
-        );
+        let mid = (BAR_LEFT + BAR_RIGHT) / 2.0;
+        svg.text((mid, y + 36.0), "axis middle", &axis);
         y += 52.0;
     }
     svg.finish(id, title, y + 8.0)
@@ -447,10 +442,8 @@ fn per_variant(c: &Comparison, bars: impl Fn(&Variant, &'static str) -> Vec<Bar>
 /// A bar per variant that has `figure`, each in its own colour, under no heading.
 fn one_each(c: &Comparison, figure: impl Fn(&Variant) -> Option<Spread>) -> Vec<Group> {
     let bar = |(i, v): (usize, &Variant)| Some(Bar(v.label.clone(), colour(i), 1.0, figure(v)?));
-    vec![(
-        None,
-        c.variants.iter().enumerate().filter_map(bar).collect(),
-    )]
+    let bars = c.variants.iter().enumerate().filter_map(bar);
+    vec![(None, bars.collect())]
 }
 
 /// The whisker's key: least–most over `what`.

@@ -259,59 +259,45 @@ struct Said {
 
 impl Source {
     fn said(self) -> Said {
-        let (header, stem, phrase, shade, meaning) = match self {
-            Source::Compiled => (
-                "cmpl",
-                "cold_compiled",
-                "compiled",
-                1.0,
-                "compiled at /init",
-            ),
-            Source::Cache => (
-                "cache",
-                "cold_cache",
-                "from the cache",
-                0.62,
-                "from the compile cache",
-            ),
-            Source::Signed => (
-                "sign",
-                "cold_signed",
-                "signed",
-                0.38,
-                "a signed precompiled artifact",
-            ),
+        let (header, stem, phrase, shade) = match self {
+            Source::Compiled => ("cmpl", "cold_compiled", "compiled", 1.0),
+            Source::Cache => ("cache", "cold_cache", "from the cache", 0.62),
+            Source::Signed => ("sign", "cold_signed", "signed", 0.38),
             Source::Receive => (
                 "recv",
                 "receive_signed",
                 "to receive the signed upload",
                 0.2,
-                "receiving and base64-decoding that artifact's upload alone (its /init with the \
-                 code spoilt at its end, refused once decoded)",
             ),
-            Source::Start => (
-                "start",
-                "cold_start",
-                "to start",
-                1.0,
-                "the native process starting",
-            ),
+            Source::Start => ("start", "cold_start", "to start", 1.0),
             Source::FirstAnswer => (
                 "1st",
                 "cold_first_answer",
                 "to a first answer, compiled",
                 1.0,
+            ),
+            Source::FirstCached => {
+                let phrase = "to a first answer from the cache";
+                ("1st-c", "cold_first_answer_cached", phrase, 0.62)
+            }
+        };
+        let meaning = match self {
+            Source::Compiled => "compiled at /init",
+            Source::Cache => "from the compile cache",
+            Source::Signed => "a signed precompiled artifact",
+            Source::Receive => {
+                "receiving and base64-decoding that artifact's upload alone (its /init with the \
+                 code spoilt at its end, refused once decoded)"
+            }
+            Source::Start => "the native process starting",
+            Source::FirstAnswer => {
                 "a server started with the action built in (`wasmloop serve --protocol http`; the \
-                 peer: wasmtime serve), from its start to its first answer, compiling the code",
-            ),
-            Source::FirstCached => (
-                "1st-c",
-                "cold_first_answer_cached",
-                "to a first answer from the cache",
-                0.62,
+                 peer: wasmtime serve), from its start to its first answer, compiling the code"
+            }
+            Source::FirstCached => {
                 "the same, its code from a compile cache filled before (the peer: wasmtime's \
-                 own cache)",
-            ),
+                 own cache)"
+            }
         };
         Said {
             header,
