@@ -137,13 +137,8 @@ pub fn server_args(
     // Plain HTTP: the action built in, loaded before the server accepts, so the first
     // request waits for it in the backlog.
     if form.protocol == Protocol::Plain {
-        let file = file.display().to_string();
-        args.extend([
-            "--protocol".to_owned(),
-            "http".to_owned(),
-            "--action".to_owned(),
-            file,
-        ]);
+        let plain = ["--protocol", "http", "--action"].map(str::to_owned);
+        args.extend(plain.into_iter().chain([file.display().to_string()]));
     }
     args
 }

@@ -19,29 +19,22 @@ pub fn build(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
     let has = |file: &str| dir.join(file).is_file();
     // Python and JavaScript reach a component alone, through their componentize tools.
     let component = out.join("component.wasm");
-    let componentize = |program: &str, args: &[&str]| -> anyhow::Result<Forms> {
+    let componentize = |program: &str, args: &str| -> anyhow::Result<Forms> {
+        let args = args.split(' ');
         run(Command::new(program)
             .current_dir(&dir)
             .args(args)
             .arg(&component))?;
         Ok(vec![(Backend::Component, component.clone())])
     };
-    let py = ["-d", "wit", "-w", "action", "componentize", "app", "-o"];
-    let js = [
-        "componentize-js",
-        "app.js",
-        "--wit",
-        "wit",
-        "--world-name",
-        "action",
-        "-o",
-    ];
+    let py = "-d wit -w action componentize app -o";
+    let js = "componentize-js app.js --wit wit --world-name action -o";
     match () {
         _ if has("Cargo.toml") => rust(&dir, out),
         _ if has("go.mod") => go(&dir, out),
         _ if has("Makefile") && has("main.c") => c(&dir),
-        _ if has("app.py") => componentize("componentize-py", &py),
-        _ if has("app.js") => componentize("npx", &js),
+        _ if has("app.py") => componentize("componentize-py", py),
+        _ if has("app.js") => componentize("npx", js),
         _ => bail!(
             "--source {}: not a project `wasmloop new` makes (it looks for Cargo.toml, go.mod, \
              a Makefile with main.c, app.py or app.js): give the built forms with --wasm, \
