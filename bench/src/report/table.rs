@@ -8,11 +8,7 @@ pub fn table(c: &Comparison) -> String {
     let counts = c.connection_counts();
     let sources = c.sources();
     let spread = |s: &Spread| format!("{} [{}–{}]", figure(s.median), figure(s.min), figure(s.max));
-    let kilo = |s: &Spread| Spread {
-        median: s.median / 1e3,
-        min: s.min / 1e3,
-        max: s.max / 1e3,
-    };
+    let kilo = |s: &Spread| Spread::new(s.median / 1e3, s.min / 1e3, s.max / 1e3);
 
     // The figures a verdict compares carry their spread: the p50 at the fewest
     // connections, the p99 and the rate at the most, every cold start.
@@ -77,12 +73,8 @@ pub fn table(c: &Comparison) -> String {
         let mut rows = vec![header];
         for v in c.variants.iter().filter(|v| !v.cold.is_empty()) {
             let mut row = vec![v.label.clone()];
-            for s in &sources {
-                row.push(
-                    v.cold_from(*s)
-                        .map_or("-".to_owned(), |c| spread(&c.millis)),
-                );
-            }
+            let cell = |s: &Source| v.cold_from(*s).map(|x| spread(&x.millis));
+            row.extend(sources.iter().map(|s| cell(s).unwrap_or("-".into())));
             rows.push(row);
         }
         out.push_str(&aligned(&rows));
@@ -90,11 +82,7 @@ pub fn table(c: &Comparison) -> String {
 
     let mut legend = String::from("(");
     if let (Some(first), Some(last)) = (counts.first(), counts.last()) {
-        let compared = if first == last {
-            format!("p50@{first}, p99@{first} and kreq/s@{first}")
-        } else {
-            format!("p50@{first}, p99@{last} and kreq/s@{last}")
-        };
+        let compared = format!("p50@{first}, p99@{last} and kreq/s@{last}");
         let _ = write!(
             legend,
             "@N: at N connections; latencies in µs; kreq/s: thousands of requests per second; \
@@ -130,11 +118,7 @@ pub fn table(c: &Comparison) -> String {
         .map(|(name, value)| format!("{name} {value}"))
         .collect();
     if !host.is_empty() {
-        let pinned = if c.conditions.pinned {
-            "pinned"
-        } else {
-            "not pinned"
-        };
+        let pinned = ["not pinned", "pinned"][usize::from(c.conditions.pinned)];
         let _ = writeln!(out, "(conditions: {pinned}; {})", host.join("; "));
     }
 
@@ -147,11 +131,8 @@ pub fn table(c: &Comparison) -> String {
     // A host whose speed moved puts every figure in doubt: a warning, not a note.
     let moved = host_speed_note(c);
     for note in all_notes(c) {
-        let marker = if moved.as_ref() == Some(&note) {
-            "warning"
-        } else {
-            "note"
-        };
+        let warning = moved.as_ref() == Some(&note);
+        let marker = if warning { "warning" } else { "note" };
         let _ = writeln!(out, "{marker}: {}", bare(&note));
     }
     for v in c.variants.iter().filter(|v| v.errors > 0) {
