@@ -1,5 +1,6 @@
 //! `wasmloop bench --compare`: one action in every form, compiler and instance lifetime, measured for choosing between them.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -255,30 +256,19 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     start(&[&args[..], &cache].concat())?.init(&code, file)?;
     let cached = init(&cache, &code)?;
 
-    let keys = scratch.path().join("keys");
-    if !keys.join("sign.key").is_file() {
+    let (keys, label) = (scratch.path().join("keys"), plan.label().replace(' ', "-"));
+    let (sign, artifact) = (keys.join("sign.key"), scratch.path().join(label + ".zip"));
+    if !sign.is_file() {
         wasmloop(&["keygen".as_ref(), keys.as_os_str()])?;
     }
-    let artifact = scratch
-        .path()
-        .join(format!("{}.zip", plan.label().replace(' ', "-")));
-    let (sign, compiler) = (
-        keys.join("sign.key"),
-        plan.0.compiler.unwrap_or(Compiler::Cranelift),
-    );
-    let compile = [
-        "compile".as_ref(),
-        file.as_os_str(),
-        "--output".as_ref(),
-        artifact.as_ref(),
-    ];
-    let with = [
+    let compiler = plan.0.compiler.unwrap_or(Compiler::Cranelift).name();
+    let flags = ["compile", "--wasm-compiler", compiler, "--output"].map(OsStr::new);
+    let paths = [
+        artifact.as_os_str(),
         "--sign-key".as_ref(),
-        sign.as_ref(),
-        "--wasm-compiler".as_ref(),
-        compiler.name().as_ref(),
+        sign.as_os_str(),
     ];
-    wasmloop(&[&compile[..], &with].concat())?;
+    wasmloop(&[&flags[..], &paths, &[file.as_os_str()]].concat())?;
     let signed_code = std::fs::read(&artifact)?;
     let trust = [
         "--no-cache".to_owned(),
@@ -364,7 +354,7 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
 }
 
 /// Runs this wasmloop with `args`, failing with its output.
-fn wasmloop(args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
+fn wasmloop(args: &[&OsStr]) -> anyhow::Result<()> {
     crate::source::run(
         std::process::Command::new(std::env::current_exe()?)
             .args(args)
