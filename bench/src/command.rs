@@ -156,23 +156,13 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
     if let Some(file) = &args.body_file {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read --body-file {}", file.display()))?;
-        bodies.extend(
-            text.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| Bytes::from(l.to_owned())),
-        );
-        anyhow::ensure!(
-            !bodies.is_empty(),
-            "--body-file {} holds no body",
-            file.display()
-        );
+        let lines = text.lines().filter(|l| !l.trim().is_empty());
+        bodies.extend(lines.map(|l| Bytes::from(l.to_owned())));
+        let file = file.display();
+        anyhow::ensure!(!bodies.is_empty(), "--body-file {file} holds no body");
     }
-    let expect = args.expect.clone().map(|mut e| {
-        if !e.ends_with('\n') {
-            e.push('\n');
-        }
-        Bytes::from(e)
-    });
+    let with_newline = |e: &String| format!("{}\n", e.strip_suffix('\n').unwrap_or(e));
+    let expect = args.expect.as_ref().map(|e| Bytes::from(with_newline(e)));
     let compares = args.compares();
     let options = Options {
         hits: args.hits,
@@ -220,10 +210,8 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
     if !compares {
         eprint!("{}", crate::load::idle_cpu_note().unwrap_or_default());
     } else if let Some(dir) = &options.out {
-        eprintln!(
-            "wasmloop: wrote {}/report.html and compare.csv",
-            dir.display()
-        );
+        let dir = dir.display();
+        eprintln!("wasmloop: wrote {dir}/report.html and compare.csv");
     }
     let errors: usize = measured.variants.iter().map(|v| v.errors).sum();
     if errors > 0 {
@@ -250,11 +238,7 @@ fn compare(
     };
     // A project's forms are built first, into a folder that lives as long as the run.
     let built_in = tempfile::tempdir()?;
-    let named = |form| {
-        args.forms
-            .as_ref()
-            .is_some_and(|forms| forms.contains(&form))
-    };
+    let named = |form| args.forms.iter().flatten().any(|f| *f == form);
     let forms = match &args.source {
         Some(dir) => {
             eprintln!("wasmloop: building {} for each backend", dir.display());
