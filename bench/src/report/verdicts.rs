@@ -859,6 +859,14 @@ mod tests {
         }
     }
 
+    fn p50_at_1(v: &Variant) -> Option<Spread> {
+        v.warm_at(1).map(|w| w.p50)
+    }
+
+    fn rate_at_8(v: &Variant) -> Option<Spread> {
+        v.warm_at(8).map(|w| w.per_second)
+    }
+
     fn comparison(variants: Vec<Variant>) -> Comparison {
         Comparison {
             conditions: Conditions {
@@ -932,28 +940,11 @@ mod tests {
             for said in say(&c) {
                 assert!(!wins(&said), "{said}");
             }
+            let memory = |v: &Variant| v.resident_after_init.map(memory_spread);
             for record in [
-                holder(
-                    &c,
-                    |v| v.warm_at(1).map(|w| w.p50),
-                    false,
-                    Quantity::Micros,
-                    10,
-                ),
-                holder(
-                    &c,
-                    |v| v.warm_at(8).map(|w| w.per_second),
-                    true,
-                    Quantity::PerSecond,
-                    10,
-                ),
-                holder(
-                    &c,
-                    |v| v.resident_after_init.map(memory_spread),
-                    false,
-                    Quantity::Bytes,
-                    10,
-                ),
+                holder(&c, p50_at_1, false, Quantity::Micros, 10),
+                holder(&c, rate_at_8, true, Quantity::PerSecond, 10),
+                holder(&c, memory, false, Quantity::Bytes, 10),
             ] {
                 assert!(matches!(record, Record::Tied(_)), "{record:?}");
             }
@@ -1027,13 +1018,7 @@ mod tests {
             winch,
             variant(Native, Persistent, spread(90.0, 85.0, 95.0)),
         ]);
-        let record = holder(
-            &c,
-            |v| v.warm_at(1).map(|w| w.p50),
-            false,
-            Quantity::Micros,
-            10,
-        );
+        let record = holder(&c, p50_at_1, false, Quantity::Micros, 10);
         assert_eq!(
             record,
             Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
