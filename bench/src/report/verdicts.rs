@@ -225,11 +225,9 @@ fn warm(
 pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let counts = c.connection_counts();
     let (low, high) = (counts.first().copied(), counts.last().copied());
-    let (p50, per_second, p99) = (
-        warm(low, |w| w.p50),
-        warm(high, |w| w.per_second),
-        warm(high, |w| w.p99),
-    );
+    let p50 = warm(low, |w| w.p50);
+    let per_second = warm(high, |w| w.per_second);
+    let p99 = warm(high, |w| w.p99);
     let rounds = rounds(c);
     // Fresh instances are the price of isolation, not a form's speed: the record is
     // held with the lifetime `warm_phrase` reports.
@@ -346,10 +344,8 @@ pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) 
     if !others.is_empty() {
         let _ = write!(inside, "; {}", others.join(", "));
     }
-    let (lead, p50) = (
-        fastest.lead("fastest warm", "warm "),
-        Quantity::Micros.spread(&p50),
-    );
+    let lead = fastest.lead("fastest warm", "warm ");
+    let p50 = Quantity::Micros.spread(&p50);
     Some(format!("{lead}p50 {p50}{} ({inside})", at(low)))
 }
 
@@ -378,10 +374,8 @@ pub(super) fn tail_phrase(
 ) -> Option<String> {
     let pool = pool(variants, |v| Some(v.warm_at(high)?.p99), true);
     let (v, p99) = best(&pool, false)?;
-    let (lead, p99) = (
-        shortest.lead("shortest tail", "tail "),
-        Quantity::Micros.spread(&p99),
-    );
+    let lead = shortest.lead("shortest tail", "tail ");
+    let p99 = Quantity::Micros.spread(&p99);
     let (connections, flavour) = (connections_phrase(high), v.flavour());
     Some(format!("{lead}p99 {p99} at {connections} ({flavour})"))
 }
@@ -402,10 +396,8 @@ pub(super) fn cold_phrase(
         let Some((top, ms)) = best(&pool, false) else {
             continue;
         };
-        let (ms_said, after) = (
-            Quantity::Millis.spread(&ms),
-            standing(source).after("fastest"),
-        );
+        let ms_said = Quantity::Millis.spread(&ms);
+        let after = standing(source).after("fastest");
         said.push(format!("{ms_said} {}{after}", source.said().phrase));
         if pool.len() > 1 && source != Source::Receive {
             let runs = pool
@@ -513,10 +505,8 @@ pub(super) fn fresh_phrase(
         })
         .collect();
     let (_, first, _) = costs.first()?;
-    let (agree, many) = (
-        costs.iter().all(|(_, said, _)| said == first),
-        costs.len() > 1,
-    );
+    let agree = costs.iter().all(|(_, said, _)| said == first);
+    let many = costs.len() > 1;
     let named = |compiler: &Option<Compiler>, what: &str| match compiler {
         Some(compiler) => format!("{compiler}: {what}"),
         None => what.to_owned(),
