@@ -609,34 +609,28 @@ fn wrong_line(v: &Variant, k: &Conditions) -> String {
     };
     // The rows and --url send the hellos' requests unless told otherwise; a comparison's
     // wrong answers stopped it before this.
-    let hint = match (k.body_given, &k.expect) {
+    let (body, expect) = (&k.body, k.expect.as_deref().map(str::trim_end));
+    let hint = match (k.body_given, expect) {
         _ if !v.row && v.form.server != Server::Url => String::new(),
         (false, None) => ". The rows send the hello's request and expect its greeting: for \
                           another action, give --body and --expect"
             .to_owned(),
         (true, Some(expect)) => format!(
-            ". It was sent `{}` (the body given) and had to answer `{}` (--expect): if that \
-             answer is right for that body, {served} runs another action than the one meant; \
-             if not, correct --expect",
-            k.body,
-            expect.trim_end()
+            ". It was sent `{body}` (the body given) and had to answer `{expect}` (--expect): if \
+             that answer is right for that body, {served} runs another action than the one \
+             meant; if not, correct --expect"
         ),
         (true, None) => format!(
-            ". It was sent `{}` (the body given), and without --expect only the status is \
-             checked: {served} refused that body",
-            k.body
+            ". It was sent `{body}` (the body given), and without --expect only the status is \
+             checked: {served} refused that body"
         ),
         (false, Some(expect)) => format!(
-            ". It was sent the hello's request, `{}`, and had to answer `{}` (--expect): for \
-             another action, give its request with --body",
-            k.body,
-            expect.trim_end()
+            ". It was sent the hello's request, `{body}`, and had to answer `{expect}` \
+             (--expect): for another action, give its request with --body"
         ),
     };
-    format!(
-        "{}: {} answers were wrong; the first: {first}{hint}",
-        v.label, v.errors
-    )
+    let (label, errors) = (&v.label, v.errors);
+    format!("{label}: {errors} answers were wrong; the first: {first}{hint}")
 }
 
 #[cfg(test)]
