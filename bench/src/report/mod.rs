@@ -561,32 +561,29 @@ fn all_notes(c: &Comparison) -> Vec<String> {
 /// The host's state before and after the run, as the page's conditions and the table's
 /// legend say it; none when nothing was read.
 fn host_conditions(k: &Conditions) -> Vec<(&'static str, String)> {
-    let mut said = Vec::new();
-    if let (Some(before), after) = (k.before.load, k.after.load) {
-        let after = after.map_or_else(String::new, |a| format!(", {} after", figure(a)));
-        said.push((
-            "load average",
-            format!(
-                "{} before the run{after} (1 minute, on {} CPUs; the run's own work counts in \
-                 the after)",
-                figure(before),
-                k.online
-            ),
-        ));
+    let (mut said, online) = (Vec::new(), k.online);
+    if let Some(before) = k.before.load.map(figure) {
+        let after = k
+            .after
+            .load
+            .map_or_else(String::new, |a| format!(", {} after", figure(a)));
+        let load = format!(
+            "{before} before the run{after} (1 minute, on {online} CPUs; the run's own work \
+             counts in the after)"
+        );
+        said.push(("load average", load));
     }
-    if let Some(before) = k.before.reference_ms {
+    if let Some(before) = k.before.reference_ms.map(|s| figure(s.median)) {
         let after = k
             .after
             .reference_ms
-            .map_or_else(String::new, |a| format!(", {} ms after", figure(a.median)));
-        said.push((
-            "host speed",
-            format!(
-                "a fixed CPU task took {} ms before the run{after} (compare runs, hosts and days \
-                 by it)",
-                figure(before.median)
-            ),
-        ));
+            .map(|a| format!(", {} ms after", figure(a.median)));
+        let speed = format!(
+            "a fixed CPU task took {before} ms before the run{} (compare runs, hosts and days \
+             by it)",
+            after.unwrap_or_default()
+        );
+        said.push(("host speed", speed));
     }
     said
 }

@@ -587,18 +587,17 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
 /// moved between the run's start and its end (`host_speed_note`).
 pub fn host_notes(c: &Comparison) -> Vec<String> {
     let k = &c.conditions;
+    let online = k.online;
     let busy = k
         .before
         .load
-        .filter(|load| k.online > 0 && *load >= k.online as f64 / 2.0);
-    let busy = busy.map(|load| {
+        .filter(|load| online > 0 && *load >= online as f64 / 2.0);
+    let busy = busy.map(figure).map(|load| {
         format!(
-            "the host was busy when the run began: its load average was {} on {} CPUs, so \
-             other work shared the CPUs and the figures are slower and noisier than on an idle \
-             host (a load left by work that just ended falls within a minute): rerun on an \
-             idle host.",
-            figure(load),
-            k.online
+            "the host was busy when the run began: its load average was {load} on {online} CPUs, \
+             so other work shared the CPUs and the figures are slower and noisier than on an \
+             idle host (a load left by work that just ended falls within a minute): rerun on an \
+             idle host."
         )
     });
     busy.into_iter().chain(host_speed_note(c)).collect()
