@@ -462,12 +462,8 @@ pub async fn run(
         servers.push(server);
     }
     // Read once every server runs, as after the load: the pages they share count the same.
-    let held = |servers: &[Running]| -> Vec<Option<u64>> {
-        servers
-            .iter()
-            .map(|s| s.pid().and_then(held_bytes))
-            .collect()
-    };
+    let held_by = |server: &Running| server.pid().and_then(held_bytes);
+    let held = |servers: &[Running]| servers.iter().map(held_by).collect::<Vec<_>>();
     let held_after_init = held(&servers);
     let target = |(plan, server): (&Plan, &Running)| Target {
         label: plan.label(),
@@ -513,9 +509,8 @@ pub async fn run(
     drop(servers);
     let mut comparison = Comparison::of(conditions(options, before), variants);
     if plans.iter().any(Plan::peer) {
-        comparison
-            .notes
-            .extend(crate::peer::script_note(&options.wasmtime));
+        let note = crate::peer::script_note(&options.wasmtime);
+        comparison.notes.extend(note);
     }
     write(options, &comparison)?;
     Ok(comparison)
