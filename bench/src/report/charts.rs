@@ -415,11 +415,8 @@ type Axis<'a> = (Format, &'a dyn Fn(f64) -> f64);
 /// The latency chart at each connection count measured, then the bar charts.
 pub(super) fn charts(c: &Comparison) -> Vec<String> {
     let latency = c.connection_counts().into_iter().map(|n| {
-        let curves = c
-            .variants
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
+        let curves = c.variants.iter().enumerate();
+        let curves = curves.filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
         curves_chart(curves.collect(), n, None)
     });
     let mut charts: Vec<String> = latency.collect();
@@ -480,21 +477,13 @@ const MEMORY_HEADINGS: [&str; 3] = [
 ];
 
 fn memory(c: &Comparison) -> String {
-    fn mib(v: f64) -> String {
-        format!("{} MiB", figure(v))
-    }
-    fn kib(v: f64) -> String {
-        format!("{} KiB", figure(v))
-    }
+    let mib: Format = |v| format!("{} MiB", figure(v));
+    let kib: Format = |v| format!("{} KiB", figure(v));
     type Bytes = fn(&Variant) -> Option<u64>;
+    let per_extra: Bytes = |v| v.resident_per_extra_instance;
     let figures: [(Bytes, &str, Format, f64); 3] = [
         (|v| v.resident_after_init, "resident memory", mib, 1048576.0),
-        (
-            |v| v.resident_per_extra_instance,
-            "memory per instance",
-            kib,
-            1024.0,
-        ),
+        (per_extra, "memory per instance", kib, 1024.0),
         (|v| v.reported_memory, "instance memory", mib, 1048576.0),
     ];
     let panels: [Panel; 3] = std::array::from_fn(|k| {
@@ -504,10 +493,8 @@ fn memory(c: &Comparison) -> String {
         let bars = one_each(c, |v| bytes(v).map(read));
         (Some(MEMORY_HEADINGS[k]), axis, format, false, bars)
     });
-    let keys = [(
-        Some(1.0),
-        "bar: one reading, in the variant's colour".to_owned(),
-    )];
+    let key = "bar: one reading, in the variant's colour".to_owned();
+    let keys = [(Some(1.0), key)];
     let why = "no server's memory was read";
     bar_chart("memory", MEMORY_TITLE, why, &keys, &panels)
 }
