@@ -475,11 +475,7 @@ pub(super) fn fresh_phrase(
     rounds: usize,
     detail: bool,
 ) -> Option<String> {
-    let p50 = |v: &Variant| {
-        v.warm_at(low)
-            .map(|w| w.p50)
-            .filter(|s| s.median.is_finite())
-    };
+    let p50 = |v: &Variant| Some(v.warm_at(low)?.p50).filter(|s| s.median.is_finite());
     let twin = |f: &Variant| {
         let kept = |v: &&&Variant| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler;
         variants.iter().find(kept)
@@ -507,9 +503,10 @@ pub(super) fn fresh_phrase(
     let (_, first, _) = costs.first()?;
     let agree = costs.iter().all(|(_, said, _)| said == first);
     let many = costs.len() > 1;
+    // Each compiler's figures named by it, where there are several.
     let named = |compiler: &Option<Compiler>, what: &str| match compiler {
-        Some(compiler) => format!("{compiler}: {what}"),
-        None => what.to_owned(),
+        Some(compiler) if many => format!("{compiler}: {what}"),
+        _ => what.to_owned(),
     };
     let said: Vec<String> = match (detail, agree) {
         // One cost, each compiler's p50s beside it.
@@ -517,15 +514,11 @@ pub(super) fn fresh_phrase(
             let compared: Vec<String> = costs.iter().map(|(c, _, p50s)| named(c, p50s)).collect();
             vec![format!("{first} ({})", compared.join("; "))]
         }
-        (true, _) => costs
-            .iter()
-            .map(|(c, said, p50s)| {
-                format!(
-                    "{said} ({})",
-                    if many { named(c, p50s) } else { p50s.clone() }
-                )
-            })
-            .collect(),
+        (true, _) => {
+            let said =
+                |(c, said, p50s): &(_, String, String)| format!("{said} ({})", named(c, p50s));
+            costs.iter().map(said).collect()
+        }
         // One figure when the compilers agree: naming each would only repeat it.
         (false, true) => vec![first.clone()],
         (false, false) => costs
