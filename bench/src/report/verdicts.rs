@@ -425,20 +425,13 @@ pub(super) fn cold_phrase(
 /// The form's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
 /// cache, 4 ms signed", or "2.5 ms to start".
 fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
-    let said: Vec<String> = c
-        .sources()
-        .into_iter()
-        .filter(|s| *s != Source::Receive)
-        .filter_map(|source| {
-            let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
-            let (_, best) = best(&pool, false)?;
-            Some(format!(
-                "{} {}",
-                duration_ms(best.median),
-                source.said().phrase
-            ))
-        })
-        .collect();
+    let figure = |source: Source| {
+        let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
+        let ms = duration_ms(best(&pool, false)?.1.median);
+        Some(format!("{ms} {}", source.said().phrase))
+    };
+    let sources = c.sources().into_iter().filter(|s| *s != Source::Receive);
+    let said: Vec<String> = sources.filter_map(figure).collect();
     (!said.is_empty()).then(|| format!("{} {}", cold_words(c, variants), said.join(", ")))
 }
 
@@ -537,13 +530,10 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
     let Some(&low) = c.connection_counts().first() else {
         return Vec::new();
     };
-    let measured = c
-        .variants
-        .iter()
-        .filter_map(|v| Some((v, v.warm_at(low)?.p50)));
-    let measured: Vec<_> = measured
-        .filter(|(_, s)| s.min.is_finite() && s.max.is_finite())
-        .collect();
+    let finite = |(_, s): &(&Variant, Spread)| s.min.is_finite() && s.max.is_finite();
+    let variants = c.variants.iter();
+    let measured = variants.filter_map(|v| Some((v, v.warm_at(low)?.p50)));
+    let measured: Vec<_> = measured.filter(finite).collect();
     let mut pairs = Vec::new();
     for (i, (a, sa)) in measured.iter().enumerate() {
         for (b, sb) in &measured[i + 1..] {
@@ -607,11 +597,8 @@ const MOVED_MOST: f64 = 0.10;
 /// (each variant's p50, p99 and rate at every connection count, its cold starts), as a
 /// fraction of its median. None when nothing was measured.
 fn own_spread(c: &Comparison) -> Option<f64> {
-    let warm = c
-        .variants
-        .iter()
-        .flat_map(|v| &v.warm)
-        .flat_map(|w| [w.p50, w.p99, w.per_second]);
+    let warm = c.variants.iter().flat_map(|v| &v.warm);
+    let warm = warm.flat_map(|w| [w.p50, w.p99, w.per_second]);
     let cold = c.variants.iter().flat_map(|v| &v.cold).map(|x| x.millis);
     let relative = warm.chain(cold).map(|s| (s.max - s.min) / s.median);
     relative.filter(|r| r.is_finite()).reduce(f64::max)
@@ -696,14 +683,9 @@ pub fn few_samples_notes(c: &Comparison) -> Vec<String> {
     let rounds = rounds(c);
     let warm = (rounds < FEWEST && !c.connection_counts().is_empty())
         .then(|| said(rounds, "round", "rounds", " (and --hits at least as many)"));
-    let runs = c
-        .variants
-        .iter()
-        .flat_map(|v| v.cold.iter().map(|x| x.runs))
-        .min();
-    let cold = runs
-        .filter(|r| *r < FEWEST)
-        .map(|runs| said(runs, "fresh server", "cold-runs", ""));
+    let colds = c.variants.iter().flat_map(|v| &v.cold);
+    let runs = colds.map(|x| x.runs).min().filter(|r| *r < FEWEST);
+    let cold = runs.map(|runs| said(runs, "fresh server", "cold-runs", ""));
     warm.into_iter().chain(cold).collect()
 }
 
