@@ -242,23 +242,14 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let least_memory = holder(c, resident, false, Quantity::Bytes, FEWEST);
     // A cold start is compared only with starts of its own kind: a compile with compiles,
     // a cached start with cached ones; a native process starting has no counterpart.
-    let cold_records: Vec<(Source, Record)> = c
-        .sources()
-        .into_iter()
-        .filter(|s| s.is_compared())
-        .map(|s| {
-            let runs = c
-                .variants
-                .iter()
-                .filter_map(|v| Some(v.cold_from(s)?.runs))
-                .min();
-            let figure = |v: &Variant| Some(v.cold_from(s)?.millis);
-            (
-                s,
-                holder(c, figure, false, Quantity::Millis, runs.unwrap_or(0)),
-            )
-        })
-        .collect();
+    let cold_record = |s: Source| {
+        let runs = c.variants.iter().filter_map(|v| Some(v.cold_from(s)?.runs));
+        let figure = |v: &Variant| Some(v.cold_from(s)?.millis);
+        let runs = runs.min().unwrap_or(0);
+        (s, holder(c, figure, false, Quantity::Millis, runs))
+    };
+    let compared = c.sources().into_iter().filter(|s| s.is_compared());
+    let cold_records: Vec<(Source, Record)> = compared.map(cold_record).collect();
 
     let mut out = Vec::new();
     for form in c.forms() {
