@@ -210,10 +210,8 @@ fn from_reports(logs: &str) -> (Option<f64>, Option<u64>) {
         .collect();
     let mut cpu: Vec<f64> = reports.iter().filter_map(|r| r["cpuMs"].as_f64()).collect();
     cpu.sort_by(f64::total_cmp);
-    let memory = reports
-        .iter()
-        .filter_map(|r| r["memoryBytes"].as_u64())
-        .max();
+    let memory = reports.iter().filter_map(|r| r["memoryBytes"].as_u64());
+    let memory = memory.max();
     (cpu.get(cpu.len() / 2).map(|ms| ms * 1e3), memory)
 }
 

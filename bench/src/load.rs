@@ -388,18 +388,11 @@ pub fn host_now() -> Host {
 /// what the run was asked to do.
 pub fn conditions(options: &Options, before: Host) -> Conditions {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu_model = cpuinfo
-        .lines()
-        .find_map(|line| line.strip_prefix("model name"))
-        .and_then(|rest| rest.split_once(':'))
-        .map_or_else(
-            || "unknown".to_owned(),
-            |(_, model)| model.trim().to_owned(),
-        );
-    let online = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
+    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name"));
+    let model = model.and_then(|rest| Some(rest.split_once(':')?.1.trim()));
+    let cpu_model = model.unwrap_or("unknown").to_owned();
+    let processors = cpuinfo.lines().filter(|l| l.starts_with("processor"));
+    let online = processors.count();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let payload = &options.payload;
     Conditions {

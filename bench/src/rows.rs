@@ -44,10 +44,8 @@ pub struct Row {
 impl Row {
     /// The row `--rows` calls `name`.
     pub fn named(name: &str) -> Row {
-        *ROWS
-            .iter()
-            .find(|row| row.name == name)
-            .expect("a row of the table")
+        let row = ROWS.iter().find(|row| row.name == name);
+        *row.expect("a row of the table")
     }
 
     /// Whether its server is started as `other`'s is, so that one serves both.

@@ -240,14 +240,8 @@ pub fn held_bytes(pid: u32) -> Option<u64> {
 /// `pid`'s proportional set size.
 fn proportional_bytes(pid: u32) -> Option<u64> {
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kib = rollup
-        .lines()
-        .find_map(|line| line.strip_prefix("Pss:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
+    let pss = rollup.lines().find_map(|line| line.strip_prefix("Pss:"))?;
+    let kib = pss.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
     Some(kib << 10)
 }
 

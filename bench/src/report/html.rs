@@ -116,10 +116,8 @@ pub fn html(c: &Comparison) -> String {
     out.push_str("</ul></section>\n<section><h2>Warnings</h2>");
     let notes = all_notes(c);
     let warn = "<li><span class=\"warn\">⚠ warning:</span>";
-    let notes: String = notes
-        .iter()
-        .map(|n| format!("{warn}{}</li>", escape(bare(n))))
-        .collect();
+    let note = |n: &String| format!("{warn}{}</li>", escape(bare(n)));
+    let notes: String = notes.iter().map(note).collect();
     match notes.is_empty() {
         true => out.push_str("<p class=\"quiet\">None.</p>"),
         false => out.push_str(&format!("<ul class=\"notes\">{notes}</ul>")),
@@ -183,10 +181,8 @@ fn left_out(c: &Comparison, why: impl Fn(&Variant) -> Option<String>) -> Option<
             None => reasons.push((reason, vec![&v.label])),
         }
     }
-    let said: Vec<String> = reasons
-        .iter()
-        .map(|(reason, labels)| format!("{} ({reason})", listed(labels)))
-        .collect();
+    let said = |(reason, labels): &(String, Vec<&str>)| format!("{} ({reason})", listed(labels));
+    let said: Vec<String> = reasons.iter().map(said).collect();
     (!said.is_empty()).then(|| format!("Left out: {}.", said.join("; ")))
 }
 

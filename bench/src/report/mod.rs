@@ -365,14 +365,8 @@ impl Variant {
 
     /// A variant of `form`, nothing measured yet, labelled from its parts.
     pub fn of(form: Form, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
-        let mut label = form.to_string();
-        for part in compiler
-            .map(Compiler::name)
-            .into_iter()
-            .chain([lifetime.name()])
-        {
-            let _ = write!(label, " {part}");
-        }
+        let compiler_said = compiler.map_or(String::new(), |c| format!(" {c}"));
+        let label = format!("{form}{compiler_said} {lifetime}");
         Variant {
             form,
             compiler,
@@ -434,11 +428,8 @@ impl Comparison {
     }
 
     fn connection_counts(&self) -> Vec<usize> {
-        let mut counts: Vec<usize> = self
-            .variants
-            .iter()
-            .flat_map(|v| v.warm.iter().map(|w| w.connections))
-            .collect();
+        let warm = self.variants.iter().flat_map(|v| &v.warm);
+        let mut counts: Vec<usize> = warm.map(|w| w.connections).collect();
         counts.sort_unstable();
         counts.dedup();
         counts
@@ -446,11 +437,8 @@ impl Comparison {
 
     /// The sources measured, in their order.
     fn sources(&self) -> Vec<Source> {
-        Source::ALL
-            .iter()
-            .copied()
-            .filter(|s| self.variants.iter().any(|v| v.cold_from(*s).is_some()))
-            .collect()
+        let measured = |s: &Source| self.variants.iter().any(|v| v.cold_from(*s).is_some());
+        Source::ALL.iter().copied().filter(measured).collect()
     }
 
     /// The forms the verdicts are about, in the order the variants first name them.
@@ -563,10 +551,8 @@ fn all_notes(c: &Comparison) -> Vec<String> {
 fn host_conditions(k: &Conditions) -> Vec<(&'static str, String)> {
     let (mut said, online) = (Vec::new(), k.online);
     if let Some(before) = k.before.load.map(figure) {
-        let after = k
-            .after
-            .load
-            .map_or_else(String::new, |a| format!(", {} after", figure(a)));
+        let after = k.after.load.map(figure);
+        let after = after.map_or_else(String::new, |a| format!(", {a} after"));
         let load = format!(
             "{before} before the run{after} (1 minute, on {online} CPUs; the run's own work \
              counts in the after)"
@@ -574,14 +560,11 @@ fn host_conditions(k: &Conditions) -> Vec<(&'static str, String)> {
         said.push(("load average", load));
     }
     if let Some(before) = k.before.reference_ms.map(|s| figure(s.median)) {
-        let after = k
-            .after
-            .reference_ms
-            .map(|a| format!(", {} ms after", figure(a.median)));
+        let after = k.after.reference_ms.map(|a| figure(a.median));
+        let after = after.map_or_else(String::new, |a| format!(", {a} ms after"));
         let speed = format!(
-            "a fixed CPU task took {before} ms before the run{} (compare runs, hosts and days \
-             by it)",
-            after.unwrap_or_default()
+            "a fixed CPU task took {before} ms before the run{after} (compare runs, hosts and \
+             days by it)"
         );
         said.push(("host speed", speed));
     }

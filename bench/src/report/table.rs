@@ -93,10 +93,8 @@ pub fn table(c: &Comparison) -> String {
         );
     }
     if !sources.is_empty() {
-        let named: Vec<String> = sources
-            .iter()
-            .map(|s| format!("{}: {}", s.said().header, s.said().meaning))
-            .collect();
+        let name = |s: &Source| format!("{}: {}", s.said().header, s.said().meaning);
+        let named: Vec<String> = sources.iter().map(name).collect();
         let _ = write!(
             legend,
             "cold starts in ms ({}), median [least–most] of {} fresh servers; ",

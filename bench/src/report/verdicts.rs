@@ -391,10 +391,8 @@ pub(super) fn cold_phrase(
         let after = standing(source).after("fastest");
         said.push(format!("{ms_said} {}{after}", source.said().phrase));
         if pool.len() > 1 && source != Source::Receive {
-            let runs = pool
-                .iter()
-                .filter_map(|(v, _)| Some(v.cold_from(source)?.runs))
-                .min();
+            let runs = pool.iter().filter_map(|(v, _)| v.cold_from(source));
+            let runs = runs.map(|x| x.runs).min();
             let others = pool.iter().filter(|(v, _)| v.label != top.label);
             let apart =
                 runs >= Some(FEWEST) && others.clone().all(|(_, s)| Quantity::Millis.apart(&ms, s));
@@ -441,8 +439,8 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<St
     let after_init = variants.iter().filter_map(|v| v.resident_after_init).min();
     let per_extra = variants
         .iter()
-        .filter_map(|v| v.resident_per_extra_instance)
-        .min();
+        .filter_map(|v| v.resident_per_extra_instance);
+    let per_extra = per_extra.min();
     let after_init = after_init.map(|a| format!("{} resident after /init", bytes(a)));
     let per_extra = per_extra.map(|e| format!("+{} per extra instance", bytes(e)));
     let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
@@ -562,10 +560,8 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
 pub fn host_notes(c: &Comparison) -> Vec<String> {
     let k = &c.conditions;
     let online = k.online;
-    let busy = k
-        .before
-        .load
-        .filter(|load| online > 0 && *load >= online as f64 / 2.0);
+    let busy = |load: &f64| online > 0 && *load >= online as f64 / 2.0;
+    let busy = k.before.load.filter(busy);
     let busy = busy.map(figure).map(|load| {
         format!(
             "the host was busy when the run began: its load average was {load} on {online} CPUs, \
@@ -760,11 +756,8 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
             .zip(high)
             .map(|(said, n)| format!("{said} at {}", connections_phrase(n)));
         let fresh = low.and_then(|low| fresh_phrase(&variants, low, rounds(c), false));
-        let figures = p50
-            .into_iter()
-            .chain(busy)
-            .chain(cold_figures(c, &variants))
-            .chain(fresh);
+        let cold = cold_figures(c, &variants);
+        let figures = p50.into_iter().chain(busy).chain(cold).chain(fresh);
         let figures = figures.collect::<Vec<_>>().join(", ");
         BottomLine {
             form,
