@@ -154,12 +154,8 @@ fn warm_server(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Res
 fn check_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<()> {
     let server = warm_server(plan, options, scratch)?;
     let payload = plan.payload(options);
-    let reply = harness::request(
-        server.addr(),
-        "POST",
-        path_of(plan.0.form),
-        &payload.body(0),
-    )?;
+    let (addr, path) = (server.addr(), path_of(plan.0.form));
+    let reply = harness::request(addr, "POST", path, &payload.body(0))?;
     let expected = payload.expected(0);
     if let Some(wrong) = wrong(reply.status, &reply.content(), expected.as_deref()) {
         bail!(
@@ -268,11 +264,8 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     ];
     wasmloop(&[&flags[..], &paths, &[file.as_os_str()]].concat())?;
     let signed_code = std::fs::read(&artifact)?;
-    let trust = [
-        "--no-cache".to_owned(),
-        "--trust-key".to_owned(),
-        keys.join("verify.key").display().to_string(),
-    ];
+    let verify = keys.join("verify.key").display().to_string();
+    let trust = ["--no-cache".to_owned(), "--trust-key".to_owned(), verify];
     let signed = init(&trust, &signed_code)?;
     // The same servers' floor: what receiving the artifact's upload costs them.
     let spoilt = harness::spoilt_init_body(&signed_code, wasmloop_common::DEFAULT_MAIN);
@@ -316,10 +309,8 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
         let reply = server.request("POST", path_of(plan.0.form), &body)?;
         let took = started.elapsed();
         if let Some(wrong) = wrong(reply.status, &reply.content(), expected) {
-            bail!(
-                "{}: a fresh server's first answer was {wrong}",
-                plan.label()
-            );
+            let label = plan.label();
+            bail!("{label}: a fresh server's first answer was {wrong}");
         }
         Ok(took)
     };
@@ -353,11 +344,8 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
 
 /// Runs this wasmloop with `args`, failing with its output.
 fn wasmloop(args: &[&OsStr]) -> anyhow::Result<()> {
-    crate::source::run(
-        std::process::Command::new(std::env::current_exe()?)
-            .args(args)
-            .stdin(Stdio::null()),
-    )
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    crate::source::run(command.args(args).stdin(Stdio::null()))
 }
 
 /// The time from a crash to the next right answer, over `runs` crashes: the crash is
@@ -399,10 +387,8 @@ fn crash_to_answer(
             }
             started = Instant::now();
             for pid in children {
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(pid as i32).context("a pid")?,
-                    rustix::process::Signal::KILL,
-                );
+                let pid = rustix::process::Pid::from_raw(pid as i32).context("a pid")?;
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
         }
         // A process killed between activations may not be seen dead before the next one

@@ -171,13 +171,9 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     parse_reply(&raw).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "no HTTP answer to {path}, only: {:?}",
-                wasmloop_common::excerpt(&raw, 200)
-            ),
-        )
+        let only = wasmloop_common::excerpt(&raw, 200);
+        let said = format!("no HTTP answer to {path}, only: {only:?}");
+        std::io::Error::new(std::io::ErrorKind::InvalidData, said)
     })
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use axum::http::StatusCode;
 use bytes::Bytes;
 
 use crate::harness;
@@ -107,11 +108,8 @@ impl Served {
                 return Ok(());
             }
             if started.elapsed() >= Duration::from_secs(120) {
-                bail!(
-                    "the plain HTTP server of {} never became ready: {}",
-                    file.display(),
-                    reply.text()
-                );
+                let (file, said) = (file.display(), reply.text());
+                bail!("the plain HTTP server of {file} never became ready: {said}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -205,11 +203,8 @@ pub async fn exec(native: PathBuf) -> anyhow::Result<SocketAddr> {
                 .output()
                 .await;
             match output {
-                Ok(output) => (axum::http::StatusCode::OK, output.stdout),
-                Err(e) => (
-                    axum::http::StatusCode::BAD_GATEWAY,
-                    e.to_string().into_bytes(),
-                ),
+                Ok(output) => (StatusCode::OK, output.stdout),
+                Err(e) => (StatusCode::BAD_GATEWAY, e.to_string().into_bytes()),
             }
         }
     });

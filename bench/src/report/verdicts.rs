@@ -614,20 +614,17 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
         format!("{median} ms ({min}–{max})")
     };
     let percent = |f: f64| format!("{}%", figure(f * 100.0));
-    let own = match own {
-        Some(own) if own >= MOVED_MOST => format!(
-            "more than {}, past which figures measured early and late in the run differ by \
-             more than the host's noise",
-            percent(MOVED_MOST)
+    let [least, most] = [MOVED_LEAST, MOVED_MOST].map(percent);
+    let own = match own.map(|own| (own, percent(own))) {
+        Some((own, _)) if own >= MOVED_MOST => format!(
+            "more than {most}, past which figures measured early and late in the run differ by \
+             more than the host's noise"
         ),
-        Some(own) if own <= MOVED_LEAST => format!(
-            "more than {} (the run's own spreads are narrower still, {} at the widest)",
-            percent(MOVED_LEAST),
-            percent(own)
+        Some((own, said)) if own <= MOVED_LEAST => format!(
+            "more than {least} (the run's own spreads are narrower still, {said} at the widest)"
         ),
-        Some(own) => format!(
-            "more than the run's own spread (its widest [least–most] is {} of its median)",
-            percent(own)
+        Some((_, said)) => format!(
+            "more than the run's own spread (its widest [least–most] is {said} of its median)"
         ),
         None => format!("more than {}", percent(bound)),
     };
