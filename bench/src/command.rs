@@ -255,9 +255,7 @@ fn compare(
                 files[3] = None;
             }
             let forms = Backend::ALL.iter().zip(files);
-            forms
-                .filter_map(|(backend, file)| Some((*backend, file?)))
-                .collect()
+            forms.filter_map(|(b, file)| Some((*b, file?))).collect()
         }
     };
     // --forms picks among what there is, given or built.

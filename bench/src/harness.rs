@@ -129,9 +129,8 @@ impl Reply {
     /// streamed response, `wasmtime serve`'s): what a client library would hand over, to
     /// compare with an expected answer. A chunk cut short ends it.
     pub fn content(&self) -> Vec<u8> {
-        let chunked = self
-            .header("transfer-encoding")
-            .is_some_and(|t| t.eq_ignore_ascii_case("chunked"));
+        let encoding = self.header("transfer-encoding");
+        let chunked = encoding.is_some_and(|t| t.eq_ignore_ascii_case("chunked"));
         if !chunked {
             return self.body.clone();
         }

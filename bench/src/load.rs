@@ -208,9 +208,8 @@ async fn drive(
                     let right = expected.as_ref().is_none_or(|e| *e == answer);
                     if !(200..300).contains(&status) || !right {
                         driven.errors += 1;
-                        driven
-                            .first_wrong
-                            .get_or_insert_with(|| quoted(status, &answer, expected.as_deref()));
+                        let quote = || quoted(status, &answer, expected.as_deref());
+                        driven.first_wrong.get_or_insert_with(quote);
                     }
                     progress.inc(1);
                 }
@@ -360,9 +359,8 @@ pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, String)> {
 /// The host now: its load average, and how long a fixed CPU task takes it (five runs of
 /// ten million steps).
 pub fn host_now() -> Host {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next()?.parse().ok());
+    let load = std::fs::read_to_string("/proc/loadavg").ok();
+    let load = load.and_then(|l| l.split_whitespace().next()?.parse().ok());
     let millis: Vec<f64> = (0..5)
         .map(|_| {
             let started = Instant::now();

@@ -49,17 +49,13 @@ pub fn table(c: &Comparison) -> String {
             row.push(server.map_or("-".to_owned(), figure));
         }
         let mib = |b: u64| figure(b as f64 / f64::from(1 << 20));
+        let kib = |b: u64| figure(b as f64 / 1024.0);
+        let median = |s: Spread| figure(s.median);
         row.push(v.resident_after_init.map_or("-".to_owned(), mib));
-        row.push(
-            v.resident_per_extra_instance
-                .map_or("-".to_owned(), |b| figure(b as f64 / 1024.0)),
-        );
+        row.push(v.resident_per_extra_instance.map_or("-".to_owned(), kib));
         row.push(v.reported_cpu_us.map_or("-".to_owned(), figure));
         row.push(v.reported_memory.map_or("-".to_owned(), mib));
-        row.push(
-            v.crash_to_answer_ms
-                .map_or("-".to_owned(), |s| figure(s.median)),
-        );
+        row.push(v.crash_to_answer_ms.map_or("-".to_owned(), median));
         row.push(v.errors.to_string());
         rows.push(row);
     }

@@ -749,9 +749,8 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
             (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
             (one, other) => one.or(other),
         };
-        let busy = busy
-            .zip(high)
-            .map(|(said, n)| format!("{said} at {}", connections_phrase(n)));
+        let at = |(said, n): (String, usize)| format!("{said} at {}", connections_phrase(n));
+        let busy = busy.zip(high).map(at);
         let fresh = low.and_then(|low| fresh_phrase(&variants, low, rounds(c), false));
         let cold = cold_figures(c, &variants);
         let figures = p50.into_iter().chain(busy).chain(cold).chain(fresh);
