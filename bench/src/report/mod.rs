@@ -815,15 +815,12 @@ mod tests {
             v.crash_to_answer_ms = None;
         }
         let page = html(&c);
-        let crash = page
-            .split("<svg")
-            .find(|svg| svg.contains(CRASH_TITLE))
-            .expect("the crash chart");
-        holds(crash, &["not measured"]);
-        let latency = page
-            .split("<svg")
-            .find(|svg| svg.contains("at 1 connection"))
-            .expect("the latency chart");
+        let chart = |title: &str| page.split("<svg").find(|svg| svg.contains(title));
+        holds(
+            chart(CRASH_TITLE).expect("the crash chart"),
+            &["not measured"],
+        );
+        let latency = chart("at 1 connection").expect("the latency chart");
         assert!(!latency.contains("not measured"));
     }
 
@@ -890,9 +887,8 @@ mod tests {
     #[test]
     fn a_busy_host_and_a_host_whose_speed_moved_are_warned_of() {
         let mut c = sample();
-        assert_eq!(
-            host_notes(&c),
-            Vec::<String>::new(),
+        assert!(
+            host_notes(&c).is_empty(),
             "the sample's host is idle and steady"
         );
         c.conditions.before.load = Some(1.3);
@@ -927,9 +923,8 @@ mod tests {
     #[test]
     fn overlapping_spreads_are_warned_of_and_disjoint_ones_not() {
         let mut c = sample();
-        assert_eq!(
-            overlap_notes(&c),
-            Vec::<String>::new(),
+        assert!(
+            overlap_notes(&c).is_empty(),
             "the sample's spreads are apart"
         );
         c.variants[3].warm[0].p50 = spread(33.0, 31.0, 36.0);
@@ -944,13 +939,10 @@ mod tests {
     #[test]
     fn overlap_warnings_past_six_are_counted() {
         let mut c = sample();
-        let v = c.variants[0].clone();
-        c.variants = (0..5)
-            .map(|i| Variant {
-                label: format!("v{i}"),
-                ..v.clone()
-            })
-            .collect();
+        c.variants = vec![c.variants[0].clone(); 5];
+        for (i, v) in c.variants.iter_mut().enumerate() {
+            v.label = format!("v{i}");
+        }
         let notes = overlap_notes(&c);
         assert_eq!(notes.len(), 7, "{notes:#?}");
         assert_eq!(notes[6], "4 more pairs of variants overlap the same way.");
