@@ -629,12 +629,9 @@ mod tests {
     /// line that differs (the files are the expected output, reviewed as such).
     #[track_caller]
     pub(super) fn same(text: &str, golden: &str) {
-        let mut lines = text.lines().zip(golden.lines()).enumerate();
+        let mut lines = (1..).zip(text.lines().zip(golden.lines()));
         if let Some((at, (now, kept))) = lines.find(|(_, (a, b))| a != b) {
-            panic!(
-                "line {} is now\n{now}\nnot as the golden file has it\n{kept}",
-                at + 1
-            );
+            panic!("line {at} is now\n{now}\nnot as the golden file has it\n{kept}");
         }
         assert_eq!(text, golden, "the same lines, but not as many");
     }
@@ -647,7 +644,7 @@ mod tests {
         );
     }
 
-    fn spread(median: f64, min: f64, max: f64) -> Spread {
+    pub(super) fn spread(median: f64, min: f64, max: f64) -> Spread {
         Spread { median, min, max }
     }
 

@@ -766,14 +766,10 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{holds, lines, same, say, starts};
+    use super::super::tests::{holds, lines, same, say, spread, starts};
     use super::*;
     use Backend::{Component, Module, Native};
     use Lifetime::{Fresh, Persistent};
-
-    fn spread(median: f64, min: f64, max: f64) -> Spread {
-        Spread { median, min, max }
-    }
 
     /// A variant whose p50 at 1 connection, p99 and rate at 8 are `p50`, 3x and 20k over
     /// its p50, each with the spread `p50` has, relative.
