@@ -5,17 +5,17 @@ use super::*;
 /// The fewest rounds (or cold runs) a spread may come from for a verdict to name a winner.
 /// Two runs of one action, each `n` samples, give [least–most] ranges that miss each other
 /// by chance 2 times in C(2n, n): 1 in 3 at two samples, 1 in 10 at three, 1 in 126 at five.
-pub(super) const FEWEST: usize = 5;
+const FEWEST: usize = 5;
 
 /// How far a single reading of memory is taken to move on its own, either way, relative:
 /// read once per variant, it has no spread over rounds, and two identical servers read a
 /// few pages apart (allocator arenas, pages touched lazily). Two readings must be more than
 /// twice this apart for the smaller to hold a record.
-pub(super) const MEMORY_NOISE: f64 = 0.05;
+const MEMORY_NOISE: f64 = 0.05;
 
 /// What a spread measures, for saying it and for telling two spreads apart as said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Quantity {
+enum Quantity {
     Micros,
     Millis,
     PerSecond,
@@ -38,7 +38,7 @@ impl Quantity {
 
     /// A median with its [least–most] beside it, every figure in the unit of the largest:
     /// "33 [32–35] µs", "21 [19–25] ms", "100k [95k–104k] req/s"; memory, read once, alone.
-    pub(super) fn spread(self, s: &Spread) -> String {
+    fn spread(self, s: &Spread) -> String {
         self.spread_below(s, s.max.max(s.median))
     }
 
@@ -56,7 +56,7 @@ impl Quantity {
     /// Whether `a` and `b` are told apart: their spreads share no value, and the gap between
     /// them survives the rounding they are printed with (20.4 against 20.6 µs reads "20" and
     /// "21" apart, but 20.6 against 20.7 reads "21" twice, and a reader sees no gap).
-    pub(super) fn apart(self, a: &Spread, b: &Spread) -> bool {
+    fn apart(self, a: &Spread, b: &Spread) -> bool {
         let (lower, upper) = match (a.max < b.min, b.max < a.min) {
             (true, _) => (a, b),
             (_, true) => (b, a),
@@ -71,7 +71,7 @@ impl Quantity {
 /// forms, or from spreads of too few rounds; where the best spread is not apart from
 /// another form's, the order is chance, and the record is shared.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Record {
+enum Record {
     Nobody,
     Held(Form),
     /// Some forms, not all, whose spreads are within noise of the top one.
@@ -81,7 +81,7 @@ pub(super) enum Record {
 }
 
 /// Where one form stands against a record.
-pub(super) enum Standing {
+enum Standing {
     Holds,
     /// Level with these others, within noise, ahead of the rest.
     Level(Vec<Form>),
@@ -91,7 +91,7 @@ pub(super) enum Standing {
 }
 
 impl Record {
-    pub(super) fn of(&self, form: Form) -> Standing {
+    fn of(&self, form: Form) -> Standing {
         let others = |all: &[Form]| all.iter().copied().filter(|f| *f != form).collect();
         match self {
             Record::Held(held) if *held == form => Standing::Holds,
@@ -106,7 +106,7 @@ impl Standing {
     /// `title` ("fastest warm") ahead of the figures: "fastest warm: ", "fastest warm
     /// with component, within noise: ", "warm, within noise of component: " when nobody
     /// wins, or `plain` when the record is another's.
-    pub(super) fn lead(&self, title: &str, plain: &str) -> String {
+    fn lead(&self, title: &str, plain: &str) -> String {
         match self {
             Standing::Tied(others) => {
                 let subject = plain.trim_end();
@@ -141,7 +141,7 @@ impl Standing {
 /// told apart as `quantity` is said, from spreads of `samples` rounds or runs each. Every
 /// variant counts against the top one: a form whose best median is behind, but one of
 /// whose variants' spreads reaches the top one's, is level with it.
-pub(super) fn holder(
+fn holder(
     c: &Comparison,
     figure: impl Fn(&Variant) -> Option<Spread>,
     highest: bool,
@@ -324,7 +324,7 @@ fn at(connections: usize) -> String {
 /// The form's best p50 at the lowest connection count, in the lifetime it is usually
 /// run in (persistent, when measured), and its other compilers beside it, each with its
 /// spread over rounds.
-pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
+fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
     let pool = pool(variants, |v| Some(v.warm_at(low)?.p50), true);
     let (top, p50) = best(&pool, false)?;
     let others = pool.iter().filter(|(v, _)| v.label != top.label);
@@ -358,11 +358,7 @@ fn rate_phrase(variants: &[&Variant], high: usize, most: Standing) -> Option<Str
 
 /// The form's tail at `high` connections: the best p99 of its persistent variants (any
 /// variant's when none is persistent), with its spread over rounds.
-pub(super) fn tail_phrase(
-    variants: &[&Variant],
-    high: usize,
-    shortest: Standing,
-) -> Option<String> {
+fn tail_phrase(variants: &[&Variant], high: usize, shortest: Standing) -> Option<String> {
     let pool = pool(variants, |v| Some(v.warm_at(high)?.p99), true);
     let (v, p99) = best(&pool, false)?;
     let lead = shortest.lead("shortest tail", "tail ");
@@ -375,7 +371,7 @@ pub(super) fn tail_phrase(
 /// spread over the fresh servers, and beside each the record `standing` gives it among
 /// the forms that start that way; then the compiler that was quickest at every kind,
 /// where it was apart from the others each time.
-pub(super) fn cold_phrase(
+fn cold_phrase(
     c: &Comparison,
     variants: &[&Variant],
     standing: impl Fn(Source) -> Standing,
@@ -435,7 +431,7 @@ fn cold_words(c: &Comparison, variants: &[&Variant]) -> &'static str {
     }
 }
 
-pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
+fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
     let after_init = variants.iter().filter_map(|v| v.resident_after_init).min();
     let per_extra = variants
         .iter()
@@ -451,12 +447,7 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<St
 /// What a fresh instance per activation adds to the p50, against the persistent variant of
 /// the same compiler, from spreads of `rounds` rounds; with `detail`, both p50s beside it
 /// with their spreads, as a verdict compares them.
-pub(super) fn fresh_phrase(
-    variants: &[&Variant],
-    low: usize,
-    rounds: usize,
-    detail: bool,
-) -> Option<String> {
+fn fresh_phrase(variants: &[&Variant], low: usize, rounds: usize, detail: bool) -> Option<String> {
     let p50 = |v: &Variant| Some(v.warm_at(low)?.p50).filter(|s| s.median.is_finite());
     let twin = |f: &Variant| {
         let kept = |v: &&&Variant| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler;
