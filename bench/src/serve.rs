@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use axum::http::StatusCode;
 use bytes::Bytes;
 
-use crate::harness;
+use crate::harness::{self, Reply};
 use crate::peer::WasmtimeServe;
 use crate::report::{Compiler, Form, Lifetime, Protocol};
 
@@ -50,12 +50,7 @@ impl Served {
     }
 
     /// One request to it; a failure says why, if the server died.
-    pub fn request(
-        &mut self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-    ) -> anyhow::Result<harness::Reply> {
+    pub fn request(&mut self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<Reply> {
         harness::request(self.addr, method, path, body).map_err(|error| self.explain(error.into()))
     }
 
@@ -76,11 +71,11 @@ impl Served {
         let mut logs = String::new();
         let _ = self.logs.rewind();
         let _ = self.logs.read_to_string(&mut logs);
-        let tail: Vec<&str> = logs.lines().collect();
+        let lines: Vec<&str> = logs.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join("\n");
         anyhow::anyhow!(
             "the wasmloop serve that bench started exited ({status}) before answering /init; \
-             its last log lines:\n{}",
-            tail[tail.len().saturating_sub(5)..].join("\n")
+             its last log lines:\n{tail}"
         )
     }
 
