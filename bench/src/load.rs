@@ -318,17 +318,13 @@ pub async fn measure(
                 slices.sum.add(driven);
             }
         }
-        for ((warms, checked), slices) in out.iter_mut().zip(all) {
-            let Slices {
-                mut sum,
-                rounds,
-                server,
-                client,
-            } = slices;
+        for ((warms, checked), mut slices) in out.iter_mut().zip(all) {
+            let (sum, rounds) = (&mut slices.sum, &slices.rounds);
             sum.micros.sort_by(f64::total_cmp);
             // Wrong answers were served too: every request counts.
             let requests = sum.micros.len();
             let column = |k: usize| stats::spread(&rounds.iter().map(|f| f[k]).collect::<Vec<_>>());
+            let (server, client) = (slices.server, slices.client);
             warms.push(Warm {
                 connections,
                 micros: std::mem::take(&mut sum.micros),
@@ -338,7 +334,7 @@ pub async fn measure(
                 server_cpu_us: server.and_then(|used| cpu::per_request(used, requests)),
                 client_cpu_us: cpu::per_request(client, requests),
             });
-            checked.add(sum);
+            checked.add(slices.sum);
         }
     }
     progress.finish_and_clear();
