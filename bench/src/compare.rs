@@ -228,11 +228,7 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
         return first_answers(plan, options, scratch);
     }
     let (runs, file) = (options.cold_runs, &plan.1);
-    let cold = |source, millis| Cold {
-        source,
-        millis,
-        runs,
-    };
+    let cold = |source, millis| Cold::new(source, millis, runs);
     let code = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let args = plan.args(1);
     let init = |extra: &[String], code: &[u8]| {
@@ -331,11 +327,7 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
     let compiled = timed(runs, || first(&uncached))?;
     first(&cached)?;
     let cached = timed(runs, || first(&cached))?;
-    let cold = |source, millis| Cold {
-        source,
-        millis,
-        runs,
-    };
+    let cold = |source, millis| Cold::new(source, millis, runs);
     Ok(vec![
         cold(Source::FirstAnswer, compiled),
         cold(Source::FirstCached, cached),

@@ -324,6 +324,16 @@ pub struct Cold {
     pub runs: usize,
 }
 
+impl Cold {
+    pub const fn new(source: Source, millis: Spread, runs: usize) -> Cold {
+        Cold {
+            source,
+            millis,
+            runs,
+        }
+    }
+}
+
 /// One form, compiler and instance lifetime, and its figures.
 #[derive(Debug, Clone)]
 pub struct Variant {
@@ -681,11 +691,7 @@ mod tests {
     }
 
     fn cold(source: &str, ms: f64) -> Cold {
-        Cold {
-            source: source.parse().unwrap(),
-            millis: spread(ms, ms * 0.9, ms * 1.2),
-            runs: 5,
-        }
+        Cold::new(source.parse().unwrap(), spread(ms, ms * 0.9, ms * 1.2), 5)
     }
 
     fn variant(form: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
@@ -873,11 +879,7 @@ mod tests {
         let mut c = sample();
         // The component's compile, 20 ms (18–24), reaches into the module's (18.9–25.2):
         // the module's compile is no longer the fastest alone.
-        c.variants[2].cold[0] = Cold {
-            source: Source::Compiled,
-            millis: spread(20.0, 18.0, 24.0),
-            runs: 5,
-        };
+        c.variants[2].cold[0] = Cold::new(Source::Compiled, spread(20.0, 18.0, 24.0), 5);
         same(&lines(&say(&c)), golden!("cold-within-noise-verdicts.txt"));
     }
 

@@ -254,34 +254,31 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let mut out = Vec::new();
     for form in c.forms() {
         let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
-        let mut parts = Vec::new();
-        parts.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
+        let mut findings = Vec::new();
+        findings.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
         if let Some(high) = high {
-            parts.extend(rate_phrase(&variants, high, most_per_second.of(form)));
-            parts.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
+            findings.extend(rate_phrase(&variants, high, most_per_second.of(form)));
+            findings.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
         }
         let standing = |s: Source| {
             let record = cold_records.iter().find(|(source, _)| *source == s);
             record.map_or(Standing::Not, |(_, record)| record.of(form))
         };
-        parts.extend(cold_phrase(c, &variants, standing));
-        parts.extend(memory_phrase(&variants, least_memory.of(form)));
-        parts.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
+        findings.extend(cold_phrase(c, &variants, standing));
+        findings.extend(memory_phrase(&variants, least_memory.of(form)));
+        findings.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
         let crash = variants
             .iter()
             .filter_map(|v| v.crash_to_answer_ms.map(|s| s.median));
         if let Some(ms) = crash.filter(|x| x.is_finite()).reduce(f64::min) {
-            parts.push(format!("answers again {} after a crash", duration_ms(ms)));
+            findings.push(format!("answers again {} after a crash", duration_ms(ms)));
         }
         let errors: usize = variants.iter().map(|v| v.errors).sum();
         if errors > 0 {
             let s = if errors == 1 { "" } else { "s" };
-            parts.push(format!("{errors} wrong answer{s}"));
+            findings.push(format!("{errors} wrong answer{s}"));
         }
-        out.push(Verdict {
-            form,
-            findings: parts,
-        });
+        out.push(Verdict { form, findings });
     }
     out
 }
@@ -780,11 +777,7 @@ mod tests {
                 warm(1, p50, scaled(2.0), per_second),
                 warm(8, scaled(2.0), scaled(3.0), per_second),
             ],
-            cold: vec![Cold {
-                source: Source::Compiled,
-                millis: scaled(1e3),
-                runs: FEWEST,
-            }],
+            cold: vec![Cold::new(Source::Compiled, scaled(1e3), FEWEST)],
             resident_after_init: Some(((p50.median as u64) << 20) / 10),
             ..Variant::named(backend, Some(Compiler::Cranelift), lifetime)
         }
