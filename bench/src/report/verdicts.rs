@@ -157,13 +157,7 @@ fn holder(
             forms.push(*form);
         }
     }
-    let better = |a: &Spread, b: &Spread| {
-        if highest {
-            a.median > b.median
-        } else {
-            a.median < b.median
-        }
-    };
+    let better = |a: &Spread, b: &Spread| a.median != b.median && (a.median > b.median) == highest;
     let top = measured
         .iter()
         .reduce(|a, b| if better(&b.1, &a.1) { b } else { a });
@@ -267,10 +261,9 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
         findings.extend(cold_phrase(c, &variants, standing));
         findings.extend(memory_phrase(&variants, least_memory.of(form)));
         findings.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
-        let crash = variants
-            .iter()
-            .filter_map(|v| v.crash_to_answer_ms.map(|s| s.median));
-        if let Some(ms) = crash.filter(|x| x.is_finite()).reduce(f64::min) {
+        let crash = variants.iter().filter_map(|v| v.crash_to_answer_ms);
+        let crash = crash.map(|s| s.median).filter(|x| x.is_finite());
+        if let Some(ms) = crash.reduce(f64::min) {
             findings.push(format!("answers again {} after a crash", duration_ms(ms)));
         }
         let errors: usize = variants.iter().map(|v| v.errors).sum();
