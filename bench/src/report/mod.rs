@@ -989,12 +989,8 @@ mod tests {
         let mut figures = Vec::new();
         let mut header: Option<(Vec<String>, bool)> = None;
         for line in text.lines() {
-            let cells: Vec<String> = line
-                .split("  ")
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(str::to_owned)
-                .collect();
+            let cells = line.split("  ").map(str::trim).filter(|c| !c.is_empty());
+            let cells: Vec<String> = cells.map(str::to_owned).collect();
             if line.starts_with("variant") || line.starts_with("cold start, ms") {
                 header = Some((cells, line.starts_with("cold")));
                 continue;
@@ -1020,24 +1016,15 @@ mod tests {
     /// fresh instance's cost) is left out: the two p50s it is the difference of are cited
     /// beside it, and checked.
     fn verdict_figures(text: &str, c: &Comparison) -> Vec<(String, &'static str, String)> {
-        let mut figures = Vec::new();
+        let (mut figures, forms) = (Vec::new(), c.forms());
+        let punctuation = |ch: char| "(),;:".contains(ch);
+        let units = ["µs", "ms", "s", "req/s", "KiB", "MiB"];
+        let unit_of = |w: &str| units.into_iter().find(|u| *u == w.trim_end_matches('.'));
         for line in text.lines() {
-            let Some(backend) = c
-                .forms()
-                .into_iter()
-                .find(|b| line.starts_with(&format!("{b}: ")))
-            else {
-                continue;
-            };
-            let words: Vec<&str> = line
-                .split_whitespace()
-                .map(|w| w.trim_matches(|ch: char| "(),;:".contains(ch)))
-                .collect();
-            let unit_of = |word: &str| -> Option<&'static str> {
-                ["µs", "ms", "s", "req/s", "KiB", "MiB"]
-                    .into_iter()
-                    .find(|u| *u == word.trim_end_matches('.'))
-            };
+            let found = forms.iter().find(|b| line.starts_with(&format!("{b}: ")));
+            let Some(backend) = found else { continue };
+            let words = line.split_whitespace().map(|w| w.trim_matches(punctuation));
+            let words: Vec<&str> = words.collect();
             for (at, word) in words.iter().enumerate() {
                 let number = word.trim_start_matches('+').trim_end_matches('k');
                 if number.parse::<f64>().is_err() || word.starts_with('[') {
@@ -1060,10 +1047,7 @@ mod tests {
                 }
                 for n in numbers {
                     let n = n.trim_start_matches('+');
-                    let (n, unit) = match n.strip_suffix('k') {
-                        Some(n) => (n, "kreq/s"),
-                        None => (n, unit),
-                    };
+                    let (n, unit) = n.strip_suffix('k').map_or((n, unit), |n| (n, "kreq/s"));
                     figures.push((backend.to_string(), unit, n.to_owned()));
                 }
             }
