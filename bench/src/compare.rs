@@ -231,11 +231,8 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     let cold = |source, millis| Cold::new(source, millis, runs);
     let code = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let args = plan.args(1);
-    let init = |extra: &[String], code: &[u8]| {
-        timed(runs, || {
-            start(&[&args[..], extra].concat())?.init(code, file)
-        })
-    };
+    let launch = |extra: &[String]| start(&[&args[..], extra].concat());
+    let init = |extra: &[String], code: &[u8]| timed(runs, || launch(extra)?.init(code, file));
     let no_cache = ["--no-cache".to_owned()];
     if plan.0.compiler.is_none() {
         return Ok(vec![cold(Source::Start, init(&no_cache, &code)?)]);
@@ -243,7 +240,7 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     let compiled = init(&no_cache, &code)?;
     // One /init fills the cache; the runs then load from it.
     let cache = plan.cache(scratch);
-    start(&[&args[..], &cache].concat())?.init(&code, file)?;
+    launch(&cache)?.init(&code, file)?;
     let cached = init(&cache, &code)?;
 
     let (keys, label) = (scratch.path().join("keys"), plan.label().replace(' ', "-"));
@@ -266,7 +263,7 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     // The same servers' floor: what receiving the artifact's upload costs them.
     let spoilt = harness::spoilt_init_body(&signed_code, wasmloop_common::DEFAULT_MAIN);
     let receive = timed(runs, || {
-        let server = start(&[&args[..], &trust].concat())?;
+        let server = launch(&trust)?;
         let began = Instant::now();
         let reply = harness::request(server.addr, "POST", "/init", spoilt.as_bytes())?;
         let took = began.elapsed();
@@ -316,10 +313,8 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
         let folder = scratch.path().join("wasmtime-cache").display().to_string();
         std::fs::write(&config, format!("[cache]\ndirectory = {folder:?}\n"))?;
         let cached = format!("cache-config={}", config.display());
-        (
-            vec!["-C".to_owned(), "cache=n".to_owned()],
-            vec!["-C".to_owned(), cached],
-        )
+        let option = |value: String| vec!["-C".to_owned(), value];
+        (option("cache=n".to_owned()), option(cached))
     } else {
         (vec!["--no-cache".to_owned()], plan.cache(scratch))
     };
