@@ -198,12 +198,11 @@ fn reported(
 /// The median `cpuMs` (as µs) and the largest `memoryBytes` of the report records in
 /// `logs`, the first activation's left out (it may carry the start's lazy work).
 fn from_reports(logs: &str) -> (Option<f64>, Option<u64>) {
-    let reports: Vec<serde_json::Value> = logs
+    let records = logs
         .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter_map(|record| record.get("report").cloned())
-        .skip(1)
-        .collect();
+        .flat_map(serde_json::from_str::<serde_json::Value>);
+    let reports = records.filter_map(|record| record.get("report").cloned());
+    let reports: Vec<serde_json::Value> = reports.skip(1).collect();
     let mut cpu: Vec<f64> = reports.iter().filter_map(|r| r["cpuMs"].as_f64()).collect();
     cpu.sort_by(f64::total_cmp);
     let memory = reports.iter().filter_map(|r| r["memoryBytes"].as_u64());
@@ -358,10 +357,8 @@ fn crash_to_answer(
         if let Some(body) = &crash.body {
             let reply = harness::request(server.addr, "POST", "/run", body)?;
             if reply.status == 200 && crash.given {
-                bail!(
-                    "--crash-body did not crash the action: it answered 200 `{}`",
-                    excerpt(&reply.body, 200)
-                );
+                let said = excerpt(&reply.body, 200);
+                bail!("--crash-body did not crash the action: it answered 200 `{said}`");
             }
             crashed = reply.status != 200;
         }
