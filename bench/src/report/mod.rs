@@ -690,8 +690,16 @@ mod tests {
         }
     }
 
-    fn cold(source: &str, ms: f64) -> Cold {
-        Cold::new(source.parse().unwrap(), spread(ms, ms * 0.9, ms * 1.2), 5)
+    /// Cold figures of five runs each, from "source ms, source ms".
+    fn colds(said: &str) -> Vec<Cold> {
+        let cold = |(source, ms): (&str, &str)| {
+            let ms: f64 = ms.parse().unwrap();
+            Cold::new(source.parse().unwrap(), spread(ms, ms * 0.9, ms * 1.2), 5)
+        };
+        said.split(", ")
+            .filter_map(|one| one.rsplit_once(' '))
+            .map(cold)
+            .collect()
     }
 
     fn variant(form: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
@@ -713,12 +721,7 @@ mod tests {
     /// Four variants: one with errors, one without cold figures, one whose label is markup.
     fn sample() -> Comparison {
         let mut module = variant("module", Some("cranelift"), "persistent", 30.0);
-        module.cold = vec![
-            cold("compiled", 21.0),
-            cold("cache", 1.8),
-            cold("signed", 4.0),
-            cold("receive", 0.5),
-        ];
+        module.cold = colds("compiled 21, cache 1.8, signed 4, receive 0.5");
         module.resident_after_init = Some(12 << 20);
         module.resident_per_extra_instance = Some(300 << 10);
         module.crash_to_answer_ms = Some(spread(12.0, 10.0, 15.0));
@@ -726,14 +729,10 @@ mod tests {
         let mut component = variant("component", Some("winch"), "persistent", 70.0);
         component.label = "component winch <b>persistent</b>".to_owned();
         // Receiving its upload is quicker than the module's cold starts, but it is no /init.
-        component.cold = vec![
-            cold("compiled", 1100.0),
-            cold("cache", 15.0),
-            cold("receive", 0.1),
-        ];
+        component.cold = colds("compiled 1100, cache 15, receive 0.1");
         component.resident_after_init = Some(40 << 20);
         let mut native = variant("native", None, "persistent", 40.0);
-        native.cold = vec![cold("start", 2.5)];
+        native.cold = colds("start 2.5");
         native.resident_after_init = Some(3 << 20);
         native.errors = 3;
         native.first_wrong = Some("500 `oops`, expected 200 `{\"message\":\"Hi\"}`".to_owned());
@@ -1098,12 +1097,9 @@ mod tests {
     fn with_http() -> Comparison {
         let mut c = sample();
         let mut plain = variant("http-plain", Some("cranelift"), "persistent", 62.0);
-        plain.cold = vec![cold("first answer", 60.0), cold("first answer cached", 9.0)];
+        plain.cold = colds("first answer 60, first answer cached 9");
         let mut peer = variant("wasmtime-serve", None, "persistent", 61.0);
-        peer.cold = vec![
-            cold("first answer", 290.0),
-            cold("first answer cached", 40.0),
-        ];
+        peer.cold = colds("first answer 290, first answer cached 40");
         peer.resident_after_init = Some(19 << 20);
         c.variants.extend([plain, peer]);
         c
