@@ -194,17 +194,10 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
             python_component: args.python_component,
             http: args.http.unwrap_or_else(|| HELLO_HTTP.into()),
         };
-        let rows = args
-            .rows
-            .unwrap_or_else(|| DEFAULT_ROWS.map(Row::named).to_vec());
-        let url = args.url.as_deref();
-        runtime.block_on(crate::rows::run(
-            &options,
-            &rows,
-            &files,
-            args.connections,
-            url,
-        ))?
+        let default = || DEFAULT_ROWS.map(Row::named).to_vec();
+        let (rows, url) = (args.rows.unwrap_or_else(default), args.url.as_deref());
+        let measure = crate::rows::run(&options, &rows, &files, args.connections, url);
+        runtime.block_on(measure)?
     };
     print!("{}", crate::report::table(&measured));
     if !compares {
