@@ -768,8 +768,23 @@ mod tests {
 
     #[test]
     fn the_page_holds_every_chart_the_conditions_and_the_verdicts_escaped() {
-        let page = html(&sample());
+        let (c, latency) = (sample(), "latency by percentile at ");
+        let page = html(&c);
         same(&page, golden!("sample.html"));
+        // Whatever the golden file says: every chart once, every verdict and label escaped.
+        let titles = [COLD_TITLE, MEMORY_TITLE, THROUGHPUT_TITLE, CRASH_TITLE].map(str::to_owned);
+        let latencies = ["1 connection", "8 connections"].map(|at| format!("{latency}{at}"));
+        for title in titles.into_iter().chain(latencies) {
+            holds(&page, &[&format!("<title>{}</title>", escape(&title))]);
+        }
+        assert_eq!(page.matches("<svg").count(), 6);
+        for verdict in verdicts(&c) {
+            let said = verdict.to_string();
+            let (form, rest) = said.split_once(": ").expect("a form first");
+            let shown = format!("<li><strong>{form}</strong>: {}</li>", escape(rest));
+            holds(&page, &[&shown]);
+        }
+        assert!(c.variants.iter().all(|v| page.contains(&escape(&v.label))));
         // Only the page's own markup opens a tag: every `<` starts a known element.
         for tag in page.split('<').skip(1) {
             let name: String = tag
