@@ -156,23 +156,13 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
     if let Some(file) = &args.body_file {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read --body-file {}", file.display()))?;
-        bodies.extend(
-            text.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| Bytes::from(l.to_owned())),
-        );
-        anyhow::ensure!(
-            !bodies.is_empty(),
-            "--body-file {} holds no body",
-            file.display()
-        );
+        let lines = text.lines().filter(|l| !l.trim().is_empty());
+        bodies.extend(lines.map(|l| Bytes::from(l.to_owned())));
+        let file = file.display();
+        anyhow::ensure!(!bodies.is_empty(), "--body-file {file} holds no body");
     }
-    let expect = args.expect.clone().map(|mut e| {
-        if !e.ends_with('\n') {
-            e.push('\n');
-        }
-        Bytes::from(e)
-    });
+    let with_newline = |e: &String| format!("{}\n", e.strip_suffix('\n').unwrap_or(e));
+    let expect = args.expect.as_ref().map(|e| Bytes::from(with_newline(e)));
     let compares = args.compares();
     let options = Options {
         hits: args.hits,
@@ -204,26 +194,17 @@ pub fn run(args: Args, build: crate::Build) -> anyhow::Result<()> {
             python_component: args.python_component,
             http: args.http.unwrap_or_else(|| HELLO_HTTP.into()),
         };
-        let rows = args
-            .rows
-            .unwrap_or_else(|| DEFAULT_ROWS.map(Row::named).to_vec());
-        let url = args.url.as_deref();
-        runtime.block_on(crate::rows::run(
-            &options,
-            &rows,
-            &files,
-            args.connections,
-            url,
-        ))?
+        let default = || DEFAULT_ROWS.map(Row::named).to_vec();
+        let (rows, url) = (args.rows.unwrap_or_else(default), args.url.as_deref());
+        let measure = crate::rows::run(&options, &rows, &files, args.connections, url);
+        runtime.block_on(measure)?
     };
     print!("{}", crate::report::table(&measured));
     if !compares {
         eprint!("{}", crate::load::idle_cpu_note().unwrap_or_default());
     } else if let Some(dir) = &options.out {
-        eprintln!(
-            "wasmloop: wrote {}/report.html and compare.csv",
-            dir.display()
-        );
+        let dir = dir.display();
+        eprintln!("wasmloop: wrote {dir}/report.html and compare.csv");
     }
     let errors: usize = measured.variants.iter().map(|v| v.errors).sum();
     if errors > 0 {
@@ -250,11 +231,7 @@ fn compare(
     };
     // A project's forms are built first, into a folder that lives as long as the run.
     let built_in = tempfile::tempdir()?;
-    let named = |form| {
-        args.forms
-            .as_ref()
-            .is_some_and(|forms| forms.contains(&form))
-    };
+    let named = |form| args.forms.iter().flatten().any(|f| *f == form);
     let forms = match &args.source {
         Some(dir) => {
             eprintln!("wasmloop: building {} for each backend", dir.display());
@@ -271,9 +248,7 @@ fn compare(
                 files[3] = None;
             }
             let forms = Backend::ALL.iter().zip(files);
-            forms
-                .filter_map(|(backend, file)| Some((*backend, file?)))
-                .collect()
+            forms.filter_map(|(b, file)| Some((*b, file?))).collect()
         }
     };
     // --forms picks among what there is, given or built.

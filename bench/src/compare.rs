@@ -1,5 +1,6 @@
 //! `wasmloop bench --compare`: one action in every form, compiler and instance lifetime, measured for choosing between them.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use wasmloop_common::excerpt;
 
 use crate::harness;
 use crate::load::{
-    Options, Payload, Rounds, Target, conditions, host_now, measure, path_of, resolve_url, wrong,
+    Options, Payload, Target, conditions, host_now, measure, path_of, resolve_url, wrong,
 };
 use crate::peer::WasmtimeServe;
 use crate::report::{
@@ -153,12 +154,8 @@ fn warm_server(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Res
 fn check_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<()> {
     let server = warm_server(plan, options, scratch)?;
     let payload = plan.payload(options);
-    let reply = harness::request(
-        server.addr(),
-        "POST",
-        path_of(plan.0.form),
-        &payload.body(0),
-    )?;
+    let (addr, path) = (server.addr(), path_of(plan.0.form));
+    let reply = harness::request(addr, "POST", path, &payload.body(0))?;
     let expected = payload.expected(0);
     if let Some(wrong) = wrong(reply.status, &reply.content(), expected.as_deref()) {
         bail!(
@@ -201,18 +198,15 @@ fn reported(
 /// The median `cpuMs` (as µs) and the largest `memoryBytes` of the report records in
 /// `logs`, the first activation's left out (it may carry the start's lazy work).
 fn from_reports(logs: &str) -> (Option<f64>, Option<u64>) {
-    let reports: Vec<serde_json::Value> = logs
+    let records = logs
         .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter_map(|record| record.get("report").cloned())
-        .skip(1)
-        .collect();
+        .flat_map(serde_json::from_str::<serde_json::Value>);
+    let reports = records.filter_map(|record| record.get("report").cloned());
+    let reports: Vec<serde_json::Value> = reports.skip(1).collect();
     let mut cpu: Vec<f64> = reports.iter().filter_map(|r| r["cpuMs"].as_f64()).collect();
     cpu.sort_by(f64::total_cmp);
-    let memory = reports
-        .iter()
-        .filter_map(|r| r["memoryBytes"].as_u64())
-        .max();
+    let memory = reports.iter().filter_map(|r| r["memoryBytes"].as_u64());
+    let memory = memory.max();
     (cpu.get(cpu.len() / 2).map(|ms| ms * 1e3), memory)
 }
 
@@ -233,18 +227,11 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
         return first_answers(plan, options, scratch);
     }
     let (runs, file) = (options.cold_runs, &plan.1);
-    let cold = |source, millis| Cold {
-        source,
-        millis,
-        runs,
-    };
+    let cold = |source, millis| Cold::new(source, millis, runs);
     let code = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let args = plan.args(1);
-    let init = |extra: &[String], code: &[u8]| {
-        timed(runs, || {
-            start(&[&args[..], extra].concat())?.init(code, file)
-        })
-    };
+    let launch = |extra: &[String]| start(&[&args[..], extra].concat());
+    let init = |extra: &[String], code: &[u8]| timed(runs, || launch(extra)?.init(code, file));
     let no_cache = ["--no-cache".to_owned()];
     if plan.0.compiler.is_none() {
         return Ok(vec![cold(Source::Start, init(&no_cache, &code)?)]);
@@ -252,44 +239,30 @@ fn cold(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::Result<Vec
     let compiled = init(&no_cache, &code)?;
     // One /init fills the cache; the runs then load from it.
     let cache = plan.cache(scratch);
-    start(&[&args[..], &cache].concat())?.init(&code, file)?;
+    launch(&cache)?.init(&code, file)?;
     let cached = init(&cache, &code)?;
 
-    let keys = scratch.path().join("keys");
-    if !keys.join("sign.key").is_file() {
+    let (keys, label) = (scratch.path().join("keys"), plan.label().replace(' ', "-"));
+    let (sign, artifact) = (keys.join("sign.key"), scratch.path().join(label + ".zip"));
+    if !sign.is_file() {
         wasmloop(&["keygen".as_ref(), keys.as_os_str()])?;
     }
-    let artifact = scratch
-        .path()
-        .join(format!("{}.zip", plan.label().replace(' ', "-")));
-    let (sign, compiler) = (
-        keys.join("sign.key"),
-        plan.0.compiler.unwrap_or(Compiler::Cranelift),
-    );
-    let compile = [
-        "compile".as_ref(),
-        file.as_os_str(),
-        "--output".as_ref(),
-        artifact.as_ref(),
-    ];
-    let with = [
+    let compiler = plan.0.compiler.unwrap_or(Compiler::Cranelift).name();
+    let flags = ["compile", "--wasm-compiler", compiler, "--output"].map(OsStr::new);
+    let paths = [
+        artifact.as_os_str(),
         "--sign-key".as_ref(),
-        sign.as_ref(),
-        "--wasm-compiler".as_ref(),
-        compiler.name().as_ref(),
+        sign.as_os_str(),
     ];
-    wasmloop(&[&compile[..], &with].concat())?;
+    wasmloop(&[&flags[..], &paths, &[file.as_os_str()]].concat())?;
     let signed_code = std::fs::read(&artifact)?;
-    let trust = [
-        "--no-cache".to_owned(),
-        "--trust-key".to_owned(),
-        keys.join("verify.key").display().to_string(),
-    ];
+    let verify = keys.join("verify.key").display().to_string();
+    let trust = ["--no-cache".to_owned(), "--trust-key".to_owned(), verify];
     let signed = init(&trust, &signed_code)?;
     // The same servers' floor: what receiving the artifact's upload costs them.
     let spoilt = harness::spoilt_init_body(&signed_code, wasmloop_common::DEFAULT_MAIN);
     let receive = timed(runs, || {
-        let server = start(&[&args[..], &trust].concat())?;
+        let server = launch(&trust)?;
         let began = Instant::now();
         let reply = harness::request(server.addr, "POST", "/init", spoilt.as_bytes())?;
         let took = began.elapsed();
@@ -328,10 +301,8 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
         let reply = server.request("POST", path_of(plan.0.form), &body)?;
         let took = started.elapsed();
         if let Some(wrong) = wrong(reply.status, &reply.content(), expected) {
-            bail!(
-                "{}: a fresh server's first answer was {wrong}",
-                plan.label()
-            );
+            let label = plan.label();
+            bail!("{label}: a fresh server's first answer was {wrong}");
         }
         Ok(took)
     };
@@ -341,10 +312,8 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
         let folder = scratch.path().join("wasmtime-cache").display().to_string();
         std::fs::write(&config, format!("[cache]\ndirectory = {folder:?}\n"))?;
         let cached = format!("cache-config={}", config.display());
-        (
-            vec!["-C".to_owned(), "cache=n".to_owned()],
-            vec!["-C".to_owned(), cached],
-        )
+        let option = |value: String| vec!["-C".to_owned(), value];
+        (option("cache=n".to_owned()), option(cached))
     } else {
         (vec!["--no-cache".to_owned()], plan.cache(scratch))
     };
@@ -352,11 +321,7 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
     let compiled = timed(runs, || first(&uncached))?;
     first(&cached)?;
     let cached = timed(runs, || first(&cached))?;
-    let cold = |source, millis| Cold {
-        source,
-        millis,
-        runs,
-    };
+    let cold = |source, millis| Cold::new(source, millis, runs);
     Ok(vec![
         cold(Source::FirstAnswer, compiled),
         cold(Source::FirstCached, cached),
@@ -364,12 +329,9 @@ fn first_answers(plan: &Plan, options: &Options, scratch: &TempDir) -> anyhow::R
 }
 
 /// Runs this wasmloop with `args`, failing with its output.
-fn wasmloop(args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
-    crate::source::run(
-        std::process::Command::new(std::env::current_exe()?)
-            .args(args)
-            .stdin(Stdio::null()),
-    )
+fn wasmloop(args: &[&OsStr]) -> anyhow::Result<()> {
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    crate::source::run(command.args(args).stdin(Stdio::null()))
 }
 
 /// The time from a crash to the next right answer, over `runs` crashes: the crash is
@@ -395,10 +357,8 @@ fn crash_to_answer(
         if let Some(body) = &crash.body {
             let reply = harness::request(server.addr, "POST", "/run", body)?;
             if reply.status == 200 && crash.given {
-                bail!(
-                    "--crash-body did not crash the action: it answered 200 `{}`",
-                    excerpt(&reply.body, 200)
-                );
+                let said = excerpt(&reply.body, 200);
+                bail!("--crash-body did not crash the action: it answered 200 `{said}`");
             }
             crashed = reply.status != 200;
         }
@@ -411,10 +371,8 @@ fn crash_to_answer(
             }
             started = Instant::now();
             for pid in children {
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(pid as i32).context("a pid")?,
-                    rustix::process::Signal::KILL,
-                );
+                let pid = rustix::process::Pid::from_raw(pid as i32).context("a pid")?;
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
         }
         // A process killed between activations may not be seen dead before the next one
@@ -472,12 +430,8 @@ pub async fn run(
         servers.push(server);
     }
     // Read once every server runs, as after the load: the pages they share count the same.
-    let held = |servers: &[Running]| -> Vec<Option<u64>> {
-        servers
-            .iter()
-            .map(|s| s.pid().and_then(held_bytes))
-            .collect()
-    };
+    let held_by = |server: &Running| server.pid().and_then(held_bytes);
+    let held = |servers: &[Running]| servers.iter().map(held_by).collect::<Vec<_>>();
     let held_after_init = held(&servers);
     let target = |(plan, server): (&Plan, &Running)| Target {
         label: plan.label(),
@@ -489,11 +443,9 @@ pub async fn run(
     };
     let targets: Vec<Target> = plans.iter().zip(&servers).map(target).collect();
     progress.finish_and_clear();
-    let total = CONNECTIONS.len() * targets.len() * (options.warmup + options.hits);
-    let progress = ProgressBar::new(total as u64);
-    let measured = measure(&targets, &CONNECTIONS, rounds(options), &progress).await?;
+    // Wrong answers stop the run: figures of wrong answers compare nothing.
+    let measured = measure(options, &targets, &CONNECTIONS, true).await?;
     let after_load = held(&servers);
-    progress.finish_and_clear();
 
     // Instances beyond the first exist only where the server may run them at once, and
     // only a persistent one keeps them.
@@ -525,22 +477,11 @@ pub async fn run(
     drop(servers);
     let mut comparison = Comparison::of(conditions(options, before), variants);
     if plans.iter().any(Plan::peer) {
-        comparison
-            .notes
-            .extend(crate::peer::script_note(&options.wasmtime));
+        let note = crate::peer::script_note(&options.wasmtime);
+        comparison.notes.extend(note);
     }
     write(options, &comparison)?;
     Ok(comparison)
-}
-
-/// How every variant is measured warm: wrong answers stop the run.
-fn rounds(options: &Options) -> Rounds {
-    Rounds {
-        warmup: options.warmup,
-        hits: options.hits,
-        rounds: options.rounds,
-        stop_on_wrong: true,
-    }
 }
 
 /// With `--out`, the report's files: report.html and compare.csv.
@@ -559,12 +500,9 @@ pub async fn url(options: &Options, url: &str) -> anyhow::Result<Comparison> {
     let (addr, path) = resolve_url(url).await?;
     let before = host_now();
     let target = Target::url(addr, &path, &options.payload);
-    let progress = ProgressBar::new((CONNECTIONS.len() * (options.warmup + options.hits)) as u64);
     let targets = std::slice::from_ref(&target);
-    let (warm, driven) = measure(targets, &CONNECTIONS, rounds(options), &progress)
-        .await?
-        .remove(0);
-    progress.finish_and_clear();
+    let mut measured = measure(options, targets, &CONNECTIONS, true).await?;
+    let (warm, driven) = measured.remove(0);
     let variant = Variant {
         label: format!("url {path}"),
         warm,

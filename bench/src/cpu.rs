@@ -20,10 +20,7 @@ fn reaped_children(pid: u32) -> Duration {
 /// Every living process under `pid`, at any depth.
 fn descendants(pid: u32) -> Vec<u32> {
     let children = crate::serve::child_pids(pid);
-    let deeper: Vec<u32> = children
-        .iter()
-        .flat_map(|child| descendants(*child))
-        .collect();
+    let deeper: Vec<u32> = children.iter().flat_map(|c| descendants(*c)).collect();
     children.into_iter().chain(deeper).collect()
 }
 

@@ -129,9 +129,8 @@ impl Reply {
     /// streamed response, `wasmtime serve`'s): what a client library would hand over, to
     /// compare with an expected answer. A chunk cut short ends it.
     pub fn content(&self) -> Vec<u8> {
-        let chunked = self
-            .header("transfer-encoding")
-            .is_some_and(|t| t.eq_ignore_ascii_case("chunked"));
+        let encoding = self.header("transfer-encoding");
+        let chunked = encoding.is_some_and(|t| t.eq_ignore_ascii_case("chunked"));
         if !chunked {
             return self.body.clone();
         }
@@ -171,13 +170,9 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     parse_reply(&raw).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "no HTTP answer to {path}, only: {:?}",
-                wasmloop_common::excerpt(&raw, 200)
-            ),
-        )
+        let only = wasmloop_common::excerpt(&raw, 200);
+        let said = format!("no HTTP answer to {path}, only: {only:?}");
+        std::io::Error::new(std::io::ErrorKind::InvalidData, said)
     })
 }
 

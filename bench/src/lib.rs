@@ -17,6 +17,14 @@ pub struct Build {
     pub commit: Option<&'static str>,
 }
 
+/// A test's expected output, `bench/tests/golden/{name}`: data reviewed as such.
+#[cfg(test)]
+macro_rules! golden {
+    ($name:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/", $name))
+    };
+}
+
 pub mod command;
 pub mod compare;
 pub mod cpu;

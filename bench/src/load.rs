@@ -10,7 +10,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use indicatif::ProgressBar;
+use indicatif::{ProgressBar, ProgressStyle};
 use tokio::net::TcpStream;
 use wasmloop_common::excerpt;
 
@@ -208,9 +208,8 @@ async fn drive(
                     let right = expected.as_ref().is_none_or(|e| *e == answer);
                     if !(200..300).contains(&status) || !right {
                         driven.errors += 1;
-                        driven
-                            .first_wrong
-                            .get_or_insert_with(|| quoted(status, &answer, expected.as_deref()));
+                        let quote = || quoted(status, &answer, expected.as_deref());
+                        driven.first_wrong.get_or_insert_with(quote);
                     }
                     progress.inc(1);
                 }
@@ -229,18 +228,6 @@ async fn drive(
     }
     all.elapsed = started.elapsed();
     Ok(all)
-}
-
-/// How targets are measured: warmed up, then `hits` requests each, in `rounds` slices.
-#[derive(Debug, Clone, Copy)]
-pub struct Rounds {
-    pub warmup: usize,
-    pub hits: usize,
-    pub rounds: usize,
-    /// Wrong answers stop the run once the warm-up (or, without one, the first round) has
-    /// met them: figures of wrong answers compare nothing (the comparison's way; the rows
-    /// count them to the end, as the reference's table does).
-    pub stop_on_wrong: bool,
 }
 
 /// The error of a run stopped by wrong answers: whose, what they were, what to change.
@@ -272,22 +259,32 @@ struct Slices {
 /// over the run (other load, CPU frequency) falls on every target alike instead of on
 /// whichever ran during it, which keeps the ratios between them honest. Each round's p50,
 /// p99 and rate are kept for the spread, and the CPU the slices took; per target, a
-/// `Warm` per count, and its wrong answers.
+/// `Warm` per count, and its wrong answers. With `stop_on_wrong`, wrong answers stop the
+/// run once the warm-up (or, without one, the first round) has met them: figures of wrong
+/// answers compare nothing (the comparison's way; the rows count them to the end, as the
+/// reference's table does, under a bar that shows their rate).
 pub async fn measure(
+    options: &Options,
     targets: &[Target],
     counts: &[usize],
-    plan: Rounds,
-    progress: &ProgressBar,
+    stop_on_wrong: bool,
 ) -> anyhow::Result<Vec<(Vec<Warm>, Driven)>> {
+    let total = counts.len() * targets.len() * (options.warmup + options.hits);
+    let progress = &ProgressBar::new(total as u64);
+    if !stop_on_wrong {
+        let bar = ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} {per_sec}");
+        progress.set_style(bar.expect("a valid template").progress_chars("=> "));
+        progress.set_prefix("bench");
+    }
     let mut out: Vec<(Vec<Warm>, Driven)> = targets.iter().map(|_| Default::default()).collect();
     for &connections in counts {
         for target in targets {
-            let warmed = drive(target, plan.warmup, connections, progress).await?;
-            if plan.stop_on_wrong && warmed.errors > 0 {
+            let warmed = drive(target, options.warmup, connections, progress).await?;
+            if stop_on_wrong && warmed.errors > 0 {
                 return Err(wrong_answers(target, &warmed, progress));
             }
         }
-        let rounds = plan.rounds.clamp(1, plan.hits.max(1));
+        let rounds = options.rounds.clamp(1, options.hits.max(1));
         let mut all: Vec<Slices> = targets
             .iter()
             .map(|_| Slices {
@@ -296,7 +293,7 @@ pub async fn measure(
             })
             .collect();
         for round in 0..rounds {
-            let share = plan.hits / rounds + usize::from(round < plan.hits % rounds);
+            let share = options.hits / rounds + usize::from(round < options.hits % rounds);
             for (target, slices) in targets.iter().zip(&mut all) {
                 // Read around the load alone: between slices the server serves nobody.
                 let server_before = target.pid.and_then(cpu::server);
@@ -309,7 +306,7 @@ pub async fn measure(
                     }
                     _ => None,
                 };
-                if plan.stop_on_wrong && round == 0 && plan.warmup == 0 && driven.errors > 0 {
+                if stop_on_wrong && round == 0 && options.warmup == 0 && driven.errors > 0 {
                     return Err(wrong_answers(target, &driven, progress));
                 }
                 driven.micros.sort_by(f64::total_cmp);
@@ -321,17 +318,13 @@ pub async fn measure(
                 slices.sum.add(driven);
             }
         }
-        for ((warms, checked), slices) in out.iter_mut().zip(all) {
-            let Slices {
-                mut sum,
-                rounds,
-                server,
-                client,
-            } = slices;
+        for ((warms, checked), mut slices) in out.iter_mut().zip(all) {
+            let (sum, rounds) = (&mut slices.sum, &slices.rounds);
             sum.micros.sort_by(f64::total_cmp);
             // Wrong answers were served too: every request counts.
             let requests = sum.micros.len();
             let column = |k: usize| stats::spread(&rounds.iter().map(|f| f[k]).collect::<Vec<_>>());
+            let (server, client) = (slices.server, slices.client);
             warms.push(Warm {
                 connections,
                 micros: std::mem::take(&mut sum.micros),
@@ -341,9 +334,10 @@ pub async fn measure(
                 server_cpu_us: server.and_then(|used| cpu::per_request(used, requests)),
                 client_cpu_us: cpu::per_request(client, requests),
             });
-            checked.add(sum);
+            checked.add(slices.sum);
         }
     }
+    progress.finish_and_clear();
     Ok(out)
 }
 
@@ -361,9 +355,8 @@ pub async fn resolve_url(url: &str) -> anyhow::Result<(SocketAddr, String)> {
 /// The host now: its load average, and how long a fixed CPU task takes it (five runs of
 /// ten million steps).
 pub fn host_now() -> Host {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next()?.parse().ok());
+    let load = std::fs::read_to_string("/proc/loadavg").ok();
+    let load = load.and_then(|l| l.split_whitespace().next()?.parse().ok());
     let millis: Vec<f64> = (0..5)
         .map(|_| {
             let started = Instant::now();
@@ -389,18 +382,11 @@ pub fn host_now() -> Host {
 /// what the run was asked to do.
 pub fn conditions(options: &Options, before: Host) -> Conditions {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu_model = cpuinfo
-        .lines()
-        .find_map(|line| line.strip_prefix("model name"))
-        .and_then(|rest| rest.split_once(':'))
-        .map_or_else(
-            || "unknown".to_owned(),
-            |(_, model)| model.trim().to_owned(),
-        );
-    let online = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count();
+    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name"));
+    let model = model.and_then(|rest| Some(rest.split_once(':')?.1.trim()));
+    let cpu_model = model.unwrap_or("unknown").to_owned();
+    let processors = cpuinfo.lines().filter(|l| l.starts_with("processor"));
+    let online = processors.count();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let payload = &options.payload;
     Conditions {

@@ -63,11 +63,9 @@ impl WasmtimeServe {
         flags: &[String],
         poll: Duration,
     ) -> anyhow::Result<Self> {
+        let (program, file) = (wasmtime.display(), component.display());
         if !component.is_file() {
-            bail!(
-                "{} is missing: build the examples first (component-examples/build.sh)",
-                component.display()
-            );
+            bail!("{file} is missing: build the examples first (component-examples/build.sh)");
         }
         // The port is free when asked; wasmtime serve binds it itself a moment later.
         let addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
@@ -87,26 +85,18 @@ impl WasmtimeServe {
             .spawn()
             .with_context(|| {
                 format!(
-                    "cannot run {} (the wasmtime-serve rows need wasmtime's CLI: \
-                     scripts/install-wasmtime.sh installs it from PyPI, or give --wasmtime PATH)",
-                    wasmtime.display()
+                    "cannot run {program} (the wasmtime-serve rows need wasmtime's CLI: \
+                     scripts/install-wasmtime.sh installs it from PyPI, or give --wasmtime PATH)"
                 )
             })?;
         let started = Instant::now();
         while TcpStream::connect(addr).is_err() {
             if let Some(status) = child.try_wait()? {
-                bail!(
-                    "{} serve {} exited ({status}) before it listened",
-                    wasmtime.display(),
-                    component.display()
-                );
+                bail!("{program} serve {file} exited ({status}) before it listened");
             }
             if started.elapsed() > START_LIMIT {
                 let _ = child.kill();
-                bail!(
-                    "{} serve did not listen within {START_LIMIT:?}",
-                    wasmtime.display()
-                );
+                bail!("{program} serve did not listen within {START_LIMIT:?}");
             }
             std::thread::sleep(poll);
         }

@@ -3,9 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::load::{Options, Payload, Rounds, Target, conditions, host_now, measure, path_of};
+use crate::load::{Options, Payload, Target, conditions, host_now, measure, path_of};
 use crate::peer::WasmtimeServe;
 use crate::report::{self, Backend, Comparison, Form, Lifetime, Protocol, Server, Variant};
 use crate::serve::{self, Running};
@@ -45,10 +44,8 @@ pub struct Row {
 impl Row {
     /// The row `--rows` calls `name`.
     pub fn named(name: &str) -> Row {
-        *ROWS
-            .iter()
-            .find(|row| row.name == name)
-            .expect("a row of the table")
+        let row = ROWS.iter().find(|row| row.name == name);
+        *row.expect("a row of the table")
     }
 
     /// Whether its server is started as `other`'s is, so that one serves both.
@@ -209,21 +206,7 @@ pub async fn run(
             ..Variant::of(row.form, None, row.lifetime)
         });
     }
-    let progress = ProgressBar::new((targets.len() * (options.warmup + options.hits)) as u64);
-    progress.set_style(
-        ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} {per_sec}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    progress.set_prefix("bench");
-    let plan = Rounds {
-        warmup: options.warmup,
-        hits: options.hits,
-        rounds: options.rounds,
-        stop_on_wrong: false,
-    };
-    let measured = measure(&targets, &[connections], plan, &progress).await?;
-    progress.finish_and_clear();
+    let measured = measure(options, &targets, &[connections], false).await?;
     drop(servers);
     for ((variant, target), (warm, driven)) in variants.iter_mut().zip(&targets).zip(measured) {
         variant.label.clone_from(&target.label);

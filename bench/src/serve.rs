@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use axum::http::StatusCode;
 use bytes::Bytes;
 
-use crate::harness;
+use crate::harness::{self, Reply};
 use crate::peer::WasmtimeServe;
 use crate::report::{Compiler, Form, Lifetime, Protocol};
 
@@ -49,12 +50,7 @@ impl Served {
     }
 
     /// One request to it; a failure says why, if the server died.
-    pub fn request(
-        &mut self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-    ) -> anyhow::Result<harness::Reply> {
+    pub fn request(&mut self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<Reply> {
         harness::request(self.addr, method, path, body).map_err(|error| self.explain(error.into()))
     }
 
@@ -75,11 +71,11 @@ impl Served {
         let mut logs = String::new();
         let _ = self.logs.rewind();
         let _ = self.logs.read_to_string(&mut logs);
-        let tail: Vec<&str> = logs.lines().collect();
+        let lines: Vec<&str> = logs.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join("\n");
         anyhow::anyhow!(
             "the wasmloop serve that bench started exited ({status}) before answering /init; \
-             its last log lines:\n{}",
-            tail[tail.len().saturating_sub(5)..].join("\n")
+             its last log lines:\n{tail}"
         )
     }
 
@@ -107,11 +103,8 @@ impl Served {
                 return Ok(());
             }
             if started.elapsed() >= Duration::from_secs(120) {
-                bail!(
-                    "the plain HTTP server of {} never became ready: {}",
-                    file.display(),
-                    reply.text()
-                );
+                let (file, said) = (file.display(), reply.text());
+                bail!("the plain HTTP server of {file} never became ready: {said}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -137,13 +130,8 @@ pub fn server_args(
     // Plain HTTP: the action built in, loaded before the server accepts, so the first
     // request waits for it in the backlog.
     if form.protocol == Protocol::Plain {
-        let file = file.display().to_string();
-        args.extend([
-            "--protocol".to_owned(),
-            "http".to_owned(),
-            "--action".to_owned(),
-            file,
-        ]);
+        let plain = ["--protocol", "http", "--action"].map(str::to_owned);
+        args.extend(plain.into_iter().chain([file.display().to_string()]));
     }
     args
 }
@@ -210,11 +198,8 @@ pub async fn exec(native: PathBuf) -> anyhow::Result<SocketAddr> {
                 .output()
                 .await;
             match output {
-                Ok(output) => (axum::http::StatusCode::OK, output.stdout),
-                Err(e) => (
-                    axum::http::StatusCode::BAD_GATEWAY,
-                    e.to_string().into_bytes(),
-                ),
+                Ok(output) => (StatusCode::OK, output.stdout),
+                Err(e) => (StatusCode::BAD_GATEWAY, e.to_string().into_bytes()),
             }
         }
     });
@@ -245,14 +230,8 @@ pub fn held_bytes(pid: u32) -> Option<u64> {
 /// `pid`'s proportional set size.
 fn proportional_bytes(pid: u32) -> Option<u64> {
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kib = rollup
-        .lines()
-        .find_map(|line| line.strip_prefix("Pss:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
+    let pss = rollup.lines().find_map(|line| line.strip_prefix("Pss:"))?;
+    let kib = pss.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
     Some(kib << 10)
 }
 

@@ -19,29 +19,20 @@ pub fn build(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
     let has = |file: &str| dir.join(file).is_file();
     // Python and JavaScript reach a component alone, through their componentize tools.
     let component = out.join("component.wasm");
-    let componentize = |program: &str, args: &[&str]| -> anyhow::Result<Forms> {
-        run(Command::new(program)
-            .current_dir(&dir)
-            .args(args)
-            .arg(&component))?;
+    let componentize = |program: &str, args: &str| -> anyhow::Result<Forms> {
+        let args = args.split(' ');
+        let mut command = Command::new(program);
+        run(command.current_dir(&dir).args(args).arg(&component))?;
         Ok(vec![(Backend::Component, component.clone())])
     };
-    let py = ["-d", "wit", "-w", "action", "componentize", "app", "-o"];
-    let js = [
-        "componentize-js",
-        "app.js",
-        "--wit",
-        "wit",
-        "--world-name",
-        "action",
-        "-o",
-    ];
+    let py = "-d wit -w action componentize app -o";
+    let js = "componentize-js app.js --wit wit --world-name action -o";
     match () {
         _ if has("Cargo.toml") => rust(&dir, out),
         _ if has("go.mod") => go(&dir, out),
         _ if has("Makefile") && has("main.c") => c(&dir),
-        _ if has("app.py") => componentize("componentize-py", &py),
-        _ if has("app.js") => componentize("npx", &js),
+        _ if has("app.py") => componentize("componentize-py", py),
+        _ if has("app.js") => componentize("npx", js),
         _ => bail!(
             "--source {}: not a project `wasmloop new` makes (it looks for Cargo.toml, go.mod, \
              a Makefile with main.c, app.py or app.js): give the built forms with --wasm, \
@@ -64,13 +55,10 @@ fn rust(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
     ];
     let built = targets.map(|(backend, target, file)| {
         let mut command = Command::new(&cargo);
-        command
-            .current_dir(dir)
-            .args(["build", "--quiet", "--release", "--target-dir"]);
-        command
-            .arg(&target_dir)
-            .args(target.map(|target| ["--target", target]).iter().flatten());
-        run(&mut command)?;
+        let build = ["build", "--quiet", "--release", "--target-dir"];
+        command.current_dir(dir).args(build).arg(&target_dir);
+        let target_flag = target.map(|target| ["--target", target]);
+        run(command.args(target_flag.iter().flatten()))?;
         let release = target_dir.join(target.unwrap_or("")).join("release");
         Ok((backend, release.join(file)))
     });
@@ -85,18 +73,12 @@ fn go(dir: &Path, out: &Path) -> anyhow::Result<Forms> {
     let built = targets.map(|(backend, goos, file)| {
         let file = out.join(file);
         let mut command = Command::new("go");
-        command
-            .current_dir(dir)
-            .arg("build")
-            .arg("-o")
-            .arg(&file)
-            .env("CGO_ENABLED", "0");
+        command.current_dir(dir).args(["build", "-o"]).arg(&file);
+        command.env("CGO_ENABLED", "0");
         if let Some(goos) = goos {
             // As the template builds it: a reactor, whose start-up the runtime snapshots.
-            command
-                .env("GOOS", goos)
-                .env("GOARCH", "wasm")
-                .arg("-buildmode=c-shared");
+            command.env("GOOS", goos).env("GOARCH", "wasm");
+            command.arg("-buildmode=c-shared");
         }
         run(command.arg("."))?;
         Ok((backend, file))

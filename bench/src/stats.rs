@@ -25,15 +25,12 @@ pub fn spread(values: &[f64]) -> Spread {
     sorted.sort_by(f64::total_cmp);
     match sorted.len() {
         0 => Spread::default(),
-        n => Spread {
-            median: if n % 2 == 1 {
-                sorted[n / 2]
-            } else {
-                (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-            },
-            min: sorted[0],
-            max: sorted[n - 1],
-        },
+        // The middle sample, or the mean of the middle two: one and the same when n is odd.
+        n => Spread::new(
+            (sorted[(n - 1) / 2] + sorted[n / 2]) / 2.0,
+            sorted[0],
+            sorted[n - 1],
+        ),
     }
 }
 
@@ -45,11 +42,6 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[i.min(sorted.len() - 1)]
-}
-
-/// The mean of `values` (NaN for none).
-pub fn mean(values: &[f64]) -> f64 {
-    values.iter().sum::<f64>() / values.len() as f64
 }
 
 #[cfg(test)]

@@ -209,10 +209,8 @@ pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
 /// outside the page carries.
 fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&str>) -> String {
     let at = connections_phrase(connections);
-    let (title, id) = (
-        format!("latency by percentile at {at}"),
-        format!("latency-{connections}"),
-    );
+    let title = format!("latency by percentile at {at}");
+    let id = format!("latency-{connections}");
     let mut series = curves;
     series.retain(|(_, c)| !c.warm.micros.is_empty());
     if series.is_empty() {
@@ -377,11 +375,8 @@ fn bar_chart(id: &str, title: &str, why: &str, keys: &[Key], panels: &[Panel]) -
         svg.line((BAR_LEFT, plot_top), (BAR_LEFT, y), "stroke=\"#999\"");
         svg.line((BAR_LEFT, y), (BAR_RIGHT, y), "stroke=\"#999\"");
         let axis = format!("{axis}{}", if scale.log { " (log scale)" } else { "" });
-        svg.text(
-            ((BAR_LEFT + BAR_RIGHT) / 2.0, y + 36.0),
-            "axis middle",
-            &axis,
-        );
+        let mid = (BAR_LEFT + BAR_RIGHT) / 2.0;
+        svg.text((mid, y + 36.0), "axis middle", &axis);
         y += 52.0;
     }
     svg.finish(id, title, y + 8.0)
@@ -420,11 +415,8 @@ type Axis<'a> = (Format, &'a dyn Fn(f64) -> f64);
 /// The latency chart at each connection count measured, then the bar charts.
 pub(super) fn charts(c: &Comparison) -> Vec<String> {
     let latency = c.connection_counts().into_iter().map(|n| {
-        let curves = c
-            .variants
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
+        let curves = c.variants.iter().enumerate();
+        let curves = curves.filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
         curves_chart(curves.collect(), n, None)
     });
     let mut charts: Vec<String> = latency.collect();
@@ -447,10 +439,8 @@ fn per_variant(c: &Comparison, bars: impl Fn(&Variant, &'static str) -> Vec<Bar>
 /// A bar per variant that has `figure`, each in its own colour, under no heading.
 fn one_each(c: &Comparison, figure: impl Fn(&Variant) -> Option<Spread>) -> Vec<Group> {
     let bar = |(i, v): (usize, &Variant)| Some(Bar(v.label.clone(), colour(i), 1.0, figure(v)?));
-    vec![(
-        None,
-        c.variants.iter().enumerate().filter_map(bar).collect(),
-    )]
+    let bars = c.variants.iter().enumerate().filter_map(bar);
+    vec![(None, bars.collect())]
 }
 
 /// The whisker's key: least–most over `what`.
@@ -487,21 +477,13 @@ const MEMORY_HEADINGS: [&str; 3] = [
 ];
 
 fn memory(c: &Comparison) -> String {
-    fn mib(v: f64) -> String {
-        format!("{} MiB", figure(v))
-    }
-    fn kib(v: f64) -> String {
-        format!("{} KiB", figure(v))
-    }
+    let mib: Format = |v| format!("{} MiB", figure(v));
+    let kib: Format = |v| format!("{} KiB", figure(v));
     type Bytes = fn(&Variant) -> Option<u64>;
+    let per_extra: Bytes = |v| v.resident_per_extra_instance;
     let figures: [(Bytes, &str, Format, f64); 3] = [
         (|v| v.resident_after_init, "resident memory", mib, 1048576.0),
-        (
-            |v| v.resident_per_extra_instance,
-            "memory per instance",
-            kib,
-            1024.0,
-        ),
+        (per_extra, "memory per instance", kib, 1024.0),
         (|v| v.reported_memory, "instance memory", mib, 1048576.0),
     ];
     let panels: [Panel; 3] = std::array::from_fn(|k| {
@@ -511,10 +493,8 @@ fn memory(c: &Comparison) -> String {
         let bars = one_each(c, |v| bytes(v).map(read));
         (Some(MEMORY_HEADINGS[k]), axis, format, false, bars)
     });
-    let keys = [(
-        Some(1.0),
-        "bar: one reading, in the variant's colour".to_owned(),
-    )];
+    let key = "bar: one reading, in the variant's colour".to_owned();
+    let keys = [(Some(1.0), key)];
     let why = "no server's memory was read";
     bar_chart("memory", MEMORY_TITLE, why, &keys, &panels)
 }

@@ -44,90 +44,49 @@ p.wrong{background:#fde8e8;border-left:5px solid #c62828;padding:7px 12px}";
 
 /// The run's conditions, as a list of names and values.
 fn conditions(out: &mut String, c: &Comparison) {
-    let Conditions {
-        version,
-        commit,
-        cpu_model,
-        cpus,
-        date,
-        hits,
-        rounds,
-        ..
-    } = &c.conditions;
-    let (concurrency, cold_runs, body) = (
-        c.conditions.concurrency,
-        c.conditions.cold_runs,
-        &c.conditions.body,
-    );
-    let counts: Vec<String> = c
-        .connection_counts()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let s = if *cpus == 1 { "" } else { "s" };
-    let pinned = if c.conditions.pinned {
-        "pinned with taskset"
-    } else {
-        "not pinned"
-    };
-    let names = [
-        "wasmloop",
-        "CPU",
-        "connections",
-        "requests",
-        "rounds",
-        "concurrency",
-    ];
+    let k = &c.conditions;
+    let counts = c.connection_counts();
+    let s = if k.cpus == 1 { "" } else { "s" };
+    let pinned = ["not pinned", "pinned with taskset"][usize::from(k.pinned)];
+    let names = "wasmloop,CPU,connections,requests,rounds,concurrency,cold starts,date";
     let values = [
-        format!("{version} (commit {commit})"),
-        format!("{cpu_model}; {cpus} CPU{s} usable, {pinned}"),
-        if counts.is_empty() {
-            "none measured".to_owned()
-        } else {
-            listed(&counts)
+        format!("{} (commit {})", k.version, k.commit),
+        format!("{}; {} CPU{s} usable, {pinned}", k.cpu_model, k.cpus),
+        match counts.is_empty() {
+            true => "none measured".to_owned(),
+            false => listed(&counts),
         },
-        format!("{hits} per variant and connection count"),
-        format!("{rounds}, interleaved across the variants"),
-        format!("{concurrency} (the servers' --concurrency)"),
+        format!("{} per variant and connection count", k.hits),
+        format!("{}, interleaved across the variants", k.rounds),
+        format!("{} (the servers' --concurrency)", k.concurrency),
+        format!(
+            "{} fresh servers per figure, the median with the least and most",
+            k.cold_runs
+        ),
+        k.date.clone(),
     ];
-    let cold = format!("{cold_runs} fresh servers per figure, the median with the least and most");
-    let rows = names
-        .into_iter()
-        .zip(values)
-        .chain([("cold starts", cold), ("date", date.clone())]);
     out.push_str("<dl class=\"conditions\">");
-    for (name, value) in rows.chain(host_conditions(&c.conditions)) {
+    for (name, value) in names.split(',').zip(values).chain(host_conditions(k)) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(name), escape(&value));
     }
-    let _ = write!(
-        out,
-        "<dt>/run body</dt><dd><code>{}</code></dd></dl>",
-        escape(body)
-    );
+    let body = escape(&k.body);
+    let _ = write!(out, "<dt>/run body</dt><dd><code>{body}</code></dd></dl>");
 }
 
 /// One self-contained page: the conditions, verdicts, warnings, charts and every figure.
 pub fn html(c: &Comparison) -> String {
-    let mut out = String::new();
     let head = "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">";
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{head}"
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{head}<title>\
+         {PAGE_TITLE}</title><style>{STYLE}</style></head><body>\n<h1>{PAGE_TITLE}</h1>\n\
+         <section><h2>Bottom line</h2>"
     );
-    let _ = writeln!(
-        out,
-        "<title>{PAGE_TITLE}</title><style>{STYLE}</style></head><body>"
-    );
-    let _ = write!(out, "<h1>{PAGE_TITLE}</h1>\n<section><h2>Bottom line</h2>");
     // What matters first: wrong answers, then each form in a line, numbers and nature.
     for v in c.variants.iter().filter(|v| v.errors > 0) {
         let (label, errors) = (escape(&v.label), v.errors);
         let first = escape(v.first_wrong.as_deref().unwrap_or("not recorded"));
         let said = format!("{errors} answers were wrong; the first: <code>{first}</code>");
-        let _ = write!(
-            out,
-            "<p class=\"wrong\"><strong>{label}</strong>: {said}</p>"
-        );
+        out += &format!("<p class=\"wrong\"><strong>{label}</strong>: {said}</p>");
     }
     out.push_str("<ul class=\"verdicts\">");
     for line in bottom_lines(c) {
@@ -135,48 +94,32 @@ pub fn html(c: &Comparison) -> String {
             true => String::new(),
             false => format!("{}. ", escape(&line.figures)),
         };
-        let unmeasured = escape(line.unmeasured);
-        let _ = write!(
-            out,
-            "<li><strong>{}</strong>: {figures}<em>{unmeasured}.</em></li>",
-            line.form
-        );
+        let (form, unmeasured) = (line.form, escape(line.unmeasured));
+        out += &format!("<li><strong>{form}</strong>: {figures}<em>{unmeasured}.</em></li>");
     }
     out.push_str("</ul></section>\n<section><h2>Conditions</h2>");
     conditions(&mut out, c);
     out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
     for verdict in verdicts(c) {
-        let said = verdict.to_string();
-        let said = said
-            .strip_prefix(&format!("{}: ", verdict.form))
-            .unwrap_or(&said);
-        let _ = write!(
-            out,
-            "<li><strong>{}</strong>: {}</li>",
-            verdict.form,
-            escape(said)
-        );
+        // Its form in bold, then what it says of it.
+        let (form, said) = (verdict.form, verdict.to_string());
+        let said = escape(&said[form.to_string().len() + 2..]);
+        let _ = write!(out, "<li><strong>{form}</strong>: {said}</li>");
     }
     out.push_str("</ul></section>\n<section><h2>Warnings</h2>");
     let notes = all_notes(c);
-    out.push_str(if notes.is_empty() {
-        "<p class=\"quiet\">None.</p>"
-    } else {
-        "<ul class=\"notes\">"
-    });
-    for note in &notes {
-        let note = escape(bare(note));
-        let _ = write!(out, "<li><span class=\"warn\">⚠ warning:</span>{note}</li>");
+    let warn = "<li><span class=\"warn\">⚠ warning:</span>";
+    let note = |n: &String| format!("{warn}{}</li>", escape(bare(n)));
+    let notes: String = notes.iter().map(note).collect();
+    match notes.is_empty() {
+        true => out.push_str("<p class=\"quiet\">None.</p>"),
+        false => out.push_str(&format!("<ul class=\"notes\">{notes}</ul>")),
     }
-    out.push_str(if notes.is_empty() { "" } else { "</ul>" });
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
     for (chart, left_out) in charts(c).into_iter().zip(left_outs(c)) {
         let left_out = left_out.map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)));
-        let _ = writeln!(
-            out,
-            "<figure>{chart}{}</figure>",
-            left_out.unwrap_or_default()
-        );
+        let left_out = left_out.unwrap_or_default();
+        let _ = writeln!(out, "<figure>{chart}{left_out}</figure>");
     }
     out.push_str("</section>\n<section><h2>All figures</h2><div class=\"scroll\"><table>");
     out.push_str("<thead><tr>");
@@ -231,10 +174,8 @@ fn left_out(c: &Comparison, why: impl Fn(&Variant) -> Option<String>) -> Option<
             None => reasons.push((reason, vec![&v.label])),
         }
     }
-    let said: Vec<String> = reasons
-        .iter()
-        .map(|(reason, labels)| format!("{} ({reason})", listed(labels)))
-        .collect();
+    let said = |(reason, labels): &(String, Vec<&str>)| format!("{} ({reason})", listed(labels));
+    let said: Vec<String> = reasons.iter().map(said).collect();
     (!said.is_empty()).then(|| format!("Left out: {}.", said.join("; ")))
 }
 
@@ -304,14 +245,10 @@ fn crash_left_out(c: &Comparison) -> Option<String> {
 
 /// `text` safe as HTML's text and attribute values.
 pub(super) fn escape(text: &str) -> String {
-    let entities = [
-        ("&", "&amp;"),
-        ("<", "&lt;"),
-        (">", "&gt;"),
-        ("\"", "&quot;"),
-        ("'", "&#39;"),
-    ];
-    entities
-        .iter()
-        .fold(text.to_owned(), |text, (c, entity)| text.replace(c, entity))
+    // The ampersand first: the others' entities hold one.
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }

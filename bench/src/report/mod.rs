@@ -259,59 +259,45 @@ struct Said {
 
 impl Source {
     fn said(self) -> Said {
-        let (header, stem, phrase, shade, meaning) = match self {
-            Source::Compiled => (
-                "cmpl",
-                "cold_compiled",
-                "compiled",
-                1.0,
-                "compiled at /init",
-            ),
-            Source::Cache => (
-                "cache",
-                "cold_cache",
-                "from the cache",
-                0.62,
-                "from the compile cache",
-            ),
-            Source::Signed => (
-                "sign",
-                "cold_signed",
-                "signed",
-                0.38,
-                "a signed precompiled artifact",
-            ),
+        let (header, stem, phrase, shade) = match self {
+            Source::Compiled => ("cmpl", "cold_compiled", "compiled", 1.0),
+            Source::Cache => ("cache", "cold_cache", "from the cache", 0.62),
+            Source::Signed => ("sign", "cold_signed", "signed", 0.38),
             Source::Receive => (
                 "recv",
                 "receive_signed",
                 "to receive the signed upload",
                 0.2,
-                "receiving and base64-decoding that artifact's upload alone (its /init with the \
-                 code spoilt at its end, refused once decoded)",
             ),
-            Source::Start => (
-                "start",
-                "cold_start",
-                "to start",
-                1.0,
-                "the native process starting",
-            ),
+            Source::Start => ("start", "cold_start", "to start", 1.0),
             Source::FirstAnswer => (
                 "1st",
                 "cold_first_answer",
                 "to a first answer, compiled",
                 1.0,
+            ),
+            Source::FirstCached => {
+                let phrase = "to a first answer from the cache";
+                ("1st-c", "cold_first_answer_cached", phrase, 0.62)
+            }
+        };
+        let meaning = match self {
+            Source::Compiled => "compiled at /init",
+            Source::Cache => "from the compile cache",
+            Source::Signed => "a signed precompiled artifact",
+            Source::Receive => {
+                "receiving and base64-decoding that artifact's upload alone (its /init with the \
+                 code spoilt at its end, refused once decoded)"
+            }
+            Source::Start => "the native process starting",
+            Source::FirstAnswer => {
                 "a server started with the action built in (`wasmloop serve --protocol http`; the \
-                 peer: wasmtime serve), from its start to its first answer, compiling the code",
-            ),
-            Source::FirstCached => (
-                "1st-c",
-                "cold_first_answer_cached",
-                "to a first answer from the cache",
-                0.62,
+                 peer: wasmtime serve), from its start to its first answer, compiling the code"
+            }
+            Source::FirstCached => {
                 "the same, its code from a compile cache filled before (the peer: wasmtime's \
-                 own cache)",
-            ),
+                 own cache)"
+            }
         };
         Said {
             header,
@@ -336,6 +322,16 @@ pub struct Cold {
     /// Over `runs` fresh servers.
     pub millis: Spread,
     pub runs: usize,
+}
+
+impl Cold {
+    pub const fn new(source: Source, millis: Spread, runs: usize) -> Cold {
+        Cold {
+            source,
+            millis,
+            runs,
+        }
+    }
 }
 
 /// One form, compiler and instance lifetime, and its figures.
@@ -379,14 +375,8 @@ impl Variant {
 
     /// A variant of `form`, nothing measured yet, labelled from its parts.
     pub fn of(form: Form, compiler: Option<Compiler>, lifetime: Lifetime) -> Variant {
-        let mut label = form.to_string();
-        for part in compiler
-            .map(Compiler::name)
-            .into_iter()
-            .chain([lifetime.name()])
-        {
-            let _ = write!(label, " {part}");
-        }
+        let compiler_said = compiler.map_or(String::new(), |c| format!(" {c}"));
+        let label = format!("{form}{compiler_said} {lifetime}");
         Variant {
             form,
             compiler,
@@ -448,11 +438,8 @@ impl Comparison {
     }
 
     fn connection_counts(&self) -> Vec<usize> {
-        let mut counts: Vec<usize> = self
-            .variants
-            .iter()
-            .flat_map(|v| v.warm.iter().map(|w| w.connections))
-            .collect();
+        let warm = self.variants.iter().flat_map(|v| &v.warm);
+        let mut counts: Vec<usize> = warm.map(|w| w.connections).collect();
         counts.sort_unstable();
         counts.dedup();
         counts
@@ -460,11 +447,8 @@ impl Comparison {
 
     /// The sources measured, in their order.
     fn sources(&self) -> Vec<Source> {
-        Source::ALL
-            .iter()
-            .copied()
-            .filter(|s| self.variants.iter().any(|v| v.cold_from(*s).is_some()))
-            .collect()
+        let measured = |s: &Source| self.variants.iter().any(|v| v.cold_from(*s).is_some());
+        Source::ALL.iter().copied().filter(measured).collect()
     }
 
     /// The forms the verdicts are about, in the order the variants first name them.
@@ -575,32 +559,24 @@ fn all_notes(c: &Comparison) -> Vec<String> {
 /// The host's state before and after the run, as the page's conditions and the table's
 /// legend say it; none when nothing was read.
 fn host_conditions(k: &Conditions) -> Vec<(&'static str, String)> {
-    let mut said = Vec::new();
-    if let (Some(before), after) = (k.before.load, k.after.load) {
-        let after = after.map_or_else(String::new, |a| format!(", {} after", figure(a)));
-        said.push((
-            "load average",
-            format!(
-                "{} before the run{after} (1 minute, on {} CPUs; the run's own work counts in \
-                 the after)",
-                figure(before),
-                k.online
-            ),
-        ));
+    let (mut said, online) = (Vec::new(), k.online);
+    if let Some(before) = k.before.load.map(figure) {
+        let after = k.after.load.map(figure);
+        let after = after.map_or_else(String::new, |a| format!(", {a} after"));
+        let load = format!(
+            "{before} before the run{after} (1 minute, on {online} CPUs; the run's own work \
+             counts in the after)"
+        );
+        said.push(("load average", load));
     }
-    if let Some(before) = k.before.reference_ms {
-        let after = k
-            .after
-            .reference_ms
-            .map_or_else(String::new, |a| format!(", {} ms after", figure(a.median)));
-        said.push((
-            "host speed",
-            format!(
-                "a fixed CPU task took {} ms before the run{after} (compare runs, hosts and days \
-                 by it)",
-                figure(before.median)
-            ),
-        ));
+    if let Some(before) = k.before.reference_ms.map(|s| figure(s.median)) {
+        let after = k.after.reference_ms.map(|a| figure(a.median));
+        let after = after.map_or_else(String::new, |a| format!(", {a} ms after"));
+        let speed = format!(
+            "a fixed CPU task took {before} ms before the run{after} (compare runs, hosts and \
+             days by it)"
+        );
+        said.push(("host speed", speed));
     }
     said
 }
@@ -623,34 +599,28 @@ fn wrong_line(v: &Variant, k: &Conditions) -> String {
     };
     // The rows and --url send the hellos' requests unless told otherwise; a comparison's
     // wrong answers stopped it before this.
-    let hint = match (k.body_given, &k.expect) {
+    let (body, expect) = (&k.body, k.expect.as_deref().map(str::trim_end));
+    let hint = match (k.body_given, expect) {
         _ if !v.row && v.form.server != Server::Url => String::new(),
         (false, None) => ". The rows send the hello's request and expect its greeting: for \
                           another action, give --body and --expect"
             .to_owned(),
         (true, Some(expect)) => format!(
-            ". It was sent `{}` (the body given) and had to answer `{}` (--expect): if that \
-             answer is right for that body, {served} runs another action than the one meant; \
-             if not, correct --expect",
-            k.body,
-            expect.trim_end()
+            ". It was sent `{body}` (the body given) and had to answer `{expect}` (--expect): if \
+             that answer is right for that body, {served} runs another action than the one \
+             meant; if not, correct --expect"
         ),
         (true, None) => format!(
-            ". It was sent `{}` (the body given), and without --expect only the status is \
-             checked: {served} refused that body",
-            k.body
+            ". It was sent `{body}` (the body given), and without --expect only the status is \
+             checked: {served} refused that body"
         ),
         (false, Some(expect)) => format!(
-            ". It was sent the hello's request, `{}`, and had to answer `{}` (--expect): for \
-             another action, give its request with --body",
-            k.body,
-            expect.trim_end()
+            ". It was sent the hello's request, `{body}`, and had to answer `{expect}` \
+             (--expect): for another action, give its request with --body"
         ),
     };
-    format!(
-        "{}: {} answers were wrong; the first: {first}{hint}",
-        v.label, v.errors
-    )
+    let (label, errors) = (&v.label, v.errors);
+    format!("{label}: {errors} answers were wrong; the first: {first}{hint}")
 }
 
 #[cfg(test)]
@@ -665,6 +635,17 @@ mod tests {
         }
     }
 
+    /// Asserts that `text` is `golden`'s, a file under bench/tests/golden/, naming the first
+    /// line that differs (the files are the expected output, reviewed as such).
+    #[track_caller]
+    pub(super) fn same(text: &str, golden: &str) {
+        let mut lines = (1..).zip(text.lines().zip(golden.lines()));
+        if let Some((at, (now, kept))) = lines.find(|(_, (a, b))| a != b) {
+            panic!("line {at} is now\n{now}\nnot as the golden file has it\n{kept}");
+        }
+        assert_eq!(text, golden, "the same lines, but not as many");
+    }
+
     #[track_caller]
     pub(super) fn starts(text: &str, start: &str) {
         assert!(
@@ -673,12 +654,17 @@ mod tests {
         );
     }
 
-    fn spread(median: f64, min: f64, max: f64) -> Spread {
+    pub(super) fn spread(median: f64, min: f64, max: f64) -> Spread {
         Spread { median, min, max }
     }
 
     pub(super) fn say(c: &Comparison) -> Vec<String> {
         verdicts(c).iter().map(ToString::to_string).collect()
+    }
+
+    /// Lines as a golden file holds them: each ended.
+    pub(super) fn lines(lines: &[String]) -> String {
+        lines.iter().map(|l| format!("{l}\n")).collect()
     }
 
     /// `n` latencies from `base` µs up, the slowest percent climbing to 11x `base`.
@@ -704,12 +690,16 @@ mod tests {
         }
     }
 
-    fn cold(source: &str, ms: f64) -> Cold {
-        Cold {
-            source: source.parse().unwrap(),
-            millis: spread(ms, ms * 0.9, ms * 1.2),
-            runs: 5,
-        }
+    /// Cold figures of five runs each, from "source ms, source ms".
+    fn colds(said: &str) -> Vec<Cold> {
+        let cold = |(source, ms): (&str, &str)| {
+            let ms: f64 = ms.parse().unwrap();
+            Cold::new(source.parse().unwrap(), spread(ms, ms * 0.9, ms * 1.2), 5)
+        };
+        said.split(", ")
+            .filter_map(|one| one.rsplit_once(' '))
+            .map(cold)
+            .collect()
     }
 
     fn variant(form: &str, compiler: Option<&str>, lifetime: &str, base: f64) -> Variant {
@@ -731,12 +721,7 @@ mod tests {
     /// Four variants: one with errors, one without cold figures, one whose label is markup.
     fn sample() -> Comparison {
         let mut module = variant("module", Some("cranelift"), "persistent", 30.0);
-        module.cold = vec![
-            cold("compiled", 21.0),
-            cold("cache", 1.8),
-            cold("signed", 4.0),
-            cold("receive", 0.5),
-        ];
+        module.cold = colds("compiled 21, cache 1.8, signed 4, receive 0.5");
         module.resident_after_init = Some(12 << 20);
         module.resident_per_extra_instance = Some(300 << 10);
         module.crash_to_answer_ms = Some(spread(12.0, 10.0, 15.0));
@@ -744,14 +729,10 @@ mod tests {
         let mut component = variant("component", Some("winch"), "persistent", 70.0);
         component.label = "component winch <b>persistent</b>".to_owned();
         // Receiving its upload is quicker than the module's cold starts, but it is no /init.
-        component.cold = vec![
-            cold("compiled", 1100.0),
-            cold("cache", 15.0),
-            cold("receive", 0.1),
-        ];
+        component.cold = colds("compiled 1100, cache 15, receive 0.1");
         component.resident_after_init = Some(40 << 20);
         let mut native = variant("native", None, "persistent", 40.0);
-        native.cold = vec![cold("start", 2.5)];
+        native.cold = colds("start 2.5");
         native.resident_after_init = Some(3 << 20);
         native.errors = 3;
         native.first_wrong = Some("500 `oops`, expected 200 `{\"message\":\"Hi\"}`".to_owned());
@@ -787,53 +768,23 @@ mod tests {
 
     #[test]
     fn the_page_holds_every_chart_the_conditions_and_the_verdicts_escaped() {
-        let c = sample();
+        let (c, latency) = (sample(), "latency by percentile at ");
         let page = html(&c);
-        let titles = [
-            "latency by percentile at 1 connection",
-            "latency by percentile at 8 connections",
-            COLD_TITLE,
-            MEMORY_TITLE,
-            THROUGHPUT_TITLE,
-            CRASH_TITLE,
-        ];
-        for title in titles {
-            let chart = page
-                .split("<svg")
-                .skip(1)
-                .find(|svg| svg.contains(&format!("<title>{}</title>", escape(title))));
-            assert!(chart.is_some(), "no <svg titled {title:?}");
+        same(&page, golden!("sample.html"));
+        // Whatever the golden file says: every chart once, every verdict and label escaped.
+        let titles = [COLD_TITLE, MEMORY_TITLE, THROUGHPUT_TITLE, CRASH_TITLE].map(str::to_owned);
+        let latencies = ["1 connection", "8 connections"].map(|at| format!("{latency}{at}"));
+        for title in titles.into_iter().chain(latencies) {
+            holds(&page, &[&format!("<title>{}</title>", escape(&title))]);
         }
-        assert_eq!(page.matches("<svg").count(), titles.len());
-        for v in &c.variants {
-            assert!(page.contains(&escape(&v.label)), "no label {}", v.label);
-        }
+        assert_eq!(page.matches("<svg").count(), 6);
         for verdict in verdicts(&c) {
             let said = verdict.to_string();
-            let (backend, rest) = said.split_once(": ").expect("a backend first");
-            let shown = format!("<li><strong>{backend}</strong>: {}</li>", escape(rest));
-            assert!(page.contains(&shown), "no verdict {verdict}");
+            let (form, rest) = said.split_once(": ").expect("a form first");
+            let shown = format!("<li><strong>{form}</strong>: {}</li>", escape(rest));
+            holds(&page, &[&shown]);
         }
-        for shown in [
-            "Example CPU @ 3.0GHz",
-            "abc1234",
-            "2025-01-02T03:04:05Z",
-            "not pinned",
-        ] {
-            assert!(page.contains(shown), "no condition {shown}");
-        }
-        holds(
-            &page,
-            &["{&quot;value&quot;:{&quot;name&quot;:&quot;bench&quot;}}"],
-        );
-        assert!(!page.contains("<b>") && page.contains("&lt;b&gt;persistent&lt;/b&gt;"));
-        holds(
-            &page,
-            &[
-                "the machine was &lt;busy&gt;",
-                "3 answers were wrong; the first: <code>500 `oops`",
-            ],
-        );
+        assert!(c.variants.iter().all(|v| page.contains(&escape(&v.label))));
         // Only the page's own markup opens a tag: every `<` starts a known element.
         for tag in page.split('<').skip(1) {
             let name: String = tag
@@ -859,60 +810,19 @@ mod tests {
         let page = html(&sample());
         let first = page.find("<h2>").map(|at| &page[at..]).unwrap();
         assert!(first.starts_with("<h2>Bottom line</h2>"), "{first:.200}");
-        let bottom = &first[..first.find("<h2>Conditions").unwrap()];
-        // Wrong answers first of all, then a line per backend.
-        holds(
-            bottom,
-            &[
-                "<p class=\"wrong\"><strong>native persistent</strong>: 3",
-                "<li><strong>module</strong>: warm p50 33 µs, 100k req/s with p99 150 µs at 8 \
-                 connections, cold /init 21 ms compiled, 1.8 ms from the cache, 4 ms signed, \
-                 fresh instances cost +28 µs. <em>sandboxed: its own capped memory, no network",
-                "only where the operator&#39;s `wasmloop serve --allow-outbound` lists",
-                "no sandbox: a process with the container&#39;s privileges",
-                // Each backend's cold start named by its kind: a native start is no compile.
-                "cold /init 1.1 s compiled, 15 ms from the cache.",
-            ],
-        );
-        let said = table(&sample());
-        holds(
-            &said,
-            &[
-                "bottom line, native: warm p50 44 µs, 75k req/s with p99 200 µs at 8 \
-                 connections, cold /init 2.5 ms to start. no sandbox",
-            ],
-        );
+        same(&page, golden!("sample.html"));
+        same(&table(&sample()), golden!("sample.txt"));
     }
 
     #[test]
     fn each_chart_says_which_variants_it_leaves_out_and_why() {
         let page = html(&sample());
-        let figure_of = |title: &str| {
-            page.split("<figure>")
-                .find(|f| f.contains(&escape(title)))
-                .unwrap()
-                .to_owned()
-        };
-        holds(
-            &figure_of(COLD_TITLE),
-            &[
-                "Left out: module cranelift fresh (a fresh instance per activation changes \
-                 nothing at /init: its cold start is its persistent twin&#39;s).",
-            ],
-        );
-        let crash = figure_of(CRASH_TITLE);
-        holds(
-            &crash,
-            &[
-                "Left out: module cranelift fresh and component winch &lt;b&gt;persistent&lt;/b&gt; \
-                 (WebAssembly is crashed only from inside, by a request that makes it trap: give \
-                 one with --crash-body); native persistent (its process was not killed).",
-            ],
-        );
-        let memory = figure_of(MEMORY_TITLE);
-        holds(&memory, &["a fresh variant keeps none"]);
+        same(&page, golden!("sample.html"));
         // Every variant was measured warm at both counts: nothing is said to be missing.
-        assert!(!figure_of(THROUGHPUT_TITLE).contains("Left out"));
+        let throughput = page
+            .split("<figure>")
+            .find(|f| f.contains(THROUGHPUT_TITLE));
+        assert!(!throughput.unwrap().contains("Left out"));
     }
 
     #[test]
@@ -922,15 +832,12 @@ mod tests {
             v.crash_to_answer_ms = None;
         }
         let page = html(&c);
-        let crash = page
-            .split("<svg")
-            .find(|svg| svg.contains(CRASH_TITLE))
-            .expect("the crash chart");
-        holds(crash, &["not measured"]);
-        let latency = page
-            .split("<svg")
-            .find(|svg| svg.contains("at 1 connection"))
-            .expect("the latency chart");
+        let chart = |title: &str| page.split("<svg").find(|svg| svg.contains(title));
+        holds(
+            chart(CRASH_TITLE).expect("the crash chart"),
+            &["not measured"],
+        );
+        let latency = chart("at 1 connection").expect("the latency chart");
         assert!(!latency.contains("not measured"));
     }
 
@@ -939,37 +846,8 @@ mod tests {
         let mut c = sample();
         c.variants[0].label = "module, \"quoted\"".to_owned();
         let text = csv(&c);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], csv_columns().join(","));
-        assert_eq!(lines.len(), 1 + 4 * 2, "{text}");
-        starts(
-            lines[1],
-            "\"module, \"\"quoted\"\"\",module,cranelift,persistent,1,2000,33.0,",
-        );
-        assert!(lines[3].starts_with("module cranelift fresh,module,cranelift,fresh,1,"));
-        let native = lines
-            .iter()
-            .find(|l| l.starts_with("native persistent,native,,persistent,8,"))
-            .expect("native at 8");
-        let fields: Vec<&str> = native.split(',').collect();
-        assert_eq!(fields.len(), csv_columns().len());
-        assert_eq!(fields[21], "2.500", "cold_start_ms");
-        assert_eq!(fields[22], (3u64 << 20).to_string());
-        assert_eq!(fields[25], "3", "errors");
-        // The sample's native row at 8 connections has a base of 100 µs.
-        let column = |name: &str| csv_columns().iter().position(|c| c == name).unwrap();
-        assert_eq!(fields[column("server_cpu_us")], "60.0");
-        assert_eq!(fields[column("client_cpu_us")], "30.0");
-        // Every cold start's least and most beside its median (the sample's spread is
-        // 0.9 to 1.2 times it).
-        for stem in Source::ALL.iter().map(|s| s.said().stem) {
-            for suffix in ["_ms", "_min_ms", "_max_ms"] {
-                column(&format!("{stem}{suffix}"));
-            }
-        }
-        assert_eq!(fields[column("cold_start_min_ms")], "2.250");
-        assert_eq!(fields[column("cold_start_max_ms")], "3.000");
-        assert_eq!(fields[column("cold_compiled_min_ms")], "");
+        assert_eq!(text.lines().next(), Some(csv_columns().join(",").as_str()));
+        same(&text, golden!("sample.csv"));
     }
 
     #[test]
@@ -998,49 +876,8 @@ mod tests {
 
     #[test]
     fn the_verdicts_give_each_record_to_the_backend_that_holds_it() {
-        let said = say(&sample());
-        assert_eq!(said.len(), 3, "{said:#?}");
-        starts(
-            &said[0],
-            "module: fastest warm: p50 33 [32–34] µs (persistent, cranelift)",
-        );
-        // Each kind of start against its own kind: the module's compile and cache against
-        // the component's; signed, only the module's, holds no record.
-        holds(
-            &said[0],
-            &[
-                "cold /init 21 [19–25] ms compiled (fastest), 1.8 [1.6–2.2] ms from the cache \
-                 (fastest), 4 [3.6–4.8] ms signed, 500 [450–600] µs to receive the signed \
-                 upload;",
-                "shortest tail: p99 150 [135–172] µs at 8 connections (persistent, cranelift)",
-                "fresh instances cost +28 µs (p50 61 [58–63] µs against 33 [32–34] µs)",
-            ],
-        );
-        starts(
-            &said[1],
-            "component: warm p50 77 [74–80] µs (persistent, winch)",
-        );
-        holds(
-            &said[1],
-            &[
-                "; cold /init 1.1 [0.99–1.3] s compiled, 15 [14–18] ms from the cache, 100 [90–120] µs to receive",
-            ],
-        );
-        // A native start is quicker than the module's cached start, but not of its kind: it
-        // holds no cold record.
-        holds(&said[2], &["; cold /init 2.5 [2.2–3] ms to start;"]);
-        assert!(!said[2].contains("fastest cold") && !said[2].contains("start (fastest"));
-        holds(
-            &said[2],
-            &[
-                "; tail p99 200 [180–230] µs at 8 connections (persistent);",
-                "least memory: 3 MiB",
-                "3 wrong answers",
-            ],
-        );
-        let records = said.iter().filter(|s| s.contains("fastest warm")).count();
-        assert_eq!(records, 1);
-
+        let said = say(&sample()).join("\n") + "\n";
+        same(&said, golden!("sample-verdicts.txt"));
         let mut c = sample();
         c.variants[3].warm[0].p50 = spread(20.0, 19.0, 21.0);
         let said = say(&c);
@@ -1054,56 +891,22 @@ mod tests {
     #[test]
     fn a_cold_start_within_noise_of_another_of_its_kind_shares_the_record() {
         let mut c = sample();
-        // The component's compile, 20 ms (18–24), reaches into the module's (18.9–25.2).
-        c.variants[2].cold[0] = Cold {
-            source: Source::Compiled,
-            millis: spread(20.0, 18.0, 24.0),
-            runs: 5,
-        };
-        let said = say(&c);
-        assert!(
-            said[0].contains(
-                "cold /init 21 [19–25] ms compiled (within noise of component), 1.8 [1.6–2.2] \
-                 ms from the cache (fastest),"
-            ),
-            "the module's compile is no longer the fastest alone: {}",
-            said[0]
-        );
-        holds(
-            &said[1],
-            &[
-                "cold /init 20 [18–24] ms compiled (within noise of module), 15 [14–18] ms from \
-                 the cache,",
-            ],
-        );
+        // The component's compile, 20 ms (18–24), reaches into the module's (18.9–25.2):
+        // the module's compile is no longer the fastest alone.
+        c.variants[2].cold[0] = Cold::new(Source::Compiled, spread(20.0, 18.0, 24.0), 5);
+        same(&lines(&say(&c)), golden!("cold-within-noise-verdicts.txt"));
     }
 
     #[test]
     fn a_busy_host_and_a_host_whose_speed_moved_are_warned_of() {
         let mut c = sample();
-        assert_eq!(
-            host_notes(&c),
-            Vec::<String>::new(),
+        assert!(
+            host_notes(&c).is_empty(),
             "the sample's host is idle and steady"
         );
         c.conditions.before.load = Some(1.3);
         c.conditions.after.reference_ms = Some(spread(105.0, 98.0, 110.0));
-        let notes = host_notes(&c);
-        assert_eq!(notes.len(), 2, "{notes:#?}");
-        starts(
-            &notes[0],
-            "the host was busy when the run began: its load average was 1.3 on 2 CPUs",
-        );
-        starts(
-            &notes[1],
-            "the host's speed moved during the run: a fixed CPU task took 21 ms (20–22) \
-                 before it and 105 ms (98–110) after",
-        );
-        assert!(
-            notes[1].ends_with(", pinned (taskset -c 0)."),
-            "{}",
-            notes[1]
-        );
+        same(&lines(&host_notes(&c)), golden!("busy-host-notes.txt"));
         let page = html(&c);
         holds(&page, &["the host&#39;s speed moved during the run"]);
         assert!(table(&c).contains("note: the host was busy when the run began"));
@@ -1115,65 +918,31 @@ mod tests {
 
     #[test]
     fn the_conditions_say_the_load_before_and_after_and_the_hosts_speed() {
-        let c = sample();
-        let page = html(&c);
-        holds(
-            &page,
-            &[
-                "<dt>load average</dt><dd>0.12 before the run, 1.9 after (1 minute, on 2 CPUs; \
-                 the run&#39;s own work counts in the after)</dd>",
-                "<dt>host speed</dt><dd>a fixed CPU task took 21 ms before the run, 22 ms after",
-            ],
-        );
-        holds(
-            &table(&c),
-            &["(conditions: not pinned; load average 0.12 before the run, 1.9 after"],
-        );
+        same(&html(&sample()), golden!("sample.html"));
+        same(&table(&sample()), golden!("sample.txt"));
     }
 
     #[test]
     fn a_record_inside_the_spread_is_shared_within_noise_never_won() {
         let mut c = sample();
         // Native's p50 spread reaches into the module's (32–34 µs): neither is the faster.
-        c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
-        let said = say(&c);
-        starts(
-            &said[0],
-            "module: fastest warm with native, within noise: p50 33 [32–34] µs (persistent, \
-                 cranelift)",
-        );
-        starts(
-            &said[2],
-            "native: fastest warm with module, within noise: p50 34 [31–36] µs",
-        );
-        assert!(
-            !said.iter().any(|s| s.contains("fastest warm:")),
-            "{said:#?}"
-        );
         // The component, apart from both, is named with its figure alone.
-        starts(&said[1], "component: warm p50 77 [74–80] µs");
+        c.variants[3].warm[0].p50 = spread(34.0, 31.0, 36.0);
+        let said = lines(&say(&c));
+        same(&said, golden!("shared-warm-verdicts.txt"));
+        assert!(!said.contains("fastest warm:"), "{said}");
     }
 
     #[test]
     fn overlapping_spreads_are_warned_of_and_disjoint_ones_not() {
         let mut c = sample();
-        assert_eq!(
-            overlap_notes(&c),
-            Vec::<String>::new(),
+        assert!(
+            overlap_notes(&c).is_empty(),
             "the sample's spreads are apart"
         );
         c.variants[3].warm[0].p50 = spread(33.0, 31.0, 36.0);
         let notes = overlap_notes(&c);
-        assert_eq!(notes.len(), 1, "{notes:?}");
-        starts(
-            &notes[0],
-            "module cranelift persistent and native persistent overlap",
-        );
-        holds(
-            &notes[0],
-            &["(p50 at 1 connection: 32–34 against 31–36 µs)"],
-        );
-        holds(&notes[0], &["taskset -c 0"]);
+        same(&lines(&notes), golden!("overlap-notes.txt"));
         // The fresh variant overlaps too, but against another lifetime it is not compared.
         c.variants[1].warm[0].p50 = spread(33.0, 31.0, 36.0);
         assert_eq!(overlap_notes(&c).len(), 1);
@@ -1183,13 +952,10 @@ mod tests {
     #[test]
     fn overlap_warnings_past_six_are_counted() {
         let mut c = sample();
-        let v = c.variants[0].clone();
-        c.variants = (0..5)
-            .map(|i| Variant {
-                label: format!("v{i}"),
-                ..v.clone()
-            })
-            .collect();
+        c.variants = vec![c.variants[0].clone(); 5];
+        for (i, v) in c.variants.iter_mut().enumerate() {
+            v.label = format!("v{i}");
+        }
         let notes = overlap_notes(&c);
         assert_eq!(notes.len(), 7, "{notes:#?}");
         assert_eq!(notes[6], "4 more pairs of variants overlap the same way.");
@@ -1197,40 +963,9 @@ mod tests {
 
     #[test]
     fn the_table_has_a_line_per_variant_then_verdicts_notes_and_wrong_answers() {
-        let c = sample();
-        let text = table(&c);
-        let lines: Vec<&str> = text.lines().collect();
-        assert!(
-            lines[0].starts_with("variant") && lines[0].contains("p50@1 µs"),
-            "{text}"
-        );
-        for (v, line) in c.variants.iter().zip(&lines[1..]) {
-            assert!(line.starts_with(&v.label), "{text}");
-        }
-        // The figures the verdicts compare with their spreads: the p50 at 1 connection,
-        // the p99 and the rate at 8.
-        holds(lines[1], &["33 [32–34]"]);
-        holds(lines[0], &["  p99@8  "]);
-        // The server's CPU per request at the most connections (the sample's is 0.6 of
-        // its base of 75 µs there).
-        holds(lines[0], &["  srv@8  "]);
-        holds(lines[1], &["  150 [135–172]  100 [95–104]     45  "]);
-        assert!(lines[4].ends_with("  3"), "native's errors: {}", lines[4]);
-        // Then the cold starts, each with its spread, of the variants that have any.
-        assert!(lines[5].starts_with("cold start, ms") && lines[5].contains("cmpl"));
-        assert!(
-            lines[6].starts_with("module cranelift persistent")
-                && lines[6].contains("21 [19–25]  1.8 [1.6–2.2]"),
-            "{}",
-            lines[6]
-        );
-        starts(lines[8], "native persistent");
-        holds(&text, &["note: the machine was <busy>"]);
-        assert!(text.ends_with(
-            "native persistent: 3 answers were wrong; the first: 500 `oops`, expected 200 \
-             `{\"message\":\"Hi\"}`\n"
-        ));
-        let widest = lines.iter().take(9).map(|l| l.chars().count()).max();
+        let text = table(&sample());
+        same(&text, golden!("sample.txt"));
+        let widest = text.lines().take(9).map(|l| l.chars().count()).max();
         assert!(widest < Some(165), "{text}");
     }
 
@@ -1241,6 +976,7 @@ mod tests {
             "ms" => ("time", 1e3),
             "s" => ("time", 1e6),
             "req/s" => ("rate", 1.0),
+            "kreq/s" => ("rate", 1e3),
             "KiB" => ("bytes", 1024.0),
             "MiB" => ("bytes", f64::from(1 << 20)),
             "count" => ("count", 1.0),
@@ -1267,12 +1003,8 @@ mod tests {
         let mut figures = Vec::new();
         let mut header: Option<(Vec<String>, bool)> = None;
         for line in text.lines() {
-            let cells: Vec<String> = line
-                .split("  ")
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(str::to_owned)
-                .collect();
+            let cells = line.split("  ").map(str::trim).filter(|c| !c.is_empty());
+            let cells: Vec<String> = cells.map(str::to_owned).collect();
             if line.starts_with("variant") || line.starts_with("cold start, ms") {
                 header = Some((cells, line.starts_with("cold")));
                 continue;
@@ -1298,24 +1030,15 @@ mod tests {
     /// fresh instance's cost) is left out: the two p50s it is the difference of are cited
     /// beside it, and checked.
     fn verdict_figures(text: &str, c: &Comparison) -> Vec<(String, &'static str, String)> {
-        let mut figures = Vec::new();
+        let (mut figures, forms) = (Vec::new(), c.forms());
+        let punctuation = |ch: char| "(),;:".contains(ch);
+        let units = ["µs", "ms", "s", "req/s", "KiB", "MiB"];
+        let unit_of = |w: &str| units.into_iter().find(|u| *u == w.trim_end_matches('.'));
         for line in text.lines() {
-            let Some(backend) = c
-                .forms()
-                .into_iter()
-                .find(|b| line.starts_with(&format!("{b}: ")))
-            else {
-                continue;
-            };
-            let words: Vec<&str> = line
-                .split_whitespace()
-                .map(|w| w.trim_matches(|ch: char| "(),;:".contains(ch)))
-                .collect();
-            let unit_of = |word: &str| -> Option<&'static str> {
-                ["µs", "ms", "s", "req/s", "KiB", "MiB"]
-                    .into_iter()
-                    .find(|u| *u == word.trim_end_matches('.'))
-            };
+            let found = forms.iter().find(|b| line.starts_with(&format!("{b}: ")));
+            let Some(backend) = found else { continue };
+            let words = line.split_whitespace().map(|w| w.trim_matches(punctuation));
+            let words: Vec<&str> = words.collect();
             for (at, word) in words.iter().enumerate() {
                 let number = word.trim_start_matches('+').trim_end_matches('k');
                 if number.parse::<f64>().is_err() || word.starts_with('[') {
@@ -1338,10 +1061,7 @@ mod tests {
                 }
                 for n in numbers {
                     let n = n.trim_start_matches('+');
-                    let (n, unit) = match n.strip_suffix('k') {
-                        Some(n) => (n, "kreq/s"),
-                        None => (n, unit),
-                    };
+                    let (n, unit) = n.strip_suffix('k').map_or((n, unit), |n| (n, "kreq/s"));
                     figures.push((backend.to_string(), unit, n.to_owned()));
                 }
             }
@@ -1352,12 +1072,8 @@ mod tests {
     /// Whether `(unit, number)` as a verdict printed it is the figure a table printed as
     /// `(column, cell)`: the same once either is printed in the other's unit.
     fn same_figure(said: (&str, &str), shown: (&str, &str)) -> bool {
-        let size = |unit: &str| match unit {
-            "kreq/s" => Some(("rate", 1e3)),
-            other => dimension(other),
-        };
         let (Some((kind, said_size)), Some((shown_kind, shown_size))) =
-            (size(said.0), size(shown.0))
+            (dimension(said.0), dimension(shown.0))
         else {
             return false;
         };
@@ -1396,12 +1112,9 @@ mod tests {
     fn with_http() -> Comparison {
         let mut c = sample();
         let mut plain = variant("http-plain", Some("cranelift"), "persistent", 62.0);
-        plain.cold = vec![cold("first answer", 60.0), cold("first answer cached", 9.0)];
+        plain.cold = colds("first answer 60, first answer cached 9");
         let mut peer = variant("wasmtime-serve", None, "persistent", 61.0);
-        peer.cold = vec![
-            cold("first answer", 290.0),
-            cold("first answer cached", 40.0),
-        ];
+        peer.cold = colds("first answer 290, first answer cached 40");
         peer.resident_after_init = Some(19 << 20);
         c.variants.extend([plain, peer]);
         c
@@ -1427,28 +1140,9 @@ mod tests {
 
     #[test]
     fn the_peers_cold_start_stands_beside_wasmloops_own_of_the_same_component() {
-        let said = say(&with_http());
-        let plain = said.iter().find(|s| s.starts_with("http-plain: ")).unwrap();
-        holds(
-            plain,
-            &[
-                "cold start 60 [54–72] ms to a first answer, compiled (fastest), 9 [8.1–11] ms \
-                 to a first answer from the cache (fastest)",
-            ],
-        );
-        let peer = said
-            .iter()
-            .find(|s| s.starts_with("wasmtime-serve: "))
-            .unwrap();
-        holds(
-            peer,
-            &[
-                "cold start 290 [261–348] ms to a first answer, compiled, 40 [36–48] ms to a \
-                 first answer from the cache;",
-            ],
-        );
-        let text = table(&with_http());
-        holds(&text, &["  1st  "]);
+        let said = say(&with_http()).join("\n") + "\n";
+        same(&said, golden!("with-http-verdicts.txt"));
+        same(&table(&with_http()), golden!("with-http.txt"));
     }
 
     #[test]
@@ -1457,33 +1151,26 @@ mod tests {
         url.label = "url".to_owned();
         url.errors = 30;
         url.first_wrong = Some("200 `{\"n\":7}`, expected 200 `{\"n\":8}`".to_owned());
-        let mut k = Conditions {
-            body: "{\"value\":{\"n\":7}}".to_owned(),
-            body_given: true,
-            expect: Some("{\"n\":8}".to_owned()),
-            ..Conditions::default()
-        };
-        let line = wrong_line(&url, &k);
-        assert_eq!(
-            line,
-            "url: 30 answers were wrong; the first: 200 `{\"n\":7}`, expected 200 `{\"n\":8}`. \
-             It was sent `{\"value\":{\"n\":7}}` (the body given) and had to answer \
-             `{\"n\":8}` (--expect): if that answer is right for that body, the server at \
-             --url runs another action than the one meant; if not, correct --expect"
-        );
-        assert!(!line.contains("give --body"), "{line}");
-        // Neither given: the hello's request was sent, and the way to send another is said.
-        k.body_given = false;
-        k.expect = None;
-        assert!(wrong_line(&url, &k).ends_with("for another action, give --body and --expect"));
-        // One of the two: what was given, and what is missing.
-        k.expect = Some("{\"n\":8}".to_owned());
-        assert!(wrong_line(&url, &k).ends_with("for another action, give its request with --body"));
-        k.body_given = true;
-        k.expect = None;
-        assert!(wrong_line(&url, &k).ends_with(
-            "without --expect only the status is checked: the server at --url refused that body"
-        ));
+        let expect = Some("{\"n\":8}".to_owned());
+        // Both given, neither (the hello's request was sent, and the way to send another is
+        // said), then one of the two: what was given, and what is missing.
+        let said = [
+            (true, expect.clone()),
+            (false, None),
+            (false, expect),
+            (true, None),
+        ]
+        .map(|(body_given, expect)| {
+            let k = Conditions {
+                body: "{\"value\":{\"n\":7}}".to_owned(),
+                body_given,
+                expect,
+                ..Conditions::default()
+            };
+            wrong_line(&url, &k)
+        });
+        assert!(!said[0].contains("give --body"), "{}", said[0]);
+        same(&lines(&said), golden!("wrong-at-url.txt"));
     }
 
     #[test]

@@ -8,11 +8,7 @@ pub fn table(c: &Comparison) -> String {
     let counts = c.connection_counts();
     let sources = c.sources();
     let spread = |s: &Spread| format!("{} [{}–{}]", figure(s.median), figure(s.min), figure(s.max));
-    let kilo = |s: &Spread| Spread {
-        median: s.median / 1e3,
-        min: s.min / 1e3,
-        max: s.max / 1e3,
-    };
+    let kilo = |s: &Spread| Spread::new(s.median / 1e3, s.min / 1e3, s.max / 1e3);
 
     // The figures a verdict compares carry their spread: the p50 at the fewest
     // connections, the p99 and the rate at the most, every cold start.
@@ -53,17 +49,13 @@ pub fn table(c: &Comparison) -> String {
             row.push(server.map_or("-".to_owned(), figure));
         }
         let mib = |b: u64| figure(b as f64 / f64::from(1 << 20));
+        let kib = |b: u64| figure(b as f64 / 1024.0);
+        let median = |s: Spread| figure(s.median);
         row.push(v.resident_after_init.map_or("-".to_owned(), mib));
-        row.push(
-            v.resident_per_extra_instance
-                .map_or("-".to_owned(), |b| figure(b as f64 / 1024.0)),
-        );
+        row.push(v.resident_per_extra_instance.map_or("-".to_owned(), kib));
         row.push(v.reported_cpu_us.map_or("-".to_owned(), figure));
         row.push(v.reported_memory.map_or("-".to_owned(), mib));
-        row.push(
-            v.crash_to_answer_ms
-                .map_or("-".to_owned(), |s| figure(s.median)),
-        );
+        row.push(v.crash_to_answer_ms.map_or("-".to_owned(), median));
         row.push(v.errors.to_string());
         rows.push(row);
     }
@@ -77,12 +69,8 @@ pub fn table(c: &Comparison) -> String {
         let mut rows = vec![header];
         for v in c.variants.iter().filter(|v| !v.cold.is_empty()) {
             let mut row = vec![v.label.clone()];
-            for s in &sources {
-                row.push(
-                    v.cold_from(*s)
-                        .map_or("-".to_owned(), |c| spread(&c.millis)),
-                );
-            }
+            let cell = |s: &Source| v.cold_from(*s).map(|x| spread(&x.millis));
+            row.extend(sources.iter().map(|s| cell(s).unwrap_or("-".into())));
             rows.push(row);
         }
         out.push_str(&aligned(&rows));
@@ -90,11 +78,7 @@ pub fn table(c: &Comparison) -> String {
 
     let mut legend = String::from("(");
     if let (Some(first), Some(last)) = (counts.first(), counts.last()) {
-        let compared = if first == last {
-            format!("p50@{first}, p99@{first} and kreq/s@{first}")
-        } else {
-            format!("p50@{first}, p99@{last} and kreq/s@{last}")
-        };
+        let compared = format!("p50@{first}, p99@{last} and kreq/s@{last}");
         let _ = write!(
             legend,
             "@N: at N connections; latencies in µs; kreq/s: thousands of requests per second; \
@@ -105,10 +89,8 @@ pub fn table(c: &Comparison) -> String {
         );
     }
     if !sources.is_empty() {
-        let named: Vec<String> = sources
-            .iter()
-            .map(|s| format!("{}: {}", s.said().header, s.said().meaning))
-            .collect();
+        let name = |s: &Source| format!("{}: {}", s.said().header, s.said().meaning);
+        let named: Vec<String> = sources.iter().map(name).collect();
         let _ = write!(
             legend,
             "cold starts in ms ({}), median [least–most] of {} fresh servers; ",
@@ -130,11 +112,7 @@ pub fn table(c: &Comparison) -> String {
         .map(|(name, value)| format!("{name} {value}"))
         .collect();
     if !host.is_empty() {
-        let pinned = if c.conditions.pinned {
-            "pinned"
-        } else {
-            "not pinned"
-        };
+        let pinned = ["not pinned", "pinned"][usize::from(c.conditions.pinned)];
         let _ = writeln!(out, "(conditions: {pinned}; {})", host.join("; "));
     }
 
@@ -147,11 +125,8 @@ pub fn table(c: &Comparison) -> String {
     // A host whose speed moved puts every figure in doubt: a warning, not a note.
     let moved = host_speed_note(c);
     for note in all_notes(c) {
-        let marker = if moved.as_ref() == Some(&note) {
-            "warning"
-        } else {
-            "note"
-        };
+        let warning = moved.as_ref() == Some(&note);
+        let marker = if warning { "warning" } else { "note" };
         let _ = writeln!(out, "{marker}: {}", bare(&note));
     }
     for v in c.variants.iter().filter(|v| v.errors > 0) {

@@ -5,17 +5,17 @@ use super::*;
 /// The fewest rounds (or cold runs) a spread may come from for a verdict to name a winner.
 /// Two runs of one action, each `n` samples, give [least–most] ranges that miss each other
 /// by chance 2 times in C(2n, n): 1 in 3 at two samples, 1 in 10 at three, 1 in 126 at five.
-pub(super) const FEWEST: usize = 5;
+const FEWEST: usize = 5;
 
 /// How far a single reading of memory is taken to move on its own, either way, relative:
 /// read once per variant, it has no spread over rounds, and two identical servers read a
 /// few pages apart (allocator arenas, pages touched lazily). Two readings must be more than
 /// twice this apart for the smaller to hold a record.
-pub(super) const MEMORY_NOISE: f64 = 0.05;
+const MEMORY_NOISE: f64 = 0.05;
 
 /// What a spread measures, for saying it and for telling two spreads apart as said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Quantity {
+enum Quantity {
     Micros,
     Millis,
     PerSecond,
@@ -38,7 +38,7 @@ impl Quantity {
 
     /// A median with its [least–most] beside it, every figure in the unit of the largest:
     /// "33 [32–35] µs", "21 [19–25] ms", "100k [95k–104k] req/s"; memory, read once, alone.
-    pub(super) fn spread(self, s: &Spread) -> String {
+    fn spread(self, s: &Spread) -> String {
         self.spread_below(s, s.max.max(s.median))
     }
 
@@ -56,7 +56,7 @@ impl Quantity {
     /// Whether `a` and `b` are told apart: their spreads share no value, and the gap between
     /// them survives the rounding they are printed with (20.4 against 20.6 µs reads "20" and
     /// "21" apart, but 20.6 against 20.7 reads "21" twice, and a reader sees no gap).
-    pub(super) fn apart(self, a: &Spread, b: &Spread) -> bool {
+    fn apart(self, a: &Spread, b: &Spread) -> bool {
         let (lower, upper) = match (a.max < b.min, b.max < a.min) {
             (true, _) => (a, b),
             (_, true) => (b, a),
@@ -71,7 +71,7 @@ impl Quantity {
 /// forms, or from spreads of too few rounds; where the best spread is not apart from
 /// another form's, the order is chance, and the record is shared.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Record {
+enum Record {
     Nobody,
     Held(Form),
     /// Some forms, not all, whose spreads are within noise of the top one.
@@ -81,7 +81,7 @@ pub(super) enum Record {
 }
 
 /// Where one form stands against a record.
-pub(super) enum Standing {
+enum Standing {
     Holds,
     /// Level with these others, within noise, ahead of the rest.
     Level(Vec<Form>),
@@ -91,7 +91,7 @@ pub(super) enum Standing {
 }
 
 impl Record {
-    pub(super) fn of(&self, form: Form) -> Standing {
+    fn of(&self, form: Form) -> Standing {
         let others = |all: &[Form]| all.iter().copied().filter(|f| *f != form).collect();
         match self {
             Record::Held(held) if *held == form => Standing::Holds,
@@ -106,7 +106,7 @@ impl Standing {
     /// `title` ("fastest warm") ahead of the figures: "fastest warm: ", "fastest warm
     /// with component, within noise: ", "warm, within noise of component: " when nobody
     /// wins, or `plain` when the record is another's.
-    pub(super) fn lead(&self, title: &str, plain: &str) -> String {
+    fn lead(&self, title: &str, plain: &str) -> String {
         match self {
             Standing::Tied(others) => {
                 let subject = plain.trim_end();
@@ -141,7 +141,7 @@ impl Standing {
 /// told apart as `quantity` is said, from spreads of `samples` rounds or runs each. Every
 /// variant counts against the top one: a form whose best median is behind, but one of
 /// whose variants' spreads reaches the top one's, is level with it.
-pub(super) fn holder(
+fn holder(
     c: &Comparison,
     figure: impl Fn(&Variant) -> Option<Spread>,
     highest: bool,
@@ -157,13 +157,7 @@ pub(super) fn holder(
             forms.push(*form);
         }
     }
-    let better = |a: &Spread, b: &Spread| {
-        if highest {
-            a.median > b.median
-        } else {
-            a.median < b.median
-        }
-    };
+    let better = |a: &Spread, b: &Spread| a.median != b.median && (a.median > b.median) == highest;
     let top = measured
         .iter()
         .reduce(|a, b| if better(&b.1, &a.1) { b } else { a });
@@ -225,11 +219,9 @@ fn warm(
 pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let counts = c.connection_counts();
     let (low, high) = (counts.first().copied(), counts.last().copied());
-    let (p50, per_second, p99) = (
-        warm(low, |w| w.p50),
-        warm(high, |w| w.per_second),
-        warm(high, |w| w.p99),
-    );
+    let p50 = warm(low, |w| w.p50);
+    let per_second = warm(high, |w| w.per_second);
+    let p99 = warm(high, |w| w.p99);
     let rounds = rounds(c);
     // Fresh instances are the price of isolation, not a form's speed: the record is
     // held with the lifetime `warm_phrase` reports.
@@ -244,55 +236,42 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     let least_memory = holder(c, resident, false, Quantity::Bytes, FEWEST);
     // A cold start is compared only with starts of its own kind: a compile with compiles,
     // a cached start with cached ones; a native process starting has no counterpart.
-    let cold_records: Vec<(Source, Record)> = c
-        .sources()
-        .into_iter()
-        .filter(|s| s.is_compared())
-        .map(|s| {
-            let runs = c
-                .variants
-                .iter()
-                .filter_map(|v| Some(v.cold_from(s)?.runs))
-                .min();
-            let figure = |v: &Variant| Some(v.cold_from(s)?.millis);
-            (
-                s,
-                holder(c, figure, false, Quantity::Millis, runs.unwrap_or(0)),
-            )
-        })
-        .collect();
+    let cold_record = |s: Source| {
+        let runs = c.variants.iter().filter_map(|v| Some(v.cold_from(s)?.runs));
+        let figure = |v: &Variant| Some(v.cold_from(s)?.millis);
+        let runs = runs.min().unwrap_or(0);
+        (s, holder(c, figure, false, Quantity::Millis, runs))
+    };
+    let compared = c.sources().into_iter().filter(|s| s.is_compared());
+    let cold_records: Vec<(Source, Record)> = compared.map(cold_record).collect();
 
     let mut out = Vec::new();
     for form in c.forms() {
         let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
-        let mut parts = Vec::new();
-        parts.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
+        let mut findings = Vec::new();
+        findings.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
         if let Some(high) = high {
-            parts.extend(rate_phrase(&variants, high, most_per_second.of(form)));
-            parts.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
+            findings.extend(rate_phrase(&variants, high, most_per_second.of(form)));
+            findings.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
         }
         let standing = |s: Source| {
             let record = cold_records.iter().find(|(source, _)| *source == s);
             record.map_or(Standing::Not, |(_, record)| record.of(form))
         };
-        parts.extend(cold_phrase(c, &variants, standing));
-        parts.extend(memory_phrase(&variants, least_memory.of(form)));
-        parts.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
-        let crash = variants
-            .iter()
-            .filter_map(|v| v.crash_to_answer_ms.map(|s| s.median));
-        if let Some(ms) = crash.filter(|x| x.is_finite()).reduce(f64::min) {
-            parts.push(format!("answers again {} after a crash", duration_ms(ms)));
+        findings.extend(cold_phrase(c, &variants, standing));
+        findings.extend(memory_phrase(&variants, least_memory.of(form)));
+        findings.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
+        let crash = variants.iter().filter_map(|v| v.crash_to_answer_ms);
+        let crash = crash.map(|s| s.median).filter(|x| x.is_finite());
+        if let Some(ms) = crash.reduce(f64::min) {
+            findings.push(format!("answers again {} after a crash", duration_ms(ms)));
         }
         let errors: usize = variants.iter().map(|v| v.errors).sum();
         if errors > 0 {
             let s = if errors == 1 { "" } else { "s" };
-            parts.push(format!("{errors} wrong answer{s}"));
+            findings.push(format!("{errors} wrong answer{s}"));
         }
-        out.push(Verdict {
-            form,
-            findings: parts,
-        });
+        out.push(Verdict { form, findings });
     }
     out
 }
@@ -335,7 +314,7 @@ fn at(connections: usize) -> String {
 /// The form's best p50 at the lowest connection count, in the lifetime it is usually
 /// run in (persistent, when measured), and its other compilers beside it, each with its
 /// spread over rounds.
-pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
+fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) -> Option<String> {
     let pool = pool(variants, |v| Some(v.warm_at(low)?.p50), true);
     let (top, p50) = best(&pool, false)?;
     let others = pool.iter().filter(|(v, _)| v.label != top.label);
@@ -346,10 +325,8 @@ pub(super) fn warm_phrase(variants: &[&Variant], low: usize, fastest: Standing) 
     if !others.is_empty() {
         let _ = write!(inside, "; {}", others.join(", "));
     }
-    let (lead, p50) = (
-        fastest.lead("fastest warm", "warm "),
-        Quantity::Micros.spread(&p50),
-    );
+    let lead = fastest.lead("fastest warm", "warm ");
+    let p50 = Quantity::Micros.spread(&p50);
     Some(format!("{lead}p50 {p50}{} ({inside})", at(low)))
 }
 
@@ -371,17 +348,11 @@ fn rate_phrase(variants: &[&Variant], high: usize, most: Standing) -> Option<Str
 
 /// The form's tail at `high` connections: the best p99 of its persistent variants (any
 /// variant's when none is persistent), with its spread over rounds.
-pub(super) fn tail_phrase(
-    variants: &[&Variant],
-    high: usize,
-    shortest: Standing,
-) -> Option<String> {
+fn tail_phrase(variants: &[&Variant], high: usize, shortest: Standing) -> Option<String> {
     let pool = pool(variants, |v| Some(v.warm_at(high)?.p99), true);
     let (v, p99) = best(&pool, false)?;
-    let (lead, p99) = (
-        shortest.lead("shortest tail", "tail "),
-        Quantity::Micros.spread(&p99),
-    );
+    let lead = shortest.lead("shortest tail", "tail ");
+    let p99 = Quantity::Micros.spread(&p99);
     let (connections, flavour) = (connections_phrase(high), v.flavour());
     Some(format!("{lead}p99 {p99} at {connections} ({flavour})"))
 }
@@ -390,7 +361,7 @@ pub(super) fn tail_phrase(
 /// spread over the fresh servers, and beside each the record `standing` gives it among
 /// the forms that start that way; then the compiler that was quickest at every kind,
 /// where it was apart from the others each time.
-pub(super) fn cold_phrase(
+fn cold_phrase(
     c: &Comparison,
     variants: &[&Variant],
     standing: impl Fn(Source) -> Standing,
@@ -402,16 +373,12 @@ pub(super) fn cold_phrase(
         let Some((top, ms)) = best(&pool, false) else {
             continue;
         };
-        let (ms_said, after) = (
-            Quantity::Millis.spread(&ms),
-            standing(source).after("fastest"),
-        );
+        let ms_said = Quantity::Millis.spread(&ms);
+        let after = standing(source).after("fastest");
         said.push(format!("{ms_said} {}{after}", source.said().phrase));
         if pool.len() > 1 && source != Source::Receive {
-            let runs = pool
-                .iter()
-                .filter_map(|(v, _)| Some(v.cold_from(source)?.runs))
-                .min();
+            let runs = pool.iter().filter_map(|(v, _)| v.cold_from(source));
+            let runs = runs.map(|x| x.runs).min();
             let others = pool.iter().filter(|(v, _)| v.label != top.label);
             let apart =
                 runs >= Some(FEWEST) && others.clone().all(|(_, s)| Quantity::Millis.apart(&ms, s));
@@ -433,20 +400,13 @@ pub(super) fn cold_phrase(
 /// The form's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
 /// cache, 4 ms signed", or "2.5 ms to start".
 fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
-    let said: Vec<String> = c
-        .sources()
-        .into_iter()
-        .filter(|s| *s != Source::Receive)
-        .filter_map(|source| {
-            let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
-            let (_, best) = best(&pool, false)?;
-            Some(format!(
-                "{} {}",
-                duration_ms(best.median),
-                source.said().phrase
-            ))
-        })
-        .collect();
+    let figure = |source: Source| {
+        let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
+        let ms = duration_ms(best(&pool, false)?.1.median);
+        Some(format!("{ms} {}", source.said().phrase))
+    };
+    let sources = c.sources().into_iter().filter(|s| *s != Source::Receive);
+    let said: Vec<String> = sources.filter_map(figure).collect();
     (!said.is_empty()).then(|| format!("{} {}", cold_words(c, variants), said.join(", ")))
 }
 
@@ -461,12 +421,12 @@ fn cold_words(c: &Comparison, variants: &[&Variant]) -> &'static str {
     }
 }
 
-pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
+fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
     let after_init = variants.iter().filter_map(|v| v.resident_after_init).min();
     let per_extra = variants
         .iter()
-        .filter_map(|v| v.resident_per_extra_instance)
-        .min();
+        .filter_map(|v| v.resident_per_extra_instance);
+    let per_extra = per_extra.min();
     let after_init = after_init.map(|a| format!("{} resident after /init", bytes(a)));
     let per_extra = per_extra.map(|e| format!("+{} per extra instance", bytes(e)));
     let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
@@ -477,17 +437,8 @@ pub(super) fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<St
 /// What a fresh instance per activation adds to the p50, against the persistent variant of
 /// the same compiler, from spreads of `rounds` rounds; with `detail`, both p50s beside it
 /// with their spreads, as a verdict compares them.
-pub(super) fn fresh_phrase(
-    variants: &[&Variant],
-    low: usize,
-    rounds: usize,
-    detail: bool,
-) -> Option<String> {
-    let p50 = |v: &Variant| {
-        v.warm_at(low)
-            .map(|w| w.p50)
-            .filter(|s| s.median.is_finite())
-    };
+fn fresh_phrase(variants: &[&Variant], low: usize, rounds: usize, detail: bool) -> Option<String> {
+    let p50 = |v: &Variant| Some(v.warm_at(low)?.p50).filter(|s| s.median.is_finite());
     let twin = |f: &Variant| {
         let kept = |v: &&&Variant| v.lifetime == Lifetime::Persistent && v.compiler == f.compiler;
         variants.iter().find(kept)
@@ -513,13 +464,12 @@ pub(super) fn fresh_phrase(
         })
         .collect();
     let (_, first, _) = costs.first()?;
-    let (agree, many) = (
-        costs.iter().all(|(_, said, _)| said == first),
-        costs.len() > 1,
-    );
+    let agree = costs.iter().all(|(_, said, _)| said == first);
+    let many = costs.len() > 1;
+    // Each compiler's figures named by it, where there are several.
     let named = |compiler: &Option<Compiler>, what: &str| match compiler {
-        Some(compiler) => format!("{compiler}: {what}"),
-        None => what.to_owned(),
+        Some(compiler) if many => format!("{compiler}: {what}"),
+        _ => what.to_owned(),
     };
     let said: Vec<String> = match (detail, agree) {
         // One cost, each compiler's p50s beside it.
@@ -527,15 +477,11 @@ pub(super) fn fresh_phrase(
             let compared: Vec<String> = costs.iter().map(|(c, _, p50s)| named(c, p50s)).collect();
             vec![format!("{first} ({})", compared.join("; "))]
         }
-        (true, _) => costs
-            .iter()
-            .map(|(c, said, p50s)| {
-                format!(
-                    "{said} ({})",
-                    if many { named(c, p50s) } else { p50s.clone() }
-                )
-            })
-            .collect(),
+        (true, _) => {
+            let said =
+                |(c, said, p50s): &(_, String, String)| format!("{said} ({})", named(c, p50s));
+            costs.iter().map(said).collect()
+        }
         // One figure when the compilers agree: naming each would only repeat it.
         (false, true) => vec![first.clone()],
         (false, false) => costs
@@ -554,13 +500,10 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
     let Some(&low) = c.connection_counts().first() else {
         return Vec::new();
     };
-    let measured = c
-        .variants
-        .iter()
-        .filter_map(|v| Some((v, v.warm_at(low)?.p50)));
-    let measured: Vec<_> = measured
-        .filter(|(_, s)| s.min.is_finite() && s.max.is_finite())
-        .collect();
+    let finite = |(_, s): &(&Variant, Spread)| s.min.is_finite() && s.max.is_finite();
+    let variants = c.variants.iter();
+    let measured = variants.filter_map(|v| Some((v, v.warm_at(low)?.p50)));
+    let measured: Vec<_> = measured.filter(finite).collect();
     let mut pairs = Vec::new();
     for (i, (a, sa)) in measured.iter().enumerate() {
         for (b, sb) in &measured[i + 1..] {
@@ -597,18 +540,15 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
 /// moved between the run's start and its end (`host_speed_note`).
 pub fn host_notes(c: &Comparison) -> Vec<String> {
     let k = &c.conditions;
-    let busy = k
-        .before
-        .load
-        .filter(|load| k.online > 0 && *load >= k.online as f64 / 2.0);
-    let busy = busy.map(|load| {
+    let online = k.online;
+    let busy = |load: &f64| online > 0 && *load >= online as f64 / 2.0;
+    let busy = k.before.load.filter(busy);
+    let busy = busy.map(figure).map(|load| {
         format!(
-            "the host was busy when the run began: its load average was {} on {} CPUs, so \
-             other work shared the CPUs and the figures are slower and noisier than on an idle \
-             host (a load left by work that just ended falls within a minute): rerun on an \
-             idle host.",
-            figure(load),
-            k.online
+            "the host was busy when the run began: its load average was {load} on {online} CPUs, \
+             so other work shared the CPUs and the figures are slower and noisier than on an \
+             idle host (a load left by work that just ended falls within a minute): rerun on an \
+             idle host."
         )
     });
     busy.into_iter().chain(host_speed_note(c)).collect()
@@ -625,11 +565,8 @@ const MOVED_MOST: f64 = 0.10;
 /// (each variant's p50, p99 and rate at every connection count, its cold starts), as a
 /// fraction of its median. None when nothing was measured.
 fn own_spread(c: &Comparison) -> Option<f64> {
-    let warm = c
-        .variants
-        .iter()
-        .flat_map(|v| &v.warm)
-        .flat_map(|w| [w.p50, w.p99, w.per_second]);
+    let warm = c.variants.iter().flat_map(|v| &v.warm);
+    let warm = warm.flat_map(|w| [w.p50, w.p99, w.per_second]);
     let cold = c.variants.iter().flat_map(|v| &v.cold).map(|x| x.millis);
     let relative = warm.chain(cold).map(|s| (s.max - s.min) / s.median);
     relative.filter(|r| r.is_finite()).reduce(f64::max)
@@ -658,20 +595,17 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
         format!("{median} ms ({min}–{max})")
     };
     let percent = |f: f64| format!("{}%", figure(f * 100.0));
-    let own = match own {
-        Some(own) if own >= MOVED_MOST => format!(
-            "more than {}, past which figures measured early and late in the run differ by \
-             more than the host's noise",
-            percent(MOVED_MOST)
+    let [least, most] = [MOVED_LEAST, MOVED_MOST].map(percent);
+    let own = match own.map(|own| (own, percent(own))) {
+        Some((own, _)) if own >= MOVED_MOST => format!(
+            "more than {most}, past which figures measured early and late in the run differ by \
+             more than the host's noise"
         ),
-        Some(own) if own <= MOVED_LEAST => format!(
-            "more than {} (the run's own spreads are narrower still, {} at the widest)",
-            percent(MOVED_LEAST),
-            percent(own)
+        Some((own, said)) if own <= MOVED_LEAST => format!(
+            "more than {least} (the run's own spreads are narrower still, {said} at the widest)"
         ),
-        Some(own) => format!(
-            "more than the run's own spread (its widest [least–most] is {} of its median)",
-            percent(own)
+        Some((_, said)) => format!(
+            "more than the run's own spread (its widest [least–most] is {said} of its median)"
         ),
         None => format!("more than {}", percent(bound)),
     };
@@ -714,14 +648,9 @@ pub fn few_samples_notes(c: &Comparison) -> Vec<String> {
     let rounds = rounds(c);
     let warm = (rounds < FEWEST && !c.connection_counts().is_empty())
         .then(|| said(rounds, "round", "rounds", " (and --hits at least as many)"));
-    let runs = c
-        .variants
-        .iter()
-        .flat_map(|v| v.cold.iter().map(|x| x.runs))
-        .min();
-    let cold = runs
-        .filter(|r| *r < FEWEST)
-        .map(|runs| said(runs, "fresh server", "cold-runs", ""));
+    let colds = c.variants.iter().flat_map(|v| &v.cold);
+    let runs = colds.map(|x| x.runs).min().filter(|r| *r < FEWEST);
+    let cold = runs.map(|runs| said(runs, "fresh server", "cold-runs", ""));
     warm.into_iter().chain(cold).collect()
 }
 
@@ -801,15 +730,11 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
             (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
             (one, other) => one.or(other),
         };
-        let busy = busy
-            .zip(high)
-            .map(|(said, n)| format!("{said} at {}", connections_phrase(n)));
+        let at = |(said, n): (String, usize)| format!("{said} at {}", connections_phrase(n));
+        let busy = busy.zip(high).map(at);
         let fresh = low.and_then(|low| fresh_phrase(&variants, low, rounds(c), false));
-        let figures = p50
-            .into_iter()
-            .chain(busy)
-            .chain(cold_figures(c, &variants))
-            .chain(fresh);
+        let cold = cold_figures(c, &variants);
+        let figures = p50.into_iter().chain(busy).chain(cold).chain(fresh);
         let figures = figures.collect::<Vec<_>>().join(", ");
         BottomLine {
             form,
@@ -822,14 +747,10 @@ pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{holds, say, starts};
+    use super::super::tests::{lines, same, say, spread, starts};
     use super::*;
     use Backend::{Component, Module, Native};
     use Lifetime::{Fresh, Persistent};
-
-    fn spread(median: f64, min: f64, max: f64) -> Spread {
-        Spread { median, min, max }
-    }
 
     /// A variant whose p50 at 1 connection, p99 and rate at 8 are `p50`, 3x and 20k over
     /// its p50, each with the spread `p50` has, relative.
@@ -849,14 +770,18 @@ mod tests {
                 warm(1, p50, scaled(2.0), per_second),
                 warm(8, scaled(2.0), scaled(3.0), per_second),
             ],
-            cold: vec![Cold {
-                source: Source::Compiled,
-                millis: scaled(1e3),
-                runs: FEWEST,
-            }],
+            cold: vec![Cold::new(Source::Compiled, scaled(1e3), FEWEST)],
             resident_after_init: Some(((p50.median as u64) << 20) / 10),
             ..Variant::named(backend, Some(Compiler::Cranelift), lifetime)
         }
+    }
+
+    fn p50_at_1(v: &Variant) -> Option<Spread> {
+        v.warm_at(1).map(|w| w.p50)
+    }
+
+    fn rate_at_8(v: &Variant) -> Option<Spread> {
+        v.warm_at(8).map(|w| w.per_second)
     }
 
     fn comparison(variants: Vec<Variant>) -> Comparison {
@@ -868,22 +793,15 @@ mod tests {
                 ..Conditions::default()
             },
             variants,
-            notes: Vec::new(),
+            ..Comparison::default()
         }
     }
 
     /// A winner's title as a verdict gives it alone: "fastest warm: ", "(fastest)", ...
     fn wins(said: &str) -> bool {
-        [
-            "fastest warm:",
-            "most req/s at 8 connections (",
-            "shortest tail:",
-            "(fastest)",
-            "least memory:",
-            "(quickest with",
-        ]
-        .iter()
-        .any(|title| said.contains(title))
+        let titles = "fastest warm:|most req/s at 8 connections (|shortest tail:|(fastest)|\
+                      least memory:|(quickest with";
+        titles.split('|').any(|title| said.contains(title))
     }
 
     #[test]
@@ -893,16 +811,7 @@ mod tests {
             variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
         ]);
         let said = say(&apart);
-        starts(
-            &said[0],
-            "module: fastest warm: p50 20 [19–21] µs (persistent, cranelift); most req/s at \
-                 8 connections (50k [48k–53k] req/s, persistent, cranelift); shortest tail: p99 \
-                 60 [57–63] µs at 8 connections",
-        );
-        holds(
-            &said[0],
-            &["20 [19–21] s compiled (fastest)", "least memory: 2 MiB"],
-        );
+        same(&lines(&said), golden!("apart-verdicts.txt"));
         assert!(!wins(&said[1]), "{}", said[1]);
 
         // The component's least reaches the module's most: nobody wins anything.
@@ -913,17 +822,10 @@ mod tests {
         // Memory read once: 3% apart is within its noise.
         overlapping.variants[0].resident_after_init = Some(100 << 20);
         overlapping.variants[1].resident_after_init = Some(103 << 20);
-        for said in say(&overlapping) {
-            assert!(!wins(&said), "{said}");
-            holds(
-                &said,
-                &[
-                    "warm, within noise of ",
-                    "s compiled (within noise of ",
-                    "; within noise of ",
-                ],
-            );
-        }
+        let said = say(&overlapping);
+        assert!(!said.iter().any(|s| wins(s)), "{said:#?}");
+        // Each record said within noise of the other: warm, compiled and memory.
+        same(&lines(&said), golden!("overlapping-verdicts.txt"));
     }
 
     #[test]
@@ -941,28 +843,11 @@ mod tests {
             for said in say(&c) {
                 assert!(!wins(&said), "{said}");
             }
+            let memory = |v: &Variant| v.resident_after_init.map(memory_spread);
             for record in [
-                holder(
-                    &c,
-                    |v| v.warm_at(1).map(|w| w.p50),
-                    false,
-                    Quantity::Micros,
-                    10,
-                ),
-                holder(
-                    &c,
-                    |v| v.warm_at(8).map(|w| w.per_second),
-                    true,
-                    Quantity::PerSecond,
-                    10,
-                ),
-                holder(
-                    &c,
-                    |v| v.resident_after_init.map(memory_spread),
-                    false,
-                    Quantity::Bytes,
-                    10,
-                ),
+                holder(&c, p50_at_1, false, Quantity::Micros, 10),
+                holder(&c, rate_at_8, true, Quantity::PerSecond, 10),
+                holder(&c, memory, false, Quantity::Bytes, 10),
             ] {
                 assert!(matches!(record, Record::Tied(_)), "{record:?}");
             }
@@ -975,20 +860,13 @@ mod tests {
             variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
             variant(Module, Fresh, spread(40.0, 38.0, 44.0)),
         ]);
-        let said = say(&c);
-        holds(
-            &said[0],
-            &["fresh instances cost +20 µs (p50 40 [38–44] µs against 20 [19–22] µs)"],
-        );
+        same(&lines(&say(&c)), golden!("fresh-twice-verdicts.txt"));
         // The same action as its own fresh twin: nothing measurable.
         let c = comparison(vec![
             variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
             variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
         ]);
-        holds(
-            &said_of(&c),
-            &["fresh instances cost nothing measurable, within noise"],
-        );
+        same(&lines(&say(&c)), golden!("fresh-alike-verdicts.txt"));
     }
 
     #[test]
@@ -1004,17 +882,7 @@ mod tests {
             winch(Persistent, spread(21.0, 20.0, 23.0)),
             winch(Fresh, spread(21.0, 20.0, 23.0)),
         ]);
-        holds(
-            &said_of(&c),
-            &[
-                "fresh instances cost nothing measurable, within noise (cranelift: p50 20 [19–22] \
-                 µs against 20 [19–22] µs; winch: p50 21 [20–23] µs against 21 [20–23] µs)",
-            ],
-        );
-    }
-
-    fn said_of(c: &Comparison) -> String {
-        say(c).join("\n")
+        same(&lines(&say(&c)), golden!("fresh-compilers-verdicts.txt"));
     }
 
     #[test]
@@ -1053,13 +921,7 @@ mod tests {
             winch,
             variant(Native, Persistent, spread(90.0, 85.0, 95.0)),
         ]);
-        let record = holder(
-            &c,
-            |v| v.warm_at(1).map(|w| w.p50),
-            false,
-            Quantity::Micros,
-            10,
-        );
+        let record = holder(&c, p50_at_1, false, Quantity::Micros, 10);
         assert_eq!(
             record,
             Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
@@ -1084,17 +946,9 @@ mod tests {
         let said = say(&c);
         starts(&said[0], "module: warm p50 20 [20–20] µs");
         assert!(said.iter().all(|s| !s.contains("fastest")), "{said:#?}");
-        let notes = few_samples_notes(&c);
-        assert_eq!(notes.len(), 2, "{notes:#?}");
-        starts(
-            &notes[0],
-            "the warm figures come from 3 rounds each, fewer than 5: two runs of the same \
-                 action would look apart by chance 1 time in 10",
-        );
-        assert!(notes[0].ends_with("give --rounds 5 or more (and --hits at least as many)."));
-        holds(
-            &notes[1],
-            &["by chance 1 time in 3, so no verdict names a cold winner"],
+        same(
+            &lines(&few_samples_notes(&c)),
+            golden!("few-samples-notes.txt"),
         );
         // Fewer hits than rounds: a round per hit.
         c.conditions.rounds = 10;
@@ -1111,24 +965,11 @@ mod tests {
         // The issue's run: 43 ms, its first runs of the task slow, then 27.
         c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
         c.conditions.after.reference_ms = Some(spread(27.0, 26.0, 28.0));
-        let note = host_speed_note(&c).expect("a warning for 43 against 27 ms");
-        starts(
-            &note,
-            "the host's speed moved during the run: a fixed CPU task took 43 ms (27–45) \
-                 before it and 27 ms (26–28) after, 59% apart",
-        );
-        assert!(note.contains("may not compare") && note.contains("rerun on a quiet machine"));
+        let mut notes = vec![host_speed_note(&c).expect("a warning for 43 against 27 ms")];
         // The run's spreads are 2% wide: a 7% move is past them (and past the floor, 5%).
         c.conditions.before.reference_ms = Some(spread(21.0, 20.8, 21.2));
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
-        let note = host_speed_note(&c).expect("a warning for a 7% move");
-        holds(
-            &note,
-            &[
-                "7.1% apart, more than 5% (the run's own spreads are narrower still, 2% at the \
-                 widest)",
-            ],
-        );
+        notes.push(host_speed_note(&c).expect("a warning for a 7% move"));
         // A 4% move is within the floor.
         c.conditions.after.reference_ms = Some(spread(21.8, 21.7, 22.0));
         assert_eq!(host_speed_note(&c), None);
@@ -1139,8 +980,8 @@ mod tests {
         c.conditions.after.reference_ms = Some(spread(22.5, 22.3, 22.7));
         assert_eq!(host_speed_note(&c), None);
         c.conditions.after.reference_ms = Some(spread(23.6, 23.4, 23.8));
-        let note = host_speed_note(&c).expect("a warning for a 12% move");
-        holds(&note, &["12% apart, more than 10%, past which"]);
+        notes.push(host_speed_note(&c).expect("a warning for a 12% move"));
+        same(&lines(&notes), golden!("host-speed-notes.txt"));
         // And the table says it as a warning.
         assert!(table(&c).contains("\nwarning: the host's speed moved during the run"));
     }
