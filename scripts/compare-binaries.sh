@@ -6,7 +6,7 @@
 # Each row alternates the binaries over ROUNDS rounds of SECONDS each and prints each
 # binary's median req/s with its least and most, the new median over the old, and the
 # server CPU per request (the server process alone: a pipe's children are not in it).
-# Usage: scripts/compare-binaries.sh OLD_BINARY NEW_BINARY [SECONDS] [ROUNDS]
+# Usage: [ONLY=PATTERN] scripts/compare-binaries.sh OLD_BINARY NEW_BINARY [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=$1 new=$2 seconds=${3:-3} rounds=${4:-5}
@@ -45,6 +45,8 @@ spread() {
 port=18300
 row() { # LABEL CONNECTIONS PATH SCRIPT PIN FLAGS...
   local label=$1 conns=$2 path=$3 script=$4 pin=$5; shift 5
+  # ONLY (a grep pattern) keeps the rows whose label matches it.
+  grep -qE -- "${ONLY:-.}" <<<"$label" || return 0
   local ports=() servers=() bin
   for bin in "$old" "$new"; do
     port=$((port + 1))

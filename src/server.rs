@@ -46,12 +46,15 @@ pub fn app(runtime: Arc<Runtime>) -> Router {
                 ))
         }
     };
-    routes
-        .layer(axum::middleware::map_response_with_state(
+    // A layer costs every request a little: only where there are metrics to count in.
+    let routes = match runtime.metrics() {
+        Some(_) => routes.layer(axum::middleware::map_response_with_state(
             runtime.clone(),
             count_refusals,
-        ))
-        .with_state(runtime)
+        )),
+        None => routes,
+    };
+    routes.with_state(runtime)
 }
 
 /// Counts each refusal (a 4xx or 503 of the runtime's own), as the error that answered
