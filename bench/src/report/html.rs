@@ -89,18 +89,18 @@ pub fn html(c: &Comparison) -> String {
         out += &format!("<p class=\"wrong\"><strong>{label}</strong>: {said}</p>");
     }
     out.push_str("<ul class=\"verdicts\">");
-    for line in bottom_lines(c) {
-        let figures = match line.figures.is_empty() {
+    for line in verdicts(c, true) {
+        let figures = match line.findings.is_empty() {
             true => String::new(),
-            false => format!("{}. ", escape(&line.figures)),
+            false => format!("{}. ", escape(&line.findings.join(", "))),
         };
-        let (form, unmeasured) = (line.form, escape(line.unmeasured));
+        let (form, unmeasured) = (line.form, escape(line.unmeasured.unwrap_or_default()));
         out += &format!("<li><strong>{form}</strong>: {figures}<em>{unmeasured}.</em></li>");
     }
     out.push_str("</ul></section>\n<section><h2>Conditions</h2>");
     conditions(&mut out, c);
     out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
-    for verdict in verdicts(c) {
+    for verdict in verdicts(c, false) {
         // Its form in bold, then what it says of it.
         let (form, said) = (verdict.form, verdict.to_string());
         let said = escape(&said[form.to_string().len() + 2..]);

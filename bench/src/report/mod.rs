@@ -16,8 +16,7 @@ pub use csv::csv;
 pub use html::html;
 pub use table::table;
 pub use verdicts::{
-    BottomLine, Verdict, bottom_lines, few_samples_notes, host_notes, host_speed_note,
-    overlap_notes, unmeasured, verdicts,
+    Verdict, few_samples_notes, host_notes, host_speed_note, overlap_notes, unmeasured, verdicts,
 };
 
 use crate::stats::percentile;
@@ -659,7 +658,7 @@ mod tests {
     }
 
     pub(super) fn say(c: &Comparison) -> Vec<String> {
-        verdicts(c).iter().map(ToString::to_string).collect()
+        verdicts(c, false).iter().map(ToString::to_string).collect()
     }
 
     /// Lines as a golden file holds them: each ended.
@@ -778,7 +777,7 @@ mod tests {
             holds(&page, &[&format!("<title>{}</title>", escape(&title))]);
         }
         assert_eq!(page.matches("<svg").count(), 6);
-        for verdict in verdicts(&c) {
+        for verdict in verdicts(&c, false) {
             let said = verdict.to_string();
             let (form, rest) = said.split_once(": ").expect("a form first");
             let shown = format!("<li><strong>{form}</strong>: {}</li>", escape(rest));
@@ -866,7 +865,7 @@ mod tests {
             ],
             ..Comparison::default()
         };
-        let said = verdicts(&c)[0].to_string();
+        let said = verdicts(&c, false)[0].to_string();
         holds(
             &said,
             &["fresh instances cost nothing measurable, within noise"],

@@ -116,10 +116,10 @@ pub fn table(c: &Comparison) -> String {
         let _ = writeln!(out, "(conditions: {pinned}; {})", host.join("; "));
     }
 
-    for verdict in verdicts(c) {
+    for verdict in verdicts(c, false) {
         let _ = writeln!(out, "{verdict}");
     }
-    for line in bottom_lines(c) {
+    for line in verdicts(c, true) {
         let _ = writeln!(out, "bottom line, {line}");
     }
     // A host whose speed moved puts every figure in doubt: a warning, not a note.
