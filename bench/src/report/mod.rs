@@ -468,16 +468,13 @@ fn figure(v: f64) -> String {
     if !v.is_finite() {
         return "-".to_owned();
     }
-    let magnitude = v.abs();
-    let text = if magnitude >= 10.0 || magnitude == 0.0 {
-        format!("{v:.0}")
-    } else if magnitude >= 1.0 {
-        format!("{v:.1}")
-    } else if magnitude >= 0.1 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
+    let decimals = match v.abs() {
+        m if m >= 10.0 || m == 0.0 => 0,
+        m if m >= 1.0 => 1,
+        m if m >= 0.1 => 2,
+        _ => 3,
     };
+    let text = format!("{v:.decimals$}");
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_owned()
     } else {
@@ -488,12 +485,10 @@ fn figure(v: f64) -> String {
 /// The unit a time of `us` microseconds reads best in, and its size in microseconds; the
 /// bounds are where `figure` would round up into the next unit.
 fn time_unit(us: f64) -> (f64, &'static str) {
-    if us.abs() < 999.5 {
-        (1.0, "µs")
-    } else if us.abs() < 999_500.0 {
-        (1e3, "ms")
-    } else {
-        (1e6, "s")
+    match us.abs() {
+        us if us < 999.5 => (1.0, "µs"),
+        us if us < 999_500.0 => (1e3, "ms"),
+        _ => (1e6, "s"),
     }
 }
 
@@ -506,21 +501,38 @@ fn duration_ms(ms: f64) -> String {
     duration_us(ms * 1e3)
 }
 
-fn rate(per_second: f64) -> String {
-    if per_second >= 999.5 {
-        format!("{}k", figure(per_second / 1e3))
-    } else {
-        figure(per_second)
+/// What a spread measures, for saying it and for telling two spreads apart as said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quantity {
+    Micros,
+    Millis,
+    PerSecond,
+    Bytes,
+}
+
+impl Quantity {
+    /// The size of the unit a figure up to `top` reads in, and the unit's name.
+    fn unit(self, top: f64) -> (f64, &'static str) {
+        let mib = f64::from(1 << 20);
+        match self {
+            Quantity::Micros => time_unit(top),
+            Quantity::Millis => (time_unit(top * 1e3).0 / 1e3, time_unit(top * 1e3).1),
+            Quantity::PerSecond if top >= 999.5 => (1e3, "k"),
+            Quantity::PerSecond => (1.0, ""),
+            Quantity::Bytes if top >= mib => (mib, "MiB"),
+            Quantity::Bytes => (1024.0, "KiB"),
+        }
     }
 }
 
+fn rate(per_second: f64) -> String {
+    let (size, unit) = Quantity::PerSecond.unit(per_second);
+    format!("{}{unit}", figure(per_second / size))
+}
+
 fn bytes(b: u64) -> String {
-    let b = b as f64;
-    if b >= f64::from(1 << 20) {
-        format!("{} MiB", figure(b / f64::from(1 << 20)))
-    } else {
-        format!("{} KiB", figure(b / 1024.0))
-    }
+    let (size, unit) = Quantity::Bytes.unit(b as f64);
+    format!("{} {unit}", figure(b as f64 / size))
 }
 
 /// "1", "1 and 8", "1, 4 and 8".
@@ -534,11 +546,7 @@ fn listed<T: ToString>(items: &[T]) -> String {
 }
 
 fn connections_phrase(n: usize) -> String {
-    if n == 1 {
-        "1 connection".to_owned()
-    } else {
-        format!("{n} connections")
-    }
+    format!("{n} connection{}", if n == 1 { "" } else { "s" })
 }
 
 /// `c.notes`, then the overlap warnings it does not already hold: whether the measuring

@@ -13,29 +13,7 @@ const FEWEST: usize = 5;
 /// twice this apart for the smaller to hold a record.
 const MEMORY_NOISE: f64 = 0.05;
 
-/// What a spread measures, for saying it and for telling two spreads apart as said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Quantity {
-    Micros,
-    Millis,
-    PerSecond,
-    Bytes,
-}
-
 impl Quantity {
-    /// The size of the unit a figure up to `top` reads in, and the unit's name.
-    fn unit(self, top: f64) -> (f64, &'static str) {
-        let mib = f64::from(1 << 20);
-        match self {
-            Quantity::Micros => time_unit(top),
-            Quantity::Millis => (time_unit(top * 1e3).0 / 1e3, time_unit(top * 1e3).1),
-            Quantity::PerSecond if top >= 999.5 => (1e3, "k"),
-            Quantity::PerSecond => (1.0, ""),
-            Quantity::Bytes if top >= mib => (mib, "MiB"),
-            Quantity::Bytes => (1024.0, "KiB"),
-        }
-    }
-
     /// A median with its [least–most] beside it, every figure in the unit of the largest:
     /// "33 [32–35] µs", "21 [19–25] ms", "100k [95k–104k] req/s"; memory, read once, alone.
     fn spread(self, s: &Spread) -> String {
@@ -571,9 +549,8 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
     let mut notes: Vec<String> = pairs.iter().take(SHOWN).map(note).collect();
     if let Some(more) = pairs.len().checked_sub(SHOWN).filter(|more| *more > 0) {
         let s = if more == 1 { "" } else { "s" };
-        notes.push(format!(
-            "{more} more pair{s} of variants overlap the same way."
-        ));
+        let more = format!("{more} more pair{s} of variants overlap the same way.");
+        notes.push(more);
     }
     notes
 }
@@ -651,11 +628,7 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
         ),
         None => format!("more than {}", percent(bound)),
     };
-    let pin = if k.pinned {
-        ""
-    } else {
-        ", pinned (taskset -c 0)"
-    };
+    let pin = ["", ", pinned (taskset -c 0)"][usize::from(!k.pinned)];
     let (before, after, moved) = (reading(before), reading(after), percent(moved));
     Some(format!(
         "the host's speed moved during the run: a fixed CPU task took {before} before it and \
@@ -762,14 +735,6 @@ mod tests {
         }
     }
 
-    fn p50_at_1(v: &Variant) -> Option<Spread> {
-        v.warm_at(1).map(|w| w.p50)
-    }
-
-    fn rate_at_8(v: &Variant) -> Option<Spread> {
-        v.warm_at(8).map(|w| w.per_second)
-    }
-
     fn comparison(variants: Vec<Variant>) -> Comparison {
         Comparison {
             conditions: Conditions {
@@ -830,6 +795,7 @@ mod tests {
                 assert!(!wins(&said), "{said}");
             }
             let memory = |v: &Variant| v.resident_after_init.map(memory_spread);
+            let (p50_at_1, rate_at_8) = (warm(Some(1), |w| w.p50), warm(Some(8), |w| w.per_second));
             for record in [
                 holder(&c, p50_at_1, false, Quantity::Micros, 10),
                 holder(&c, rate_at_8, true, Quantity::PerSecond, 10),
@@ -907,7 +873,7 @@ mod tests {
             winch,
             variant(Native, Persistent, spread(90.0, 85.0, 95.0)),
         ]);
-        let record = holder(&c, p50_at_1, false, Quantity::Micros, 10);
+        let record = holder(&c, warm(Some(1), |w| w.p50), false, Quantity::Micros, 10);
         assert_eq!(
             record,
             Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
