@@ -452,14 +452,18 @@ impl Comparison {
 
     /// The forms the verdicts are about, in the order the variants first name them.
     fn forms(&self) -> Vec<Form> {
-        let mut forms = Vec::new();
-        for v in self.variants.iter().filter(|v| !v.row) {
-            if !forms.contains(&v.form) {
-                forms.push(v.form);
-            }
-        }
-        forms
+        distinct(self.variants.iter().filter(|v| !v.row).map(|v| v.form))
     }
+}
+
+/// Each form once, in the order `forms` first names it.
+fn distinct(forms: impl Iterator<Item = Form>) -> Vec<Form> {
+    forms.fold(Vec::new(), |mut seen, form| {
+        if !seen.contains(&form) {
+            seen.push(form);
+        }
+        seen
+    })
 }
 
 /// Two significant figures below 10, whole numbers above: digits past those are noise in

@@ -129,12 +129,7 @@ fn holder(
     let finite = |s: &Spread| s.median.is_finite() && s.min.is_finite() && s.max.is_finite();
     let measured = c.variants.iter().filter_map(|v| Some((v.form, figure(v)?)));
     let measured: Vec<(Form, Spread)> = measured.filter(|(_, s)| finite(s)).collect();
-    let mut forms: Vec<Form> = Vec::new();
-    for (form, _) in &measured {
-        if !forms.contains(form) {
-            forms.push(*form);
-        }
-    }
+    let forms = distinct(measured.iter().map(|(form, _)| *form));
     let better = |a: &Spread, b: &Spread| a.median != b.median && (a.median > b.median) == highest;
     let top = measured
         .iter()
