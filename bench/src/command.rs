@@ -136,18 +136,16 @@ const DEFAULT_ROWS: [&str; 5] = ["wasm", "component", "pipe", "exec", "floor"];
 const ROW_ROUNDS: usize = 10;
 
 impl Args {
-    /// Whether an action of one's own was given in one of its forms.
-    fn has_own_form(&self) -> bool {
-        self.wasm.is_some()
-            || self.component.is_some()
-            || self.native.is_some()
-            || self.http.is_some()
+    /// The action's own forms given, in the order of `Backend::ALL`.
+    fn own_forms(&self) -> [Option<PathBuf>; 4] {
+        [&self.wasm, &self.component, &self.native, &self.http].map(Clone::clone)
     }
 
     /// A comparison, not the rows: asked for, or an action of one's own given without
     /// `--rows` (the rows measure the hellos, or the form given in place of one).
     fn compares(&self) -> bool {
-        self.compare || (self.rows.is_none() && (self.source.is_some() || self.has_own_form()))
+        let own = self.source.is_some() || self.own_forms().iter().any(Option::is_some);
+        self.compare || (self.rows.is_none() && own)
     }
 }
 
@@ -240,11 +238,12 @@ fn compare(
         // Forms of one's own are the comparison; without any, the examples' hellos (the
         // HTTP one only when named: its peer needs wasmtime's CLI).
         None => {
-            let own = [&args.wasm, &args.component, &args.native, &args.http].map(Clone::clone);
+            let own = args.own_forms();
+            let given = own.iter().any(Option::is_some);
             let hellos =
                 [HELLO_MODULE, HELLO_COMPONENT, HELLO_NATIVE, HELLO_HTTP].map(|h| Some(h.into()));
-            let mut files = if args.has_own_form() { own } else { hellos };
-            if !args.has_own_form() && !named(Backend::Http) {
+            let mut files = if given { own } else { hellos };
+            if !given && !named(Backend::Http) {
                 files[3] = None;
             }
             let forms = Backend::ALL.iter().zip(files);

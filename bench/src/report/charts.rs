@@ -32,24 +32,20 @@ struct Svg(String);
 impl Svg {
     /// `content` at `at`, its class ("tick") and anchor ("end") said in one ("tick end").
     fn text(&mut self, (x, y): (f64, f64), class_anchor: &str, content: &str) {
-        let (class, anchor) = class_anchor
-            .rsplit_once(' ')
-            .unwrap_or((class_anchor, "start"));
-        let (svg, content) = (&mut self.0, escape(content));
-        let _ = write!(svg, "<text class=\"{class}\" x=\"{x:.1}\" y=\"{y:.1}\" ");
-        let _ = write!(svg, "text-anchor=\"{anchor}\">{content}</text>");
+        let split = class_anchor.rsplit_once(' ');
+        let (class, anchor) = split.unwrap_or((class_anchor, "start"));
+        let at = format!("class=\"{class}\" x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"{anchor}\"");
+        let _ = write!(self.0, "<text {at}>{}</text>", escape(content));
     }
 
     fn line(&mut self, (x1, y1): (f64, f64), (x2, y2): (f64, f64), style: &str) {
-        let svg = &mut self.0;
-        let _ = write!(svg, "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" ");
-        let _ = write!(svg, "x2=\"{x2:.1}\" y2=\"{y2:.1}\" {style}/>");
+        let at = format!("x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\"");
+        let _ = write!(self.0, "<line {at} {style}/>");
     }
 
     fn rect(&mut self, (x, y): (f64, f64), (width, height): (f64, f64), style: &str) {
-        let svg = &mut self.0;
-        let _ = write!(svg, "<rect x=\"{x:.1}\" y=\"{y:.1}\" ");
-        let _ = write!(svg, "width=\"{width:.1}\" height=\"{height}\" {style}/>");
+        let at = format!("x=\"{x:.1}\" y=\"{y:.1}\" width=\"{width:.1}\" height=\"{height}\"");
+        let _ = write!(self.0, "<rect {at} {style}/>");
     }
 
     /// A least–most whisker from `a` to `b` at height `y`, its ends `reach` up and down.
@@ -85,7 +81,7 @@ fn fit(label: &str, room: f64) -> String {
 }
 
 /// A chart with nothing to draw still shows its title, and says so.
-fn not_measured(id: &str, title: &str, why: &str) -> String {
+pub(super) fn not_measured(id: &str, title: &str, why: &str) -> String {
     let mut svg = Svg::default();
     let mid = WIDTH / 2.0;
     let style = "fill=\"#fafafa\" stroke=\"#ddd\"";
@@ -143,11 +139,8 @@ impl Scale {
             false => (v - lo) / (hi - lo),
             true => (v.max(lo).ln() - lo.ln()) / (hi.ln() - lo.ln()),
         };
-        if f.is_finite() {
-            f.clamp(0.0, 1.0)
-        } else {
-            0.0
-        }
+        let f = Some(f).filter(|f| f.is_finite());
+        f.map_or(0.0, |f| f.clamp(0.0, 1.0))
     }
 
     pub(super) fn ticks(self) -> Vec<f64> {
@@ -203,15 +196,21 @@ pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
     curves_chart(curves, connections, Some(super::html::STYLE))
 }
 
+/// The page's latency chart at `n` connections: a curve per variant measured there.
+pub(super) fn latency_chart(c: &Comparison, n: usize) -> String {
+    let curves = c.variants.iter().enumerate();
+    let curves = curves.filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
+    curves_chart(curves.collect(), n, None)
+}
+
 /// The latency distribution at one connection count: percentile on a nines scale (each
 /// tick ten times rarer than the last, so the tail gets as much room as the body) against
-/// latency on a log scale, each curve in its variant's colour; `style`, the CSS a chart
+/// latency on a log scale, each curve in its variant's colour; `css`, the styles a chart
 /// outside the page carries.
-fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&str>) -> String {
+fn curves_chart(mut series: Vec<(usize, Curve)>, connections: usize, css: Option<&str>) -> String {
     let at = connections_phrase(connections);
     let title = format!("latency by percentile at {at}");
     let id = format!("latency-{connections}");
-    let mut series = curves;
     series.retain(|(_, c)| !c.warm.micros.is_empty());
     if series.is_empty() {
         let why = "no variant was measured warm at this connection count";
@@ -228,7 +227,7 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
     let px = |x: f64| left + (right - left) * (x / x_max);
     let py = |v: f64| bottom - (bottom - top) * y.fraction(v);
 
-    let mut svg = Svg(style.map_or(String::new(), |css| format!("<style>{css}</style>")));
+    let mut svg = Svg(css.map_or(String::new(), |css| format!("<style>{css}</style>")));
     for t in y.ticks() {
         svg.line((left, py(t)), (right, py(t)), "class=\"grid\"");
         svg.text((left - 8.0, py(t) + 4.0), "tick end", &duration_us(t));
@@ -249,13 +248,9 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
     let turn = format!("transform=\"rotate(-90 22 {mid:.1})\"");
     let axis = format!("class=\"axis\" x=\"22\" y=\"{mid:.1}\" text-anchor=\"middle\"");
     let _ = write!(svg.0, "<text {axis} {turn}>latency (log scale)</text>");
-    let stroke = |i: usize, curve: &Curve| {
-        let dashes = if curve.dashed {
-            " stroke-dasharray=\"7 4\""
-        } else {
-            ""
-        };
-        format!("stroke=\"{}\" stroke-width=\"{{}}\"{dashes}", colour(i))
+    let stroke = |i: usize, curve: &Curve, width: &str| {
+        let dashes = ["", " stroke-dasharray=\"7 4\""][usize::from(curve.dashed)];
+        format!("stroke=\"{}\" stroke-width=\"{width}\"{dashes}", colour(i))
     };
     for (i, curve) in &series {
         let micros = &curve.warm.micros;
@@ -271,7 +266,7 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
                 let _ = write!(points, "{:.1},{:.1} ", px(x), py(micros[index]));
             }
         }
-        let style = stroke(*i, curve).replace("{}", "2.2");
+        let style = stroke(*i, curve, "2.2");
         let (points, label) = (points.trim_end(), escape(curve.label));
         let line = format!("fill=\"none\" {style} stroke-linejoin=\"round\"");
         let _ = write!(svg.0, "<polyline {line} points=\"{points}\">");
@@ -281,7 +276,7 @@ fn curves_chart(curves: Vec<(usize, Curve)>, connections: usize, style: Option<&
     let lx = right + 20.0;
     for (k, (i, curve)) in series.iter().enumerate() {
         let (w, ly) = (curve.warm, top + 12.0 + entry * k as f64);
-        let style = stroke(*i, curve).replace("{}", "3");
+        let style = stroke(*i, curve, "3");
         svg.line((lx, ly - 4.0), (lx + 28.0, ly - 4.0), &style);
         let label = fit(curve.label, (WIDTH - lx - 44.0) / CHAR);
         svg.text((lx + 36.0, ly), "label start", &label);
@@ -412,23 +407,6 @@ fn draw_bar(svg: &mut Svg, mid: f64, heading: Option<&str>, bar: &Bar, axis: Axi
 /// How a panel's figures read, and where a figure falls on its axis.
 type Axis<'a> = (Format, &'a dyn Fn(f64) -> f64);
 
-/// The latency chart at each connection count measured, then the bar charts.
-pub(super) fn charts(c: &Comparison) -> Vec<String> {
-    let latency = c.connection_counts().into_iter().map(|n| {
-        let curves = c.variants.iter().enumerate();
-        let curves = curves.filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
-        curves_chart(curves.collect(), n, None)
-    });
-    let mut charts: Vec<String> = latency.collect();
-    if charts.is_empty() {
-        let why = "no variant was measured warm";
-        charts.push(not_measured("latency", "latency by percentile", why));
-    }
-    let bars: [fn(&Comparison) -> String; 4] = [cold, memory, throughput, crash];
-    charts.extend(bars.map(|chart| chart(c)));
-    charts
-}
-
 /// A group per variant, headed by it: its `bars`, given its colour.
 fn per_variant(c: &Comparison, bars: impl Fn(&Variant, &'static str) -> Vec<Bar>) -> Vec<Group> {
     let group =
@@ -448,7 +426,7 @@ fn whisker_key(what: &str) -> Key {
     (None, format!("least–most over {what}; bar: median"))
 }
 
-fn cold(c: &Comparison) -> String {
+pub(super) fn cold_chart(c: &Comparison) -> String {
     let sources = c.sources();
     let groups = per_variant(c, |v, colour| {
         let bar = |x: &Cold| {
@@ -476,7 +454,7 @@ const MEMORY_HEADINGS: [&str; 3] = [
      child's peak resident set)",
 ];
 
-fn memory(c: &Comparison) -> String {
+pub(super) fn memory_chart(c: &Comparison) -> String {
     let mib: Format = |v| format!("{} MiB", figure(v));
     let kib: Format = |v| format!("{} KiB", figure(v));
     type Bytes = fn(&Variant) -> Option<u64>;
@@ -499,7 +477,7 @@ fn memory(c: &Comparison) -> String {
     bar_chart("memory", MEMORY_TITLE, why, &keys, &panels)
 }
 
-fn throughput(c: &Comparison) -> String {
+pub(super) fn throughput_chart(c: &Comparison) -> String {
     let counts = c.connection_counts();
     // The most connections full, fewer lighter: the eye goes to the busiest load.
     let shade = |k: usize| match counts.len() {
@@ -522,7 +500,7 @@ fn throughput(c: &Comparison) -> String {
     bar_chart("throughput", THROUGHPUT_TITLE, why, &keys, &[panel])
 }
 
-fn crash(c: &Comparison) -> String {
+pub(super) fn crash_chart(c: &Comparison) -> String {
     let groups = one_each(c, |v| v.crash_to_answer_ms);
     let axis = "time from the crash to the next good answer";
     let panel: Panel = (None, axis, duration_ms, true, groups);

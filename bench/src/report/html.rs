@@ -89,18 +89,18 @@ pub fn html(c: &Comparison) -> String {
         out += &format!("<p class=\"wrong\"><strong>{label}</strong>: {said}</p>");
     }
     out.push_str("<ul class=\"verdicts\">");
-    for line in bottom_lines(c) {
-        let figures = match line.figures.is_empty() {
+    for line in verdicts(c, true) {
+        let figures = match line.findings.is_empty() {
             true => String::new(),
-            false => format!("{}. ", escape(&line.figures)),
+            false => format!("{}. ", escape(&line.findings.join(", "))),
         };
-        let (form, unmeasured) = (line.form, escape(line.unmeasured));
+        let (form, unmeasured) = (line.form, escape(line.unmeasured.unwrap_or_default()));
         out += &format!("<li><strong>{form}</strong>: {figures}<em>{unmeasured}.</em></li>");
     }
     out.push_str("</ul></section>\n<section><h2>Conditions</h2>");
     conditions(&mut out, c);
     out.push_str("</section>\n<section><h2>Verdicts</h2><ul class=\"verdicts\">");
-    for verdict in verdicts(c) {
+    for verdict in verdicts(c, false) {
         // Its form in bold, then what it says of it.
         let (form, said) = (verdict.form, verdict.to_string());
         let said = escape(&said[form.to_string().len() + 2..]);
@@ -116,7 +116,7 @@ pub fn html(c: &Comparison) -> String {
         false => out.push_str(&format!("<ul class=\"notes\">{notes}</ul>")),
     }
     out.push_str("</section>\n<section><h2>Charts</h2>\n");
-    for (chart, left_out) in charts(c).into_iter().zip(left_outs(c)) {
+    for (chart, left_out) in charts(c) {
         let left_out = left_out.map(|said| format!("<p class=\"quiet\">{}</p>", escape(&said)));
         let left_out = left_out.unwrap_or_default();
         let _ = writeln!(out, "<figure>{chart}{left_out}</figure>");
@@ -140,27 +140,29 @@ pub fn html(c: &Comparison) -> String {
     out
 }
 
-/// What each chart leaves out, and why, in `charts`'s order: the latency chart at each
-/// connection count (or the one saying none was measured), then the bar charts. Said
-/// under each chart, so that a missing bar reads as a fact.
-fn left_outs(c: &Comparison) -> Vec<Option<String>> {
-    let counts = c.connection_counts();
-    let latency = counts.iter().map(|&n| {
+/// The charts, each with what it leaves out and why, said under it so that a missing bar
+/// reads as a fact: the latency chart at each connection count measured, then the bars.
+fn charts(c: &Comparison) -> Vec<(String, Option<String>)> {
+    let latency = c.connection_counts().into_iter().map(|n| {
         let not_at = format!("not measured at {}", connections_phrase(n));
-        left_out(c, |v| v.warm_at(n).is_none().then(|| not_at.clone()))
+        let left_out = left_out(c, |v| v.warm_at(n).is_none().then(|| not_at.clone()));
+        (latency_chart(c, n), left_out)
     });
-    let mut said: Vec<Option<String>> = latency.collect();
-    if counts.is_empty() {
-        said.push(None);
+    let mut charts: Vec<_> = latency.collect();
+    if charts.is_empty() {
+        let why = "no variant was measured warm";
+        charts.push((not_measured("latency", "latency by percentile", why), None));
     }
-    let bars = [
-        cold_left_out,
-        memory_left_out,
-        throughput_left_out,
-        crash_left_out,
+    // A bar chart, and what it leaves out.
+    type Chart = (fn(&Comparison) -> String, fn(&Comparison) -> Option<String>);
+    let bars: [Chart; 4] = [
+        (cold_chart, cold_left_out),
+        (memory_chart, memory_left_out),
+        (throughput_chart, throughput_left_out),
+        (crash_chart, crash_left_out),
     ];
-    said.extend(bars.map(|left_out| left_out(c)));
-    said
+    charts.extend(bars.map(|(chart, left_out)| (chart(c), left_out(c))));
+    charts
 }
 
 /// What a chart leaves out, and why, as the sentence under it: each reason once, with the

@@ -16,8 +16,7 @@ pub use csv::csv;
 pub use html::html;
 pub use table::table;
 pub use verdicts::{
-    BottomLine, Verdict, bottom_lines, few_samples_notes, host_notes, host_speed_note,
-    overlap_notes, unmeasured, verdicts,
+    Verdict, few_samples_notes, host_notes, host_speed_note, overlap_notes, unmeasured, verdicts,
 };
 
 use crate::stats::percentile;
@@ -453,14 +452,18 @@ impl Comparison {
 
     /// The forms the verdicts are about, in the order the variants first name them.
     fn forms(&self) -> Vec<Form> {
-        let mut forms = Vec::new();
-        for v in self.variants.iter().filter(|v| !v.row) {
-            if !forms.contains(&v.form) {
-                forms.push(v.form);
-            }
-        }
-        forms
+        distinct(self.variants.iter().filter(|v| !v.row).map(|v| v.form))
     }
+}
+
+/// Each form once, in the order `forms` first names it.
+fn distinct(forms: impl Iterator<Item = Form>) -> Vec<Form> {
+    forms.fold(Vec::new(), |mut seen, form| {
+        if !seen.contains(&form) {
+            seen.push(form);
+        }
+        seen
+    })
 }
 
 /// Two significant figures below 10, whole numbers above: digits past those are noise in
@@ -469,16 +472,13 @@ fn figure(v: f64) -> String {
     if !v.is_finite() {
         return "-".to_owned();
     }
-    let magnitude = v.abs();
-    let text = if magnitude >= 10.0 || magnitude == 0.0 {
-        format!("{v:.0}")
-    } else if magnitude >= 1.0 {
-        format!("{v:.1}")
-    } else if magnitude >= 0.1 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
+    let decimals = match v.abs() {
+        m if m >= 10.0 || m == 0.0 => 0,
+        m if m >= 1.0 => 1,
+        m if m >= 0.1 => 2,
+        _ => 3,
     };
+    let text = format!("{v:.decimals$}");
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_owned()
     } else {
@@ -489,12 +489,10 @@ fn figure(v: f64) -> String {
 /// The unit a time of `us` microseconds reads best in, and its size in microseconds; the
 /// bounds are where `figure` would round up into the next unit.
 fn time_unit(us: f64) -> (f64, &'static str) {
-    if us.abs() < 999.5 {
-        (1.0, "µs")
-    } else if us.abs() < 999_500.0 {
-        (1e3, "ms")
-    } else {
-        (1e6, "s")
+    match us.abs() {
+        us if us < 999.5 => (1.0, "µs"),
+        us if us < 999_500.0 => (1e3, "ms"),
+        _ => (1e6, "s"),
     }
 }
 
@@ -507,21 +505,38 @@ fn duration_ms(ms: f64) -> String {
     duration_us(ms * 1e3)
 }
 
-fn rate(per_second: f64) -> String {
-    if per_second >= 999.5 {
-        format!("{}k", figure(per_second / 1e3))
-    } else {
-        figure(per_second)
+/// What a spread measures, for saying it and for telling two spreads apart as said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quantity {
+    Micros,
+    Millis,
+    PerSecond,
+    Bytes,
+}
+
+impl Quantity {
+    /// The size of the unit a figure up to `top` reads in, and the unit's name.
+    fn unit(self, top: f64) -> (f64, &'static str) {
+        let mib = f64::from(1 << 20);
+        match self {
+            Quantity::Micros => time_unit(top),
+            Quantity::Millis => (time_unit(top * 1e3).0 / 1e3, time_unit(top * 1e3).1),
+            Quantity::PerSecond if top >= 999.5 => (1e3, "k"),
+            Quantity::PerSecond => (1.0, ""),
+            Quantity::Bytes if top >= mib => (mib, "MiB"),
+            Quantity::Bytes => (1024.0, "KiB"),
+        }
     }
 }
 
+fn rate(per_second: f64) -> String {
+    let (size, unit) = Quantity::PerSecond.unit(per_second);
+    format!("{}{unit}", figure(per_second / size))
+}
+
 fn bytes(b: u64) -> String {
-    let b = b as f64;
-    if b >= f64::from(1 << 20) {
-        format!("{} MiB", figure(b / f64::from(1 << 20)))
-    } else {
-        format!("{} KiB", figure(b / 1024.0))
-    }
+    let (size, unit) = Quantity::Bytes.unit(b as f64);
+    format!("{} {unit}", figure(b as f64 / size))
 }
 
 /// "1", "1 and 8", "1, 4 and 8".
@@ -535,11 +550,7 @@ fn listed<T: ToString>(items: &[T]) -> String {
 }
 
 fn connections_phrase(n: usize) -> String {
-    if n == 1 {
-        "1 connection".to_owned()
-    } else {
-        format!("{n} connections")
-    }
+    format!("{n} connection{}", if n == 1 { "" } else { "s" })
 }
 
 /// `c.notes`, then the overlap warnings it does not already hold: whether the measuring
@@ -659,7 +670,7 @@ mod tests {
     }
 
     pub(super) fn say(c: &Comparison) -> Vec<String> {
-        verdicts(c).iter().map(ToString::to_string).collect()
+        verdicts(c, false).iter().map(ToString::to_string).collect()
     }
 
     /// Lines as a golden file holds them: each ended.
@@ -778,7 +789,7 @@ mod tests {
             holds(&page, &[&format!("<title>{}</title>", escape(&title))]);
         }
         assert_eq!(page.matches("<svg").count(), 6);
-        for verdict in verdicts(&c) {
+        for verdict in verdicts(&c, false) {
             let said = verdict.to_string();
             let (form, rest) = said.split_once(": ").expect("a form first");
             let shown = format!("<li><strong>{form}</strong>: {}</li>", escape(rest));
@@ -866,7 +877,7 @@ mod tests {
             ],
             ..Comparison::default()
         };
-        let said = verdicts(&c)[0].to_string();
+        let said = verdicts(&c, false)[0].to_string();
         holds(
             &said,
             &["fresh instances cost nothing measurable, within noise"],

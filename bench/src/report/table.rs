@@ -33,12 +33,9 @@ pub fn table(c: &Comparison) -> String {
         for &n in &counts {
             let warm = v.warm_at(n);
             let cell = |f: &dyn Fn(&Warm) -> String| warm.map_or("-".to_owned(), f);
-            let shown = |s: &Spread, compared: bool| {
-                if compared {
-                    spread(s)
-                } else {
-                    figure(s.median)
-                }
+            let shown = |s: &Spread, compared: bool| match compared {
+                true => spread(s),
+                false => figure(s.median),
             };
             row.push(cell(&|w| shown(&w.p50, Some(n) == low)));
             row.push(cell(&|w| shown(&w.p99, Some(n) == most)));
@@ -116,10 +113,10 @@ pub fn table(c: &Comparison) -> String {
         let _ = writeln!(out, "(conditions: {pinned}; {})", host.join("; "));
     }
 
-    for verdict in verdicts(c) {
+    for verdict in verdicts(c, false) {
         let _ = writeln!(out, "{verdict}");
     }
-    for line in bottom_lines(c) {
+    for line in verdicts(c, true) {
         let _ = writeln!(out, "bottom line, {line}");
     }
     // A host whose speed moved puts every figure in doubt: a warning, not a note.
@@ -146,11 +143,10 @@ fn aligned(rows: &[Vec<String>]) -> String {
     for row in rows {
         let mut line = String::new();
         for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
-            if i == 0 {
-                let _ = write!(line, "{cell:<width$}");
-            } else {
-                let _ = write!(line, "  {cell:>width$}");
-            }
+            let _ = match i {
+                0 => write!(line, "{cell:<width$}"),
+                _ => write!(line, "  {cell:>width$}"),
+            };
         }
         out.push_str(line.trim_end());
         out.push('\n');

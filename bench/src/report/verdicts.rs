@@ -13,29 +13,7 @@ const FEWEST: usize = 5;
 /// twice this apart for the smaller to hold a record.
 const MEMORY_NOISE: f64 = 0.05;
 
-/// What a spread measures, for saying it and for telling two spreads apart as said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Quantity {
-    Micros,
-    Millis,
-    PerSecond,
-    Bytes,
-}
-
 impl Quantity {
-    /// The size of the unit a figure up to `top` reads in, and the unit's name.
-    fn unit(self, top: f64) -> (f64, &'static str) {
-        let mib = f64::from(1 << 20);
-        match self {
-            Quantity::Micros => time_unit(top),
-            Quantity::Millis => (time_unit(top * 1e3).0 / 1e3, time_unit(top * 1e3).1),
-            Quantity::PerSecond if top >= 999.5 => (1e3, "k"),
-            Quantity::PerSecond => (1.0, ""),
-            Quantity::Bytes if top >= mib => (mib, "MiB"),
-            Quantity::Bytes => (1024.0, "KiB"),
-        }
-    }
-
     /// A median with its [least–most] beside it, every figure in the unit of the largest:
     /// "33 [32–35] µs", "21 [19–25] ms", "100k [95k–104k] req/s"; memory, read once, alone.
     fn spread(self, s: &Spread) -> String {
@@ -151,12 +129,7 @@ fn holder(
     let finite = |s: &Spread| s.median.is_finite() && s.min.is_finite() && s.max.is_finite();
     let measured = c.variants.iter().filter_map(|v| Some((v.form, figure(v)?)));
     let measured: Vec<(Form, Spread)> = measured.filter(|(_, s)| finite(s)).collect();
-    let mut forms: Vec<Form> = Vec::new();
-    for (form, _) in &measured {
-        if !forms.contains(form) {
-            forms.push(*form);
-        }
-    }
+    let forms = distinct(measured.iter().map(|(form, _)| *form));
     let better = |a: &Spread, b: &Spread| a.median != b.median && (a.median > b.median) == highest;
     let top = measured
         .iter()
@@ -189,20 +162,29 @@ fn memory_spread(bytes: u64) -> Spread {
     Spread::new(b, b * (1.0 - MEMORY_NOISE), b * (1.0 + MEMORY_NOISE))
 }
 
-/// What the figures say of one form, finding by finding; the table, the page and the
-/// tests read the parts, and it reads as one sentence ("module: ...; ....").
+/// What the figures say of one form, finding by finding: a verdict ("module: ...; ....",
+/// each finding with its spreads and the records it holds), or a bottom line ("module: ...,
+/// .... " its main figures, then what they do not show). The table, the page and the tests
+/// read the parts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     pub form: Form,
     /// Empty when nothing was measured.
     pub findings: Vec<String>,
+    /// A bottom line's: what the form is, beyond its figures (`unmeasured`).
+    pub unmeasured: Option<&'static str>,
 }
 
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.findings.is_empty() {
-            true => write!(f, "{}: nothing measured.", self.form),
-            false => write!(f, "{}: {}.", self.form, self.findings.join("; ")),
+        let form = self.form;
+        match (self.findings.is_empty(), self.unmeasured) {
+            (true, None) => write!(f, "{form}: nothing measured."),
+            (false, None) => write!(f, "{form}: {}.", self.findings.join("; ")),
+            (true, Some(unmeasured)) => write!(f, "{form}: {unmeasured}."),
+            (false, Some(unmeasured)) => {
+                write!(f, "{form}: {}. {unmeasured}.", self.findings.join(", "))
+            }
         }
     }
 }
@@ -215,8 +197,10 @@ fn warm(
     move |v| Some(figure(v.warm_at(connections?)?))
 }
 
-/// One verdict per form, in the order the forms first appear.
-pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
+/// One verdict per form, in the order the forms first appear; with `bottom_line`, the
+/// page's and the terminal's first word on each instead: its main figures, then what they
+/// do not show. Both are said by the same phrases, a bottom line's brief.
+pub fn verdicts(c: &Comparison, bottom_line: bool) -> Vec<Verdict> {
     let counts = c.connection_counts();
     let (low, high) = (counts.first().copied(), counts.last().copied());
     let p50 = warm(low, |w| w.p50);
@@ -249,31 +233,68 @@ pub fn verdicts(c: &Comparison) -> Vec<Verdict> {
     for form in c.forms() {
         let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
         let mut findings = Vec::new();
-        findings.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
-        if let Some(high) = high {
-            findings.extend(rate_phrase(&variants, high, most_per_second.of(form)));
-            findings.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
+        if bottom_line {
+            findings.extend(main_figures(&variants, low, high));
+        } else {
+            findings.extend(low.and_then(|low| warm_phrase(&variants, low, fastest_warm.of(form))));
+            if let Some(high) = high {
+                findings.extend(rate_phrase(&variants, high, most_per_second.of(form)));
+                findings.extend(tail_phrase(&variants, high, shortest_tail.of(form)));
+            }
         }
+        // A bottom line names no record.
         let standing = |s: Source| {
-            let record = cold_records.iter().find(|(source, _)| *source == s);
+            let record = cold_records.iter().find(|(r, _)| *r == s && !bottom_line);
             record.map_or(Standing::Not, |(_, record)| record.of(form))
         };
-        findings.extend(cold_phrase(c, &variants, standing));
-        findings.extend(memory_phrase(&variants, least_memory.of(form)));
-        findings.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, true)));
-        let crash = variants.iter().filter_map(|v| v.crash_to_answer_ms);
-        let crash = crash.map(|s| s.median).filter(|x| x.is_finite());
-        if let Some(ms) = crash.reduce(f64::min) {
-            findings.push(format!("answers again {} after a crash", duration_ms(ms)));
+        findings.extend(cold_phrase(c, &variants, standing, bottom_line));
+        if !bottom_line {
+            findings.extend(memory_phrase(&variants, least_memory.of(form)));
         }
-        let errors: usize = variants.iter().map(|v| v.errors).sum();
-        if errors > 0 {
-            let s = if errors == 1 { "" } else { "s" };
-            findings.push(format!("{errors} wrong answer{s}"));
+        findings.extend(low.and_then(|low| fresh_phrase(&variants, low, rounds, !bottom_line)));
+        if !bottom_line {
+            let crash = variants.iter().filter_map(|v| v.crash_to_answer_ms);
+            let crash = crash.map(|s| s.median).filter(|x| x.is_finite());
+            if let Some(ms) = crash.reduce(f64::min) {
+                findings.push(format!("answers again {} after a crash", duration_ms(ms)));
+            }
+            let errors: usize = variants.iter().map(|v| v.errors).sum();
+            if errors > 0 {
+                let s = if errors == 1 { "" } else { "s" };
+                findings.push(format!("{errors} wrong answer{s}"));
+            }
         }
-        out.push(Verdict { form, findings });
+        let unmeasured = bottom_line.then(|| unmeasured(form));
+        out.push(Verdict {
+            form,
+            findings,
+            unmeasured,
+        });
     }
     out
+}
+
+/// A bottom line's warm figures: the best p50 of the persistent variants at the lowest
+/// connection count, then the best rate (of any variant) with the best persistent p99 at
+/// the highest: "warm p50 18 µs, 52k req/s with p99 40 µs at 8 connections".
+fn main_figures(variants: &[&Variant], low: Option<usize>, high: Option<usize>) -> Vec<String> {
+    // The best median of a warm figure (the lowest, or the `highest`): of the persistent
+    // variants alone, unless `any`.
+    let median = |at: Option<usize>, figure: fn(&Warm) -> Spread, highest: bool, any: bool| {
+        let kept = |v: &Variant| any || v.lifetime == Lifetime::Persistent;
+        let figure = |v: &Variant| Some(figure(v.warm_at(at?)?)).filter(|_| kept(v));
+        best(&pool(variants, figure, false), highest).map(|(_, s)| s.median)
+    };
+    let p50 = median(low, |w| w.p50, false, false).map(|x| format!("warm p50 {}", duration_us(x)));
+    let per_second =
+        median(high, |w| w.per_second, true, true).map(|x| format!("{} req/s", rate(x)));
+    let tail = median(high, |w| w.p99, false, false).map(|x| format!("p99 {}", duration_us(x)));
+    let busy = match (per_second, tail) {
+        (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
+        (one, other) => one.or(other),
+    };
+    let at = |(said, n): (String, usize)| format!("{said} at {}", connections_phrase(n));
+    p50.into_iter().chain(busy.zip(high).map(at)).collect()
 }
 
 /// The variants with a finite `figure`, and it, in the lifetime a form is usually run
@@ -360,23 +381,30 @@ fn tail_phrase(variants: &[&Variant], high: usize, shortest: Standing) -> Option
 /// The form's cold starts, per kind of start its quickest variant's median with its
 /// spread over the fresh servers, and beside each the record `standing` gives it among
 /// the forms that start that way; then the compiler that was quickest at every kind,
-/// where it was apart from the others each time.
+/// where it was apart from the others each time. `brief`, a bottom line's: the medians
+/// alone, of the starts only: "cold /init 21 ms compiled, 1.8 ms from the cache".
 fn cold_phrase(
     c: &Comparison,
     variants: &[&Variant],
     standing: impl Fn(Source) -> Standing,
+    brief: bool,
 ) -> Option<String> {
     let mut said = Vec::new();
     let mut quickest: Vec<Option<&str>> = Vec::new();
-    for source in c.sources() {
+    let mut sources = c.sources();
+    sources.retain(|s| !brief || *s != Source::Receive);
+    for source in sources {
         let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
         let Some((top, ms)) = best(&pool, false) else {
             continue;
         };
-        let ms_said = Quantity::Millis.spread(&ms);
+        let ms_said = match brief {
+            true => duration_ms(ms.median),
+            false => Quantity::Millis.spread(&ms),
+        };
         let after = standing(source).after("fastest");
         said.push(format!("{ms_said} {}{after}", source.said().phrase));
-        if pool.len() > 1 && source != Source::Receive {
+        if !brief && pool.len() > 1 && source != Source::Receive {
             let runs = pool.iter().filter_map(|(v, _)| v.cold_from(source));
             let runs = runs.map(|x| x.runs).min();
             let others = pool.iter().filter(|(v, _)| v.label != top.label);
@@ -395,19 +423,6 @@ fn cold_phrase(
         let _ = write!(phrase, " (quickest with {first})");
     }
     Some(phrase)
-}
-
-/// The form's best cold start of each kind, named: "21 ms compiled, 1.8 ms from the
-/// cache, 4 ms signed", or "2.5 ms to start".
-fn cold_figures(c: &Comparison, variants: &[&Variant]) -> Option<String> {
-    let figure = |source: Source| {
-        let pool = pool(variants, |v| Some(v.cold_from(source)?.millis), false);
-        let ms = duration_ms(best(&pool, false)?.1.median);
-        Some(format!("{ms} {}", source.said().phrase))
-    };
-    let sources = c.sources().into_iter().filter(|s| *s != Source::Receive);
-    let said: Vec<String> = sources.filter_map(figure).collect();
-    (!said.is_empty()).then(|| format!("{} {}", cold_words(c, variants), said.join(", ")))
 }
 
 /// How a form's cold starts are named: "cold /init", or "cold start" for a server that
@@ -529,9 +544,8 @@ pub fn overlap_notes(c: &Comparison) -> Vec<String> {
     let mut notes: Vec<String> = pairs.iter().take(SHOWN).map(note).collect();
     if let Some(more) = pairs.len().checked_sub(SHOWN).filter(|more| *more > 0) {
         let s = if more == 1 { "" } else { "s" };
-        notes.push(format!(
-            "{more} more pair{s} of variants overlap the same way."
-        ));
+        let more = format!("{more} more pair{s} of variants overlap the same way.");
+        notes.push(more);
     }
     notes
 }
@@ -609,11 +623,7 @@ pub fn host_speed_note(c: &Comparison) -> Option<String> {
         ),
         None => format!("more than {}", percent(bound)),
     };
-    let pin = if k.pinned {
-        ""
-    } else {
-        ", pinned (taskset -c 0)"
-    };
+    let pin = ["", ", pinned (taskset -c 0)"][usize::from(!k.pinned)];
     let (before, after, moved) = (reading(before), reading(after), percent(moved));
     Some(format!(
         "the host's speed moved during the run: a fixed CPU task took {before} before it and \
@@ -689,62 +699,6 @@ pub fn unmeasured(form: Form) -> &'static str {
     }
 }
 
-/// The page's and the terminal's first word on each form: its main figures, then what
-/// they do not show.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BottomLine {
-    pub form: Form,
-    /// "warm p50 18 µs, 52k req/s at 8 connections, fresh instances cost +11 µs"; empty
-    /// when nothing was measured.
-    pub figures: String,
-    pub unmeasured: &'static str,
-}
-
-impl std::fmt::Display for BottomLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.figures.is_empty() {
-            true => write!(f, "{}: {}.", self.form, self.unmeasured),
-            false => write!(f, "{}: {}. {}.", self.form, self.figures, self.unmeasured),
-        }
-    }
-}
-
-pub fn bottom_lines(c: &Comparison) -> Vec<BottomLine> {
-    let counts = c.connection_counts();
-    let (low, high) = (counts.first().copied(), counts.last().copied());
-    let line = |form: Form| {
-        let variants: Vec<&Variant> = c.variants.iter().filter(|v| v.form == form).collect();
-        // The best median of a warm figure (the lowest, or the `highest`): of the persistent
-        // variants alone, unless `any`.
-        let median = |at: Option<usize>, figure: fn(&Warm) -> Spread, highest: bool, any: bool| {
-            let kept = |v: &Variant| any || v.lifetime == Lifetime::Persistent;
-            let figure = |v: &Variant| Some(figure(v.warm_at(at?)?)).filter(|_| kept(v));
-            best(&pool(&variants, figure, false), highest).map(|(_, s)| s.median)
-        };
-        let p50 =
-            median(low, |w| w.p50, false, false).map(|x| format!("warm p50 {}", duration_us(x)));
-        let per_second =
-            median(high, |w| w.per_second, true, true).map(|x| format!("{} req/s", rate(x)));
-        let tail = median(high, |w| w.p99, false, false).map(|x| format!("p99 {}", duration_us(x)));
-        let busy = match (per_second, tail) {
-            (Some(per_second), Some(tail)) => Some(format!("{per_second} with {tail}")),
-            (one, other) => one.or(other),
-        };
-        let at = |(said, n): (String, usize)| format!("{said} at {}", connections_phrase(n));
-        let busy = busy.zip(high).map(at);
-        let fresh = low.and_then(|low| fresh_phrase(&variants, low, rounds(c), false));
-        let cold = cold_figures(c, &variants);
-        let figures = p50.into_iter().chain(busy).chain(cold).chain(fresh);
-        let figures = figures.collect::<Vec<_>>().join(", ");
-        BottomLine {
-            form,
-            figures,
-            unmeasured: unmeasured(form),
-        }
-    };
-    c.forms().into_iter().map(line).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::tests::{lines, same, say, spread, starts};
@@ -774,14 +728,6 @@ mod tests {
             resident_after_init: Some(((p50.median as u64) << 20) / 10),
             ..Variant::named(backend, Some(Compiler::Cranelift), lifetime)
         }
-    }
-
-    fn p50_at_1(v: &Variant) -> Option<Spread> {
-        v.warm_at(1).map(|w| w.p50)
-    }
-
-    fn rate_at_8(v: &Variant) -> Option<Spread> {
-        v.warm_at(8).map(|w| w.per_second)
     }
 
     fn comparison(variants: Vec<Variant>) -> Comparison {
@@ -844,6 +790,7 @@ mod tests {
                 assert!(!wins(&said), "{said}");
             }
             let memory = |v: &Variant| v.resident_after_init.map(memory_spread);
+            let (p50_at_1, rate_at_8) = (warm(Some(1), |w| w.p50), warm(Some(8), |w| w.per_second));
             for record in [
                 holder(&c, p50_at_1, false, Quantity::Micros, 10),
                 holder(&c, rate_at_8, true, Quantity::PerSecond, 10),
@@ -921,7 +868,7 @@ mod tests {
             winch,
             variant(Native, Persistent, spread(90.0, 85.0, 95.0)),
         ]);
-        let record = holder(&c, p50_at_1, false, Quantity::Micros, 10);
+        let record = holder(&c, warm(Some(1), |w| w.p50), false, Quantity::Micros, 10);
         assert_eq!(
             record,
             Record::Shared(vec![Form::ours(Module), Form::ours(Component)])
