@@ -99,7 +99,7 @@ where
                     self.job(Kind::Line, line, deadline).await.map(Answer::Line)
                 }
                 Activation::Request { request, context } => self
-                    .serve(*request, context, deadline)
+                    .serve(request, context, deadline)
                     .await
                     .map(Answer::Response),
             }
@@ -138,48 +138,46 @@ impl<W: Worker> Pool<W> {
     /// task of its own holds the worker until the body has gone out.
     async fn serve(
         &self,
-        request: HttpRequest,
+        request: Box<HttpRequest>,
         context: Vec<u8>,
         deadline: Option<Instant>,
     ) -> Result<HttpResponse, RunError> {
         if !W::TAKES_REQUESTS {
             return Err(RunError::BadInput(worker::NO_REQUESTS.to_owned()));
         }
-        {
-            let pool = self.me.upgrade().ok_or(RunError::Stopped)?;
-            let (respond, head) = Respond::new();
-            // The activation goes on once the head is out, until the worker has written
-            // the body: a task of its own holds the worker until then.
-            let task = tokio::spawn(async move {
-                pool.job(Kind::Request(Box::new(request), respond), context, deadline)
-                    .await
-            });
-            match head.await {
-                Ok(response) => Ok(response),
-                Err(_) => match task.await {
-                    Ok(Err(e)) => Err(e),
-                    Ok(Ok(_)) => Err(RunError::Exited(Some(
-                        "it ended the activation without a response".to_owned(),
-                    ))),
-                    Err(panicked) => {
-                        tracing::error!(error = %panicked, "an activation panicked");
-                        self.reporting.end.write();
-                        Err(RunError::Exited(Some("the activation failed".to_owned())))
-                    }
-                },
-            }
+        let pool = self.me.upgrade().ok_or(RunError::Stopped)?;
+        let (respond, head) = Respond::new();
+        // The activation goes on once the head is out, until the worker has written
+        // the body: a task of its own holds the worker until then.
+        let task = tokio::spawn(async move {
+            pool.job(Kind::Request(request, respond), context, deadline)
+                .await
+        });
+        match head.await {
+            Ok(response) => Ok(response),
+            Err(_) => match task.await {
+                Ok(Err(e)) => Err(e),
+                Ok(Ok(_)) => Err(RunError::Exited(Some(
+                    "it ended the activation without a response".to_owned(),
+                ))),
+                Err(panicked) => {
+                    tracing::error!(error = %panicked, "an activation panicked");
+                    self.reporting.end.write();
+                    Err(RunError::Exited(Some("the activation failed".to_owned())))
+                }
+            },
         }
     }
 
     /// One activation of either kind, ended (its logs marked) before the next may start.
     async fn job(
         &self,
-        job: Kind,
+        kind: Kind,
         line: Vec<u8>,
         deadline: Option<Instant>,
     ) -> Result<Bytes, RunError> {
         let mut stopping = self.stopping.subscribe();
-        let head_sent = match &job {
+        let head_sent = match &kind {
             Kind::Request(_, respond) => Some(respond.head_sent()),
             Kind::Line => None,
         };
@@ -205,7 +203,7 @@ impl<W: Worker> Pool<W> {
                 self.say_stopped(began, sent, labels.as_deref());
                 Err(RunError::Stopped)
             }
-            result = self.carry_out(job, line, deadline, head_sent.as_deref(), &mut in_flight) => result,
+            result = self.carry_out(kind, line, deadline, head_sent.as_deref(), &mut in_flight) => result,
         };
         if !in_flight.written {
             self.reporting.end.write();
@@ -228,7 +226,7 @@ impl<W: Worker> Pool<W> {
     /// set once its response's head went out (a failure after that is told as a cut).
     async fn carry_out(
         &self,
-        job: Kind,
+        kind: Kind,
         line: Vec<u8>,
         deadline: Option<Instant>,
         head_sent: Option<&AtomicU16>,
@@ -244,7 +242,7 @@ impl<W: Worker> Pool<W> {
         let cpu_before = if reports { worker.cpu_time() } else { None };
         let mut polled = std::time::Duration::ZERO;
         let work = async {
-            match job {
+            match kind {
                 Kind::Line => lines::check_result(worker.activate(Job::Line(line)).await?),
                 Kind::Request(request, respond) => {
                     let request = Job::Request {
