@@ -12,7 +12,7 @@ use crate::executor::RunError;
 use crate::executor::intake::{Intake, IntakeError};
 use crate::protocol;
 use crate::protocol::json_response;
-use crate::runtime::Runtime;
+use crate::runtime::{Input, Runtime};
 
 pub async fn init(
     State(runtime): State<Arc<Runtime>>,
@@ -37,8 +37,10 @@ pub async fn run(
     body: Body,
 ) -> Result<Response, Error> {
     let (action, admitted, body) = activation_body(&runtime, &headers, body).await?;
-    let result = action.activate_to_completion(body, admitted).await?;
-    Ok(json_response(StatusCode::OK, result))
+    let answered = action
+        .activate_to_completion(Input::Body(body), admitted)
+        .await?;
+    Ok(json_response(StatusCode::OK, answered.result))
 }
 
 /// What every activation's request is checked for before and while its body is read: the
@@ -105,30 +107,20 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
         .and_then(|v| v.to_str().ok())
         .and_then(crate::logs::traceparent)
         .map(str::to_owned);
-    let about = crate::logs::Labels {
-        activation_id: crate::protocol::fresh_activation_id(runtime.next_activation()),
-        namespace: String::new(),
-        action: runtime.config().action.name.clone().unwrap_or_default(),
-        trace_id: traceparent
-            .as_deref()
-            .and_then(crate::logs::trace_id)
-            .unwrap_or_default()
-            .to_owned(),
-    };
+    let context = crate::plain_http::context(
+        crate::protocol::fresh_activation_id(runtime.next_activation()),
+        runtime.config().action.name.as_deref().unwrap_or_default(),
+        traceparent.as_deref(),
+        runtime.config().pool.timeout,
+    );
+    let about = context.labels();
     let say = |m: &str| crate::logs::runtime_line(format, Some(&about), m);
     let answered = async {
         let early = runtime
             .admit()
             .and_then(|admitted| Ok((runtime.action().ok_or(Error::NoAction)?, admitted)));
         let ((action, admitted), body) = before_body(early, &parts.headers, body, limit).await?;
-        let timeout = runtime.config().pool.timeout;
-        let context = crate::plain_http::Context {
-            about: &about,
-            traceparent: traceparent.as_deref(),
-            timeout,
-        };
         if action.takes_requests() {
-            let context = context.line();
             let served = pass_through(&runtime, &action, parts, body, context, admitted).await;
             if let Err(Error::Run(RunError::Stopped)) = &served {
                 action.stopped(&about);
@@ -143,11 +135,10 @@ async fn answer_plainly(runtime: Arc<Runtime>, request: axum::extract::Request) 
             &body,
             &context,
         );
-        let result = action
-            .activate_to_completion(Bytes::from(line), admitted)
-            .await?;
+        let input = Input::Made { line, context };
+        let answered = action.activate_to_completion(input, admitted).await?;
         Ok(
-            crate::plain_http::response(&result, &say).unwrap_or_else(|e| {
+            crate::plain_http::response(&answered.result, &say).unwrap_or_else(|e| {
                 let message = e.to_string();
                 say(&format!("wasmloop: {message}"));
                 json_response(StatusCode::BAD_GATEWAY, protocol::error_body(&message))
@@ -197,7 +188,7 @@ async fn pass_through(
     action: &crate::runtime::Action,
     parts: axum::http::request::Parts,
     body: Body,
-    context: Vec<u8>,
+    context: crate::context::Context,
     admitted: crate::runtime::Admitted,
 ) -> Result<Response, Error> {
     let limits = &runtime.config().limits;
@@ -360,4 +351,79 @@ async fn read_exact_length(body: Body, length: usize) -> Result<Bytes, Error> {
         }
     }
     Ok(buffer.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Protocol};
+    use crate::context::{Parse, parses};
+
+    /// A native action: each request line answered `{"ok":1}` on fd 3.
+    const ANSWERS: &[u8] = b"#!/bin/sh\nwhile read -r line; do echo '{\"ok\":1}' >&3; done\n";
+
+    const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    async fn initialized(config: Config) -> Arc<Runtime> {
+        use base64::Engine as _;
+        let runtime = Arc::new(Runtime::new(config, None));
+        let code = base64::engine::general_purpose::STANDARD.encode(ANSWERS);
+        let init = serde_json::json!({"value": {"code": code, "binary": true}});
+        let body = bytes::BytesMut::from(init.to_string().as_bytes());
+        runtime.init(body).await.unwrap();
+        runtime
+    }
+
+    #[tokio::test]
+    async fn a_run_is_read_once_and_a_plain_request_reads_no_context() {
+        let runtime = initialized(Config::default()).await;
+        let body = serde_json::json!({
+            "value": {"__ow_headers": {"traceparent": TRACEPARENT}, "n": [1, 2]},
+            "activation_id": "a1",
+            "namespace": "ns",
+            "deadline": "99999999999999",
+        });
+        for _ in 0..3 {
+            parses();
+            let response = run(
+                State(runtime.clone()),
+                HeaderMap::new(),
+                Body::from(body.to_string()),
+            )
+            .await
+            .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(parses(), [Parse::RunBody], "one read of each /run");
+        }
+
+        let mut config = Config {
+            protocol: Protocol::Http,
+            ..Config::default()
+        };
+        config.serve_plain_http(None, false);
+        let runtime = initialized(config).await;
+        for (content_type, body, read) in [
+            ("text/plain", "hi", &[][..]),
+            ("application/json", "{\"n\":1}", &[Parse::PlainBody][..]),
+        ] {
+            parses();
+            let request = axum::http::Request::post("/greet?x=1")
+                .header("host", "example.com")
+                .header("traceparent", TRACEPARENT)
+                .header("content-type", content_type)
+                .body(Body::from(body))
+                .unwrap();
+            let response = web(State(runtime.clone()), request).await;
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(status, StatusCode::OK, "{body:?}");
+            assert_eq!(
+                parses(),
+                read,
+                "only a JSON body is read, never the context"
+            );
+        }
+    }
 }

@@ -68,6 +68,7 @@
 pub mod action;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod executor;
 pub mod handlers;

@@ -73,7 +73,7 @@ impl Stream {
     }
 }
 
-/// Which activation a line belongs to: read from its request line.
+/// Which activation a line belongs to (`context::Context::labels`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Labels {
     pub activation_id: String,
@@ -81,34 +81,6 @@ pub struct Labels {
     pub action: String,
     /// The W3C trace id of the activation's `traceparent`, if one came.
     pub trace_id: String,
-}
-
-impl Labels {
-    /// The labels of the activation whose request is `line` (empty where it has none).
-    pub fn of(line: &[u8]) -> Labels {
-        #[derive(serde::Deserialize)]
-        struct Request<'a> {
-            #[serde(default, borrow)]
-            activation_id: std::borrow::Cow<'a, str>,
-            #[serde(default, borrow)]
-            namespace: std::borrow::Cow<'a, str>,
-            #[serde(default, borrow)]
-            action_name: std::borrow::Cow<'a, str>,
-            #[serde(default, borrow)]
-            traceparent: std::borrow::Cow<'a, str>,
-        }
-        match serde_json::from_slice::<Request>(line) {
-            Ok(request) => Labels {
-                activation_id: request.activation_id.into_owned(),
-                namespace: request.namespace.into_owned(),
-                action: request.action_name.into_owned(),
-                trace_id: trace_id(&request.traceparent)
-                    .unwrap_or_default()
-                    .to_owned(),
-            },
-            Err(_) => Labels::default(),
-        }
-    }
 }
 
 /// The current activation of a worker, shared with the streams that carry its logs, and
@@ -501,18 +473,20 @@ mod tests {
         ] {
             assert_eq!(trace_id(bad), None, "{bad}");
         }
-        let labels = Labels::of(
-            format!("{{\"activation_id\":\"a\",\"traceparent\":\"00-{id}-b7ad6b7169203331-01\"}}")
-                .as_bytes(),
-        );
-        assert_eq!(labels.trace_id, id);
+        let labels = Labels {
+            activation_id: "a".to_owned(),
+            trace_id: trace_id(&format!("00-{id}-b7ad6b7169203331-01"))
+                .unwrap()
+                .to_owned(),
+            ..Labels::default()
+        };
         let mut out = Vec::new();
         render(b"hi", Stream::Stdout, Some(&labels), &mut out);
         let record: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(record["traceId"], id);
         // None came: none is invented.
         let mut out = Vec::new();
-        render(b"hi", Stream::Stdout, Some(&Labels::of(b"{}")), &mut out);
+        render(b"hi", Stream::Stdout, Some(&Labels::default()), &mut out);
         let record: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert!(record.get("traceId").is_none(), "{record}");
     }
@@ -630,7 +604,10 @@ mod tests {
     #[test]
     fn json_pieces_are_marked_partial_but_the_last() {
         let attribution = Attribution::new(LogFormat::Json);
-        attribution.set(Arc::new(Labels::of(br#"{"activation_id":"a1"}"#)));
+        attribution.set(Arc::new(Labels {
+            activation_id: "a1".to_owned(),
+            ..Labels::default()
+        }));
         let labels = attribution.get().unwrap();
         let mut out = Vec::new();
         render_piece(
@@ -662,9 +639,12 @@ mod tests {
     #[test]
     fn json_lines_carry_the_activation_and_the_stream() {
         let attribution = Attribution::new(LogFormat::Json);
-        attribution.set(Arc::new(Labels::of(
-            br#"{"value":{"x":[1]},"activation_id":"a1","namespace":"ns","action_name":"/ns/hello"}"#,
-        )));
+        attribution.set(Arc::new(Labels {
+            activation_id: "a1".to_owned(),
+            namespace: "ns".to_owned(),
+            action: "/ns/hello".to_owned(),
+            trace_id: String::new(),
+        }));
         let labels = attribution.get().unwrap();
         let mut out = Vec::new();
         render(b"said \"hi\"\r", Stream::Stdout, Some(&labels), &mut out);
@@ -680,6 +660,5 @@ mod tests {
             "{time}"
         );
         assert_eq!(out.last(), Some(&b'\n'));
-        assert_eq!(Labels::of(b"not json"), Labels::default());
     }
 }

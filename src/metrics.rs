@@ -17,9 +17,10 @@ use prometheus_client::registry::{Registry, Unit};
 /// How an activation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
-    /// A result, without an `error` field.
+    /// A result, without an `error` field (or a response, under 500).
     Success,
-    /// A result with an `error` field: the action's own answer that it failed.
+    /// A result with an `error` field, or a 5xx answer: the action's own word that it
+    /// failed.
     ApplicationError,
     /// The action failed to answer (crashed, trapped, answered no JSON object).
     ActionError,
@@ -38,6 +39,17 @@ impl Outcome {
         Outcome::Timeout,
         Outcome::Refused,
     ];
+
+    /// How an activation that answered went: an `error` field in its result, or a 5xx
+    /// status (a web action's `statusCode`, a response's), is the action's own word that
+    /// it failed.
+    pub fn answered(error_field: bool, status: u16) -> Outcome {
+        if error_field || status >= 500 {
+            Outcome::ApplicationError
+        } else {
+            Outcome::Success
+        }
+    }
 
     /// Its name: the metrics' `outcome` label and a report's `outcome`.
     pub fn label(self) -> &'static str {
@@ -585,17 +597,6 @@ impl ActionMetrics {
     }
 }
 
-/// Whether a result line is an application error: an object with a top-level `error`
-/// field, which OpenWhisk reports as the action's failure. Parsed only when the word is
-/// there at all, so a plain result costs one scan.
-pub fn is_application_error(result: &[u8]) -> bool {
-    if memchr::memmem::find(result, b"\"error\"").is_none() {
-        return false;
-    }
-    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(result)
-        .is_ok_and(|fields| fields.contains_key("error"))
-}
-
 /// `GET /metrics`, for the listener of its own that `server::serve_metrics` runs.
 pub fn app(metrics: std::sync::Arc<Metrics>) -> axum::Router {
     use axum::http::{StatusCode, header};
@@ -622,14 +623,6 @@ pub fn app(metrics: std::sync::Arc<Metrics>) -> axum::Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_application_error_is_a_top_level_error_field_only() {
-        assert!(is_application_error(br#"{"error":"no name"}"#));
-        assert!(!is_application_error(br#"{"message":"hi"}"#));
-        assert!(!is_application_error(br#"{"detail":{"error":1}}"#));
-        assert!(!is_application_error(br#"{"text":"\"error\""}"#));
-    }
 
     #[test]
     fn counts_and_times_are_in_the_exposition_under_bounded_labels() {

@@ -15,19 +15,21 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::context::Context;
 use crate::protocol::json_response;
 use crate::web_action::{
     BadHeader, RESPONSE_STATUSES, decode_base64, drop_hop_by_hop, header_map,
     is_base64_on_the_wire, is_json_family, media_type, result_body_is_base64,
 };
 
-/// The request line of one activation: the request as its value, and its `context`.
+/// The request line of one activation (with its `\n`): the request as its value, and its
+/// `context`.
 pub fn activation(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
-    context: &Context<'_>,
+    context: &Context,
 ) -> Vec<u8> {
     let mut value = Map::new();
     let query = uri.query().unwrap_or_default();
@@ -40,6 +42,7 @@ pub fn activation(
     let media = given.map(media_type);
     match media.as_deref() {
         Some(_) if given.is_some_and(is_json_family) && !body.is_empty() => {
+            crate::context::parsed(crate::context::Parse::PlainBody);
             if let Ok(Value::Object(fields)) = serde_json::from_slice(body) {
                 value.extend(fields);
             }
@@ -78,47 +81,36 @@ pub fn activation(
         };
         value.insert("__ow_body".to_owned(), Value::String(text));
     }
-    let mut line = context.fields();
+    let mut line: Map<String, Value> = context
+        .fields()
+        .map(|(key, text)| (key.to_owned(), text.map_or(Value::Null, Value::from)))
+        .collect();
     line.insert("value".to_owned(), Value::Object(value));
-    Value::Object(line).to_string().into_bytes()
+    // Compact JSON has no newline of its own: the one the line ends with is all.
+    let mut line = serde_json::to_vec(&line).expect("a JSON map always serializes");
+    line.push(b'\n');
+    line
 }
 
 /// What an activation made here carries beside its value, as the platform would send it:
-/// its id, the action's name, the W3C `traceparent` its request came with (which the logs
-/// read its trace id from, and a launcher makes `__OW_TRACEPARENT`; none is invented where
-/// none came), and its deadline `timeout` from now.
-pub struct Context<'a> {
-    pub about: &'a crate::logs::Labels,
-    pub traceparent: Option<&'a str>,
-    pub timeout: Option<std::time::Duration>,
-}
-
-impl Context<'_> {
-    /// The request line of an activation whose request goes to the action as it came: its
-    /// context only.
-    pub fn line(&self) -> Vec<u8> {
-        Value::Object(self.fields()).to_string().into_bytes()
+/// its id, the action's name (if it has one), the W3C `traceparent` its request came with
+/// (which the logs read its trace id from, and a launcher makes `__OW_TRACEPARENT`; none
+/// is invented where none came), and its deadline `timeout` from now. Made as it is
+/// taken: nothing reads it back from JSON.
+pub fn context(
+    activation_id: String,
+    action: &str,
+    traceparent: Option<&str>,
+    timeout: Option<std::time::Duration>,
+) -> Context {
+    let mut fields = vec![("activation_id", activation_id)];
+    if !action.is_empty() {
+        fields.push(("action_name", action.to_owned()));
     }
-
-    fn fields(&self) -> Map<String, Value> {
-        let mut line = Map::new();
-        let text = |s: &str| Value::String(s.to_owned());
-        line.insert("activation_id".to_owned(), text(&self.about.activation_id));
-        if !self.about.action.is_empty() {
-            line.insert("action_name".to_owned(), text(&self.about.action));
-        }
-        if let Some(traceparent) = self.traceparent {
-            line.insert("traceparent".to_owned(), text(traceparent));
-        }
-        if let Some(t) = self.timeout {
-            let at = std::time::SystemTime::now() + t;
-            let ms = at
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            line.insert("deadline".to_owned(), Value::String(ms.to_string()));
-        }
-        line
+    if let Some(traceparent) = traceparent {
+        fields.push(("traceparent", traceparent.to_owned()));
     }
+    Context::made(fields, timeout)
 }
 
 /// Why a result cannot be the response: the action's mistake, a 502 naming it.
@@ -231,16 +223,7 @@ mod tests {
 
     /// An activation's line with the id `id`, of the action `hello`, no trace and no limit.
     fn line_of(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8], id: &str) -> Vec<u8> {
-        let about = crate::logs::Labels {
-            activation_id: id.to_owned(),
-            action: "hello".to_owned(),
-            ..Default::default()
-        };
-        let context = Context {
-            about: &about,
-            traceparent: None,
-            timeout: None,
-        };
+        let context = context(id.to_owned(), "hello", None, None);
         activation(method, uri, headers, body, &context)
     }
 

@@ -4,7 +4,6 @@ use std::io::Write;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 /// Written on stdout and stderr after every activation, so the platform knows where its logs end.
@@ -54,31 +53,6 @@ pub struct InitValue<'a> {
 /// `Option` it always copies, hence this wrapper.
 #[derive(Debug, Deserialize)]
 pub struct CodeField<'a>(#[serde(borrow)] pub std::borrow::Cow<'a, str>);
-
-/// `POST /run` body, checked for shape only: it is forwarded to the action byte for byte.
-#[derive(Deserialize)]
-struct RunRequestShape {
-    #[serde(default, rename = "value")]
-    _value: Option<IgnoredAny>,
-    /// Epoch milliseconds, sent as a string by the platform; anything else is ignored.
-    #[serde(default)]
-    deadline: Option<Value>,
-}
-
-/// Checks that a `/run` body is one JSON object, without building it in memory, and
-/// returns its `deadline` (epoch milliseconds) when it has a usable one.
-pub fn check_run_body(body: &[u8]) -> Result<Option<u64>, String> {
-    // serde would also accept an array for a struct; the platform only ever sends objects.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        return Err("expected a JSON object, found an array".to_owned());
-    }
-    let shape: RunRequestShape = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    Ok(match shape.deadline {
-        Some(Value::String(text)) => text.trim().parse().ok(),
-        Some(Value::Number(n)) => n.as_u64(),
-        _ => None,
-    })
-}
 
 /// The init `env` as variables: strings verbatim, anything else as its compact JSON text.
 /// A variable of an action's environment, as the action will see it (the last one wins).
@@ -133,43 +107,6 @@ pub fn write_stderr(bytes: &[u8]) {
 pub const PER_ACTIVATION_ENV: [&str; 3] =
     ["__OW_ACTIVATION_ID", "__OW_DEADLINE", "__OW_TRANSACTION_ID"];
 
-/// What a request line carries beside `value`, as an ActionLoop launcher puts it in the
-/// environment: `activation_id` as `__OW_ACTIVATION_ID`, strings verbatim, anything else as
-/// its JSON text. Nothing for a line that is no JSON object.
-pub fn activation_env(line: &[u8]) -> Vec<(String, String)> {
-    struct Beside(Vec<(String, String)>);
-    impl<'de> serde::Deserialize<'de> for Beside {
-        fn deserialize<D: serde::Deserializer<'de>>(from: D) -> Result<Self, D::Error> {
-            from.deserialize_map(Beside(Vec::new()))
-        }
-    }
-    impl<'de> serde::de::Visitor<'de> for Beside {
-        type Value = Beside;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            mut self,
-            mut map: A,
-        ) -> Result<Beside, A::Error> {
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                // The parameters may be large, and are the action's, not the environment's.
-                if key == "value" {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                    continue;
-                }
-                let text = match map.next_value::<Value>()? {
-                    Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                self.0.push((format!("__OW_{}", key.to_uppercase()), text));
-            }
-            Ok(self)
-        }
-    }
-    serde_json::from_slice::<Beside>(line).map_or_else(|_| Vec::new(), |beside| beside.0)
-}
-
 /// Writes one line of our own on stderr (the few messages docs/protocol.md allows), in
 /// the log format the action's lines are in.
 pub fn log_stderr(format: crate::logs::LogFormat, message: &str) {
@@ -205,23 +142,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_request_line_gives_the_environment_a_launcher_sets() {
-        let line = br#"{"value":{"big":[1,2]},"activation_id":"a1","deadline":1700000000000,"action_name":"/_/hello","transaction_id":"t\"x"}"#;
-        assert_eq!(
-            activation_env(line),
-            [
-                ("__OW_ACTIVATION_ID", "a1"),
-                ("__OW_DEADLINE", "1700000000000"),
-                ("__OW_ACTION_NAME", "/_/hello"),
-                ("__OW_TRANSACTION_ID", "t\"x"),
-            ]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        );
-        assert!(activation_env(b"[1]").is_empty());
-        assert!(activation_env(br#"{"value":{}}"#).is_empty());
-    }
-
-    #[test]
     fn env_values_that_are_not_strings_become_json_text() {
         let env: Map<String, Value> =
             serde_json::from_str(r#"{"S":"x=y","N":42,"O":{"a":[1]},"E":"","B":true}"#).unwrap();
@@ -240,20 +160,6 @@ mod tests {
     }
 
     #[test]
-    fn the_deadline_is_read_when_usable() {
-        assert_eq!(
-            check_run_body(br#"{"deadline":"1700000000000"}"#),
-            Ok(Some(1_700_000_000_000))
-        );
-        assert_eq!(
-            check_run_body(br#"{"deadline":1700000000000}"#),
-            Ok(Some(1_700_000_000_000))
-        );
-        assert_eq!(check_run_body(br#"{"deadline":"soon"}"#), Ok(None));
-        assert_eq!(check_run_body(br#"{"deadline":null,"value":{}}"#), Ok(None));
-    }
-
-    #[test]
     fn init_code_is_borrowed_from_the_body_unless_it_holds_escapes() {
         use std::borrow::Cow;
         let code = |body: &'static [u8]| {
@@ -268,15 +174,5 @@ mod tests {
         assert!(code(br#"{"value":{"code":null}}"#).is_none());
         assert!(code(br#"{"value":{}}"#).is_none());
         assert!(serde_json::from_slice::<InitRequest>(br#"{"value":{"code":5}}"#).is_err());
-    }
-
-    #[test]
-    fn run_bodies_must_be_objects() {
-        assert!(check_run_body(br#"{"value":{"a":1},"deadline":"1"}"#).is_ok());
-        assert!(check_run_body(br#"{}"#).is_ok());
-        assert!(check_run_body(br#"{"value":[1,2]}"#).is_ok());
-        assert!(check_run_body(b"[1]").is_err());
-        assert!(check_run_body(b"{\"value\":").is_err());
-        assert!(check_run_body(b"").is_err());
     }
 }

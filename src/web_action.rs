@@ -12,6 +12,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
+use crate::context::Context;
+
 /// What an activation carries beside its value, given to the component as these headers
 /// (any of them the caller sent is replaced): the names the environment uses, as
 /// `x-ow-<name>`. The API key is left out: a component that forwards its request's headers
@@ -67,10 +69,8 @@ pub struct BadRequest(pub String);
 
 /// The request an activation's request line stands for. A value without `__ow_method` (a
 /// plain invoke, not a web request) is `POST /` with the value as its JSON body.
-pub fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
-    let mut line: Map<String, Value> = serde_json::from_slice(line)
-        .map_err(|e| BadRequest(format!("the request is not a JSON object: {e}")))?;
-    let value = match line.remove("value") {
+pub fn request(value: Option<Value>, context: &Context) -> Result<Incoming, BadRequest> {
+    let value = match value {
         Some(Value::Object(value)) => value,
         None | Some(Value::Null) => Map::new(),
         Some(_) => {
@@ -94,7 +94,7 @@ pub fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
             body: Bytes::from(Value::Object(value).to_string()),
         }
     };
-    set_context(&mut incoming.headers, &line);
+    set_context(&mut incoming.headers, context);
     if !incoming.headers.contains_key(http::header::HOST) {
         incoming
             .headers
@@ -103,18 +103,16 @@ pub fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
     Ok(incoming)
 }
 
-/// Gives a request its activation's context as `x-ow-*` headers, taken from the
-/// activation's request line: any of them the caller sent is replaced.
-pub fn set_context(headers: &mut HeaderMap, line: &Map<String, Value>) {
+/// Gives a request its activation's context as `x-ow-*` headers: any of them the caller
+/// sent is replaced.
+pub fn set_context(headers: &mut HeaderMap, context: &Context) {
     for (key, name) in CONTEXT {
         headers.remove(&name);
-        let text = match line.get(key) {
-            Some(Value::String(text)) => text.clone(),
-            Some(Value::Null) | None => continue,
-            Some(other) => other.to_string(),
-        };
         // A value no header can carry (a newline in an action's name) is left out.
-        if let Ok(value) = HeaderValue::try_from(text) {
+        if let Some(value) = context
+            .get(key)
+            .and_then(|text| HeaderValue::from_str(text).ok())
+        {
             headers.insert(name, value);
         }
     }
@@ -665,6 +663,12 @@ mod tests {
         serde_json::json!({"value": value, "activation_id": "a1", "deadline": "123", "action_name": "/ns/hello", "api_key": "secret"})
             .to_string()
             .into_bytes()
+    }
+
+    /// The request a `/run` body stands for, read as the runtime reads it.
+    fn request(line: &[u8]) -> Result<Incoming, BadRequest> {
+        let read = crate::context::read(line, true).unwrap();
+        super::request(read.value, &read.context)
     }
 
     fn header<'a>(incoming: &'a Incoming, name: &str) -> Option<&'a str> {

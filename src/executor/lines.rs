@@ -16,14 +16,71 @@ pub fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-/// docs/protocol.md 1.7 step 6: a result is one JSON object or array.
-pub fn check_result(line: Bytes) -> Result<Bytes, RunError> {
-    if is_json_result(&line) {
-        return Ok(line);
+/// A result line, read once where it is taken: what the metrics, the report, the
+/// response and `wasmloop run`'s exit status all go by.
+#[derive(Debug)]
+pub struct ResultLine {
+    pub line: Bytes,
+    /// An object with an `error` field at its top level: OpenWhisk's application error.
+    pub error: bool,
+    /// The `statusCode` at its top level, if it is one (a web action's response).
+    pub status_code: Option<u16>,
+}
+
+/// docs/protocol.md 1.7 step 6: a result is one JSON object or array; read in one pass,
+/// its bulk skipped unbuilt.
+pub fn check_result(line: Bytes) -> Result<ResultLine, RunError> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace());
+    let mut deserializer = serde_json::Deserializer::from_slice(&line);
+    let read = match first {
+        Some(b'{' | b'[') => serde::Deserializer::deserialize_any(&mut deserializer, TopLevel)
+            .and_then(|read| deserializer.end().map(|()| read))
+            .ok(),
+        _ => None,
+    };
+    match read {
+        Some((error, status_code)) => Ok(ResultLine {
+            line,
+            error,
+            status_code,
+        }),
+        None => match serde_json::from_slice::<IgnoredAny>(&line) {
+            Ok(_) => Err(RunError::NotAnObject(line)),
+            Err(_) => Err(RunError::NotJson(line)),
+        },
     }
-    match serde_json::from_slice::<IgnoredAny>(&line) {
-        Ok(_) => Err(RunError::NotAnObject(line)),
-        Err(_) => Err(RunError::NotJson(line)),
+}
+
+/// A result's top level: whether it has an `error` field, and its `statusCode`.
+struct TopLevel;
+
+impl<'de> serde::de::Visitor<'de> for TopLevel {
+    type Value = (bool, Option<u16>);
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object or array")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut error, mut status_code) = (false, None);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "statusCode" => {
+                    let value = map.next_value::<serde_json::Value>()?;
+                    status_code = value.as_u64().and_then(|code| u16::try_from(code).ok());
+                }
+                key => {
+                    error |= key == "error";
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok((error, status_code))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok((false, None))
     }
 }
 
@@ -173,41 +230,6 @@ pub fn frame_request(body: &[u8]) -> Vec<u8> {
     line.extend_from_slice(&body[from..]);
     line.push(b'\n');
     line
-}
-
-/// A web action's request line with the `traceparent` its request carried (in
-/// `value.__ow_headers`) added at the line's top level, where the logs read its trace id
-/// and a launcher makes it `__OW_TRACEPARENT`, as it does `__OW_ACTIVATION_ID`. The rest
-/// of the line is left byte for byte; a line without one (or with one at its top level
-/// already, or one that is no W3C traceparent) is returned as it was.
-pub fn lift_traceparent(line: Vec<u8>) -> Vec<u8> {
-    if memchr::memmem::find(&line, b"traceparent").is_none() || !line.starts_with(b"{") {
-        return line;
-    }
-    let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(&line) else {
-        return line;
-    };
-    if fields.contains_key("traceparent") {
-        return line;
-    }
-    let given = fields
-        .get("value")
-        .and_then(|value| value.get("__ow_headers"))
-        .and_then(|headers| headers.get("traceparent"))
-        .and_then(serde_json::Value::as_str);
-    let Some(traceparent) = given.and_then(crate::logs::traceparent) else {
-        return line;
-    };
-    // Hex and dashes only: nothing in it needs escaping.
-    let field = format!("\"traceparent\":\"{traceparent}\"");
-    let mut lifted = Vec::with_capacity(line.len() + field.len() + 1);
-    lifted.push(b'{');
-    lifted.extend_from_slice(field.as_bytes());
-    if !fields.is_empty() {
-        lifted.push(b',');
-    }
-    lifted.extend_from_slice(&line[1..]);
-    lifted
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -396,40 +418,6 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-
-    #[test]
-    fn a_web_requests_traceparent_is_lifted_to_the_line_and_nothing_else_changes() {
-        let line = format!(
-            "{{\"value\":{{\"__ow_headers\":{{\"traceparent\":\"{TRACEPARENT}\"}},\"n\":1}},\"activation_id\":\"a1\"}}\n"
-        );
-        let lifted = String::from_utf8(lift_traceparent(line.clone().into_bytes())).unwrap();
-        assert_eq!(
-            lifted,
-            format!("{{\"traceparent\":\"{TRACEPARENT}\",{}", &line[1..])
-        );
-        assert_eq!(
-            crate::protocol::activation_env(lifted.as_bytes())
-                .into_iter()
-                .find(|(k, _)| k == "__OW_TRACEPARENT")
-                .map(|(_, v)| v),
-            Some(TRACEPARENT.to_owned())
-        );
-        // None came, a bad one came, or the line has its own: the line is as it was.
-        for unchanged in [
-            "{\"value\":{\"name\":\"traceparent\"}}\n".to_owned(),
-            "{\"value\":{\"__ow_headers\":{\"traceparent\":\"00-zz-1-01\"}}}\n".to_owned(),
-            format!(
-                "{{\"traceparent\":\"{TRACEPARENT}\",\"value\":{{\"__ow_headers\":{{\"traceparent\":\"{TRACEPARENT}\"}}}}}}\n"
-            ),
-        ] {
-            assert_eq!(
-                lift_traceparent(unchanged.clone().into_bytes()),
-                unchanged.into_bytes()
-            );
-        }
-    }
-
     #[test]
     fn a_line_past_the_cap_is_an_error_whether_or_not_its_newline_came() {
         let mut lines = LineBuffer::default();
@@ -492,6 +480,43 @@ mod tests {
             reader.read_line(9).await,
             Err(LineError::TooLong(9))
         ));
+    }
+
+    #[test]
+    fn an_application_error_is_an_error_field_at_the_top_of_an_object_whatever_it_holds() {
+        let read = |line: &'static [u8]| check_result(Bytes::from_static(line)).unwrap();
+        for yes in [
+            &b"{\"error\":\"no\"}"[..],
+            b" {\"a\":1,\"error\":null}\n",
+            b"{\"error\":{}}",
+        ] {
+            assert!(read(yes).error, "{}", String::from_utf8_lossy(yes));
+        }
+        for no in [
+            &b"{\"errors\":1}"[..],
+            b"[{\"error\":1}]",
+            b"{\"a\":{\"error\":1}}",
+            br#"{"text":"\"error\""}"#,
+        ] {
+            assert!(!read(no).error, "{}", String::from_utf8_lossy(no));
+        }
+        assert_eq!(
+            read(br#"{"statusCode":503,"body":"x"}"#).status_code,
+            Some(503)
+        );
+        for none in [
+            &br#"{"statusCode":"503"}"#[..],
+            br#"{"statusCode":70000}"#,
+            br#"{"a":{"statusCode":404}}"#,
+            br#"[{"statusCode":404}]"#,
+        ] {
+            assert_eq!(
+                read(none).status_code,
+                None,
+                "{}",
+                String::from_utf8_lossy(none)
+            );
+        }
     }
 
     #[test]

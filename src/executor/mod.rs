@@ -52,15 +52,15 @@ use crate::protocol;
 pub trait Executor: Send + Sync {
     /// One activation: a request line (see `lines::frame_request`), answered with the
     /// action's result line (an object or array, with its `\n`); or, for an action that
-    /// takes them (`takes_requests`), a request as it came, answered with the response as
-    /// soon as its head is there, its body sent as the action writes it (the activation
-    /// lasts until that body has ended). Past `deadline` the activation is stopped and the
-    /// action restarted.
+    /// takes them (`takes_requests`), a `/run`'s value, answered likewise, or a request as
+    /// it came, answered with the response as soon as its head is there, its body sent as
+    /// the action writes it (the activation lasts until that body has ended). Past
+    /// `deadline` the activation is stopped and the action restarted.
     fn activate(&self, activation: Activation, deadline: Option<Instant>) -> ActivateFuture<'_>;
 
-    /// Whether its actions take requests as they came (`Activation::Request`); every
-    /// action takes request lines, which is how the others get a request: as a web
-    /// action's value (`web_action`).
+    /// Whether its actions take requests (`Payload::Request`, and `/run`'s values as
+    /// `Payload::Value`, which they make requests of); the others take request lines,
+    /// which is how they get a request: as a web action's value (`web_action`).
     fn takes_requests(&self) -> bool;
 
     /// Stops the action: every worker, idle or busy, is stopped (busy ones' activations
@@ -76,42 +76,55 @@ pub trait Executor: Send + Sync {
     fn started_in(&self, _took: Duration) {}
 }
 
-/// One activation, as the runtime hands it to an action.
-pub enum Activation {
-    /// Its request line (`/run`'s body framed as one line, or a web action's value).
+/// One activation, as the runtime hands it to an action: its context, read once where
+/// its request arrived, and what the action takes.
+pub struct Activation {
+    pub context: std::sync::Arc<crate::context::Context>,
+    pub payload: Payload,
+}
+
+/// What an activation gives its action.
+pub enum Payload {
+    /// Its request line (`/run`'s body framed as one line, or a web action's value made
+    /// one), for an action that reads lines.
     Line(Vec<u8>),
-    /// A request as it came (`--protocol http`), its body read as the action reads it;
-    /// `context` is its request line without a value (its id, its deadline).
-    Request {
-        request: Box<HttpRequest>,
-        context: Vec<u8>,
-    },
+    /// A `/run`'s value, for an action that takes requests (`takes_requests`): it makes
+    /// its request of it by the web-action convention (`web_action`).
+    Value(Option<serde_json::Value>),
+    /// A request as it came (`--protocol http`), its body read as the action reads it.
+    Request(Box<HttpRequest>),
 }
 
 /// What an activation answered.
 pub enum Answer {
-    /// The result line.
-    Line(Bytes),
-    /// The response, as soon as its head is there.
-    Response(HttpResponse),
+    /// The result line, and how the activation went as its answer says.
+    Line { line: Bytes, outcome: Outcome },
+    /// The response, as soon as its head is there, and how the activation went as its
+    /// status says.
+    Response {
+        response: HttpResponse,
+        outcome: Outcome,
+    },
 }
 
+pub use crate::metrics::Outcome;
+
 impl Answer {
-    /// The result line of an activation that was a request line.
-    pub fn into_line(self) -> Result<Bytes, RunError> {
+    /// The result line of an activation that was a request line or a value.
+    pub fn into_line(self) -> Result<(Bytes, Outcome), RunError> {
         match self {
-            Answer::Line(line) => Ok(line),
-            Answer::Response(_) => Err(RunError::Exited(Some(
+            Answer::Line { line, outcome } => Ok((line, outcome)),
+            Answer::Response { .. } => Err(RunError::Exited(Some(
                 "it answered a response where a result line was due".to_owned(),
             ))),
         }
     }
 
     /// The response of an activation that was a request as it came.
-    pub fn into_response(self) -> Result<HttpResponse, RunError> {
+    pub fn into_response(self) -> Result<(HttpResponse, Outcome), RunError> {
         match self {
-            Answer::Response(response) => Ok(response),
-            Answer::Line(_) => Err(RunError::Exited(Some(
+            Answer::Response { response, outcome } => Ok((response, outcome)),
+            Answer::Line { .. } => Err(RunError::Exited(Some(
                 "it answered a result line where a response was due".to_owned(),
             ))),
         }

@@ -5,15 +5,16 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::Admitted;
 use crate::action::Prepared;
+use crate::context::{self, Context as ActivationContext};
 use crate::error::Error;
-use crate::executor::{self, Executor, RunError};
+use crate::executor::{self, Activation, Executor, Payload, RunError};
 use crate::metrics::Outcome;
 use crate::protocol;
 
@@ -48,12 +49,12 @@ impl Action {
     /// `admitted` goes with it: a drain waits for the activation, not for its client.
     pub async fn activate_to_completion(
         self: Arc<Self>,
-        body: Bytes,
+        input: Input,
         admitted: Admitted,
-    ) -> Result<Bytes, Error> {
+    ) -> Result<Answered, Error> {
         let sentinels = self.sentinels;
         FinishOnDrop::new(async move {
-            let answer = self.activate(&body).await;
+            let answer = self.activate(input).await;
             drop(admitted);
             answer
         })
@@ -67,53 +68,69 @@ impl Action {
         })
     }
 
-    /// docs/protocol.md 1.7 steps 2-7: forward the body, wait for the result, mark the logs' end.
-    pub async fn activate(&self, body: &[u8]) -> Result<Bytes, Error> {
+    /// docs/protocol.md 1.7 steps 2-7: the input read once, given to the action, its
+    /// result waited for, the logs' end marked; counted by how it went.
+    pub async fn activate(&self, input: Input) -> Result<Answered, Error> {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
-        let answer = self.activate_uncounted(body).await;
-        if let Err(Error::Run(RunError::Stopped)) = &answer {
-            self.stopped(&crate::logs::Labels::of(body));
-        }
-        self.count(began, &answer, |result| {
-            if crate::metrics::is_application_error(result) {
-                Outcome::ApplicationError
-            } else {
-                Outcome::Success
+        let answer = match self.read(input) {
+            Ok(activation) => {
+                let context = activation.context.clone();
+                let answer = self.answer_of(activation).await;
+                if let Err(Error::Run(RunError::Stopped)) = &answer {
+                    self.stopped(&context.labels());
+                }
+                answer
             }
-        });
+            Err(refused) => Err(refused),
+        };
+        self.count(began, answer.as_ref().map(|answered| answered.outcome));
         answer
     }
 
-    /// Counts an activation that began at `began` (taken only when the metrics are on) and
-    /// ended with `answer`, a success judged by `succeeded`.
-    fn count<T>(
-        &self,
-        began: Option<std::time::Instant>,
-        answer: &Result<T, Error>,
-        succeeded: impl FnOnce(&T) -> Outcome,
-    ) {
+    /// The activation an input stands for: a `/run` body read here, once (see
+    /// `context::read`), its value built only for an action that takes requests (which
+    /// makes one of it); for the others the body goes on byte for byte, as one line.
+    fn read(&self, input: Input) -> Result<Activation, Error> {
+        let (context, payload) = match input {
+            Input::Made { line, context } => (context, Payload::Line(line)),
+            Input::Body(body) => {
+                let takes_requests = self.executor.takes_requests();
+                let read = context::read(&body, takes_requests).map_err(Error::BadRequest)?;
+                let payload = if takes_requests {
+                    Payload::Value(read.value)
+                } else {
+                    let line = executor::lines::frame_request(&body);
+                    Payload::Line(match &read.lifted {
+                        Some(traceparent) => context::with_traceparent(line, traceparent),
+                        None => line,
+                    })
+                };
+                (read.context, payload)
+            }
+        };
+        Ok(Activation {
+            context: Arc::new(context),
+            payload,
+        })
+    }
+
+    /// Counts an activation that began at `began` (taken only when the metrics are on)
+    /// and went as `outcome` says, or failed with that error.
+    fn count(&self, began: Option<std::time::Instant>, outcome: Result<Outcome, &Error>) {
         let (Some(metrics), Some(began)) = (&self.metrics, began) else {
             return;
         };
-        let outcome = match answer {
-            Ok(answered) => succeeded(answered),
-            Err(error) => outcome_of(error),
-        };
-        metrics.activation(outcome, began.elapsed());
+        metrics.activation(outcome.unwrap_or_else(outcome_of), began.elapsed());
     }
 
-    async fn activate_uncounted(&self, body: &[u8]) -> Result<Bytes, Error> {
-        let deadline = protocol::check_run_body(body).map_err(Error::BadRequest)?;
-        let limit = Limit::earliest(deadline, self.timeout);
-        let line = executor::lines::lift_traceparent(executor::lines::frame_request(body));
+    async fn answer_of(&self, activation: Activation) -> Result<Answered, Error> {
+        let limit = Limit::earliest(activation.context.deadline, self.timeout);
         let result = self
             .executor
-            .activate(
-                executor::Activation::Line(line),
-                limit.as_ref().map(|l| l.0),
-            )
+            .activate(activation, limit.as_ref().map(|l| l.0))
             .await
-            .and_then(executor::Answer::into_line);
+            .and_then(executor::Answer::into_line)
+            .map(|(result, outcome)| Answered { result, outcome });
         // The executor has marked the activation's end (the sentinels) before letting the
         // next one start.
         within_limit(result, limit)
@@ -150,36 +167,47 @@ impl Action {
     pub async fn serve(
         &self,
         request: executor::HttpRequest,
-        context: Vec<u8>,
+        context: ActivationContext,
         admitted: Admitted,
     ) -> Result<executor::HttpResponse, Error> {
         let began = self.metrics.as_ref().map(|_| std::time::Instant::now());
         let limit = Limit::earliest(None, self.timeout);
         let deadline = limit.as_ref().map(|l| l.0);
+        let activation = Activation {
+            context: Arc::new(context),
+            payload: Payload::Request(Box::new(request)),
+        };
         let served = self
             .executor
-            .activate(
-                executor::Activation::Request {
-                    request: Box::new(request),
-                    context,
-                },
-                deadline,
-            )
+            .activate(activation, deadline)
             .await
             .and_then(executor::Answer::into_response);
         let response = within_limit(served, limit);
-        // Counted once the response's head is there: its status is the component's answer,
-        // a 5xx its own word that it failed.
-        self.count(began, &response, |response| {
-            if response.status().is_server_error() {
-                Outcome::ApplicationError
-            } else {
-                Outcome::Success
-            }
-        });
-        let response = response?;
+        // Counted once the response's head is there: its status is how it went.
+        self.count(began, response.as_ref().map(|(_, outcome)| *outcome));
+        let (response, _) = response?;
         Ok(response.map(|body| executor::intake::Holding::body(body, admitted)))
     }
+}
+
+/// What an activation is given.
+pub enum Input {
+    /// A `/run` body, as it came: read once, by the runtime (`Action::activate`).
+    Body(Bytes),
+    /// A request line and its context, as the runtime made them (`--protocol http`, for
+    /// an action that reads lines): nothing left to read.
+    Made {
+        line: Vec<u8>,
+        context: ActivationContext,
+    },
+}
+
+/// What an activation answered: its result line, and how it went (an `error` field, a
+/// web action's 5xx), as it was read once where it was taken.
+#[derive(Debug)]
+pub struct Answered {
+    pub result: Bytes,
+    pub outcome: Outcome,
 }
 
 /// How an activation that failed ended, as the metrics count it.
@@ -262,17 +290,12 @@ pub(super) enum Limit {
 }
 
 impl Limit {
-    /// The earlier of the two, and when it falls. A deadline already past on arrival is
-    /// ignored: the platform's own tests send `"deadline":"123"`, and those requests run.
-    fn earliest(deadline_ms: Option<u64>, timeout: Option<Duration>) -> Option<(Instant, Limit)> {
+    /// The earlier of the two, and when it falls.
+    fn earliest(deadline: Option<Instant>, timeout: Option<Duration>) -> Option<(Instant, Limit)> {
         let now = Instant::now();
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let from_deadline = deadline_ms.filter(|ms| *ms > now_ms).map(|ms| {
-            let left = Duration::from_millis(ms - now_ms);
-            (now + left, Limit::Deadline(left))
-        });
+        let from_deadline = deadline
+            .filter(|at| *at > now)
+            .map(|at| (at, Limit::Deadline(at - now)));
         let from_timeout = timeout.map(|t| (now + t, Limit::Timeout(t)));
         match (from_deadline, from_timeout) {
             // A deadline within a moment of the timeout is one limit said twice (`wasmloop
@@ -304,47 +327,40 @@ fn rounded_to_ms(d: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn in_ms(ms: u64) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64
-            + ms
+    fn in_ms(ms: u64) -> Option<Instant> {
+        Some(Instant::now() + Duration::from_millis(ms))
     }
 
     #[test]
-    fn a_past_deadline_is_ignored_and_the_earlier_limit_wins() {
-        assert_eq!(Limit::earliest(Some(123), None), None);
+    fn the_earlier_limit_wins_and_the_same_one_said_twice_is_the_flag() {
+        assert_eq!(Limit::earliest(None, None), None);
         let timeout = Duration::from_secs(5);
         assert_eq!(
-            Limit::earliest(Some(123), Some(timeout)).unwrap().1,
+            Limit::earliest(None, Some(timeout)).unwrap().1,
             Limit::Timeout(timeout)
         );
-        let soon = in_ms(60_000);
         let deadline = |limit: Option<(Instant, Limit)>| match limit.unwrap().1 {
             Limit::Deadline(left) => left,
             other => panic!("{other:?}"),
         };
-        let left = deadline(Limit::earliest(Some(soon), None));
+        let left = deadline(Limit::earliest(in_ms(60_000), None));
         assert!(
             left <= Duration::from_secs(60) && left > Duration::from_secs(59),
             "{left:?}"
         );
         assert_eq!(
-            Limit::earliest(Some(soon), Some(timeout)).unwrap().1,
+            Limit::earliest(in_ms(60_000), Some(timeout)).unwrap().1,
             Limit::Timeout(timeout)
         );
-        let very_soon = in_ms(1_000);
-        let left = deadline(Limit::earliest(Some(very_soon), Some(timeout)));
+        let left = deadline(Limit::earliest(in_ms(1_000), Some(timeout)));
         assert!(left <= Duration::from_secs(1), "{left:?}");
         assert_eq!(
             Limit::Deadline(Duration::from_micros(2_999_600)).describe(),
             "its deadline (2s 999ms after it arrived)"
         );
         // The same instant said twice, as `wasmloop run` sends it: the flag is named.
-        let same = in_ms(5_000);
         assert_eq!(
-            Limit::earliest(Some(same), Some(timeout)).unwrap().1,
+            Limit::earliest(in_ms(5_000), Some(timeout)).unwrap().1,
             Limit::Timeout(timeout)
         );
     }

@@ -14,7 +14,7 @@ use crate::error::MSG_BUILT_IN;
 
 mod activation;
 
-pub use activation::Action;
+pub use activation::{Action, Answered, Input};
 
 /// What an `/init` asks for: the action's code, its entry point name and the environment
 /// it adds.

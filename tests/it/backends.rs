@@ -8,7 +8,9 @@ use wasmloop::action::{Entry, Prepared};
 use wasmloop::config::Config;
 use wasmloop::executor::pool::PoolSize;
 use wasmloop::executor::registry::{Backend, Claim, Registration, StartFuture};
-use wasmloop::executor::{ActivateFuture, Activation, Answer, Executor, RunError, StartSpec};
+use wasmloop::executor::{
+    ActivateFuture, Activation, Answer, Executor, Outcome, Payload, RunError, StartSpec,
+};
 
 use crate::support::{http, init_binary};
 
@@ -71,15 +73,23 @@ impl Executor for Greeter {
         _deadline: Option<tokio::time::Instant>,
     ) -> ActivateFuture<'_> {
         Box::pin(async move {
-            let Activation::Line(line) = activation else {
+            let Payload::Line(line) = activation.payload else {
                 return Err(RunError::BadInput(
                     "the toy takes request lines only".into(),
                 ));
             };
             let request: Value =
                 serde_json::from_slice(&line).map_err(|e| RunError::BadInput(e.to_string()))?;
-            let answer = json!({"greeting": self.0, "value": request["value"]});
-            Ok(Answer::Line(format!("{answer}\n").into()))
+            // The context came read: the toy answers with the id it names.
+            let answer = json!({
+                "greeting": self.0,
+                "value": request["value"],
+                "id": activation.context.activation_id(),
+            });
+            Ok(Answer::Line {
+                line: format!("{answer}\n").into(),
+                outcome: Outcome::Success,
+            })
         })
     }
 
@@ -148,7 +158,7 @@ fn a_fifth_backend_registered_from_outside_claims_its_uploads_over_the_native_fa
     );
     assert_eq!(
         reply.json(),
-        json!({"greeting": "hello", "value": {"name": "Ada"}})
+        json!({"greeting": "hello", "value": {"name": "Ada"}, "id": "a1"})
     );
     drop(stop);
     thread.join().unwrap();

@@ -148,11 +148,13 @@ impl Worker for HttpInstance {
 
     async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
         match job {
-            Job::Line(line) => {
-                let incoming = web::request(&line).map_err(|e| RunError::BadInput(e.0))?;
-                self.environ.arrive(&line);
+            Job::Value { value, context } => {
+                let incoming =
+                    web::request(value, &context).map_err(|e| RunError::BadInput(e.0))?;
+                self.environ.arrive(&context);
                 self.handle(incoming).await
             }
+            Job::Line { .. } => Err(RunError::BadInput(VALUES_ONLY.to_owned())),
             Job::Request {
                 request,
                 context,
@@ -172,20 +174,22 @@ impl Worker for HttpInstance {
     }
 }
 
+/// What an HTTP component answers a request line: the runtime gives it `/run`'s values
+/// read (`Payload::Value`), never lines.
+const VALUES_ONLY: &str = "this action takes requests and web actions' values, not request lines";
+
 impl HttpInstance {
     /// Serves one request as it came: sends the response's head on `respond` as soon as
     /// it has it, and returns once the response's body has ended.
     async fn serve(
         &mut self,
         request: HttpRequest,
-        context: Vec<u8>,
+        context: std::sync::Arc<crate::context::Context>,
         respond: Respond,
     ) -> Result<(), RunError> {
         self.environ.arrive(&context);
         let (mut parts, body) = request.into_parts();
-        if let Ok(line) = serde_json::from_slice(&context) {
-            web::set_context(&mut parts.headers, &line);
-        }
+        web::set_context(&mut parts.headers, &context);
         let body = body.map_err(|e| -> wasmtime_wasi_http::Error { intake_error(e).into() });
         let request = axum::http::Request::from_parts(parts, body);
         let (send, answer) = tokio::sync::oneshot::channel::<Answer>();

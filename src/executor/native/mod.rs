@@ -136,8 +136,9 @@ impl Worker for Process {
         match how {
             Start::Checked => Process::spawn(spec, &[], true).await,
             Start::Ahead => Process::spawn(spec, &[], false).await,
-            Start::OnArrival(line) => {
-                Process::spawn(spec, &crate::protocol::activation_env(line), false).await
+            Start::OnArrival(context) => {
+                let env: Vec<_> = context.env().collect();
+                Process::spawn(spec, &env, false).await
             }
         }
     }
@@ -172,7 +173,7 @@ impl Worker for Process {
     }
 
     async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
-        let line = job.into_line()?;
+        let (line, _) = job.into_line()?;
         self.stdout.forget_lines();
         self.exchange(&line, self.max_result).await
     }

@@ -3,7 +3,6 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{Pool, PoolSize, Reporting, Start, Worker, micros, within};
@@ -333,12 +332,12 @@ impl<W: Worker> Pool<W> {
         }
     }
 
-    /// The worker for an activation whose request line is `line`: an idle one (renewed
+    /// The worker for an activation with `context`: an idle one (renewed
     /// first if it is stale), or one made for it. A worker that died while idle is
     /// replaced before the activation.
     pub(super) async fn take(
         &self,
-        line: &[u8],
+        context: &crate::context::Context,
         deadline: Option<Instant>,
     ) -> Result<Idle<W>, RunError> {
         let entry = if self.starts_on_arrival() {
@@ -348,7 +347,7 @@ impl<W: Worker> Pool<W> {
             let (generation, spec) = self.current_spec();
             let began = std::time::Instant::now();
             let started = within(deadline, async {
-                let worker = W::start(&spec, Start::OnArrival(line)).await;
+                let worker = W::start(&spec, Start::OnArrival(context)).await;
                 worker
                     .map(|worker| {
                         Idle::new(worker, generation, Made::Lifetime, &self.reporting.metrics)
@@ -388,7 +387,7 @@ impl<W: Worker> Pool<W> {
     pub(super) fn give_back(
         &self,
         mut entry: Idle<W>,
-        result: &Result<Bytes, RunError>,
+        result: &Result<Option<crate::executor::lines::ResultLine>, RunError>,
         permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
         // A JSON answer that is not an object leaves the worker in step; any other failure

@@ -20,18 +20,25 @@ pub use worker::{Job, NO_REQUESTS, PoolSize, Start, Worker};
 
 use super::report::cpu_timed;
 use super::{
-    AbortOnDrop, ActivateFuture, Activation, Answer, Executor, HttpRequest, HttpResponse, Respond,
-    RunError, lines,
+    AbortOnDrop, ActivateFuture, Activation, Answer, Executor, HttpRequest, HttpResponse, Outcome,
+    Payload, Respond, RunError, lines,
 };
+use crate::context::Context;
 use crate::lock;
 
-/// What kind of activation a job is: its request line goes with it either way.
+/// What a job gives its worker: its context goes with it whatever it is.
 enum Kind {
     /// Its request line, answered with its result line.
-    Line,
+    Line(Vec<u8>),
+    /// A `/run`'s value, answered with its result line.
+    Value(Option<serde_json::Value>),
     /// A request served as it came (`Job::Request`).
     Request(Box<HttpRequest>, Respond),
 }
+
+/// What a job ended with: its result line, read once (none for a request served as it
+/// came, whose response has gone out).
+type Ended = Result<Option<lines::ResultLine>, RunError>;
 
 /// What an activation leaves to its end: the permit it holds until then, whether its
 /// worker has written the end already, and what its report and lines need: when it began
@@ -94,15 +101,18 @@ where
 {
     fn activate(&self, activation: Activation, deadline: Option<Instant>) -> ActivateFuture<'_> {
         Box::pin(async move {
-            match activation {
-                Activation::Line(line) => {
-                    self.job(Kind::Line, line, deadline).await.map(Answer::Line)
+            let Activation { context, payload } = activation;
+            let kind = match payload {
+                Payload::Line(line) => Kind::Line(line),
+                Payload::Value(value) => Kind::Value(value),
+                Payload::Request(request) => {
+                    let response = self.serve(request, context, deadline).await?;
+                    let outcome = Outcome::answered(false, response.status().as_u16());
+                    return Ok(Answer::Response { response, outcome });
                 }
-                Activation::Request { request, context } => self
-                    .serve(request, context, deadline)
-                    .await
-                    .map(Answer::Response),
-            }
+            };
+            let (line, outcome) = self.job(kind, context, deadline).await?;
+            Ok(Answer::Line { line, outcome })
         })
     }
 
@@ -139,7 +149,7 @@ impl<W: Worker> Pool<W> {
     async fn serve(
         &self,
         request: Box<HttpRequest>,
-        context: Vec<u8>,
+        context: Arc<Context>,
         deadline: Option<Instant>,
     ) -> Result<HttpResponse, RunError> {
         if !W::TAKES_REQUESTS {
@@ -169,26 +179,26 @@ impl<W: Worker> Pool<W> {
         }
     }
 
-    /// One activation of either kind, ended (its logs marked) before the next may start.
+    /// One activation of any kind, ended (its logs marked) before the next may start: its
+    /// result line (empty for a request served as it came) and how it went.
     async fn job(
         &self,
         kind: Kind,
-        line: Vec<u8>,
+        context: Arc<Context>,
         deadline: Option<Instant>,
-    ) -> Result<Bytes, RunError> {
+    ) -> Result<(Bytes, Outcome), RunError> {
         let mut stopping = self.stopping.subscribe();
         let head_sent = match &kind {
             Kind::Request(_, respond) => Some(respond.head_sent()),
-            Kind::Line => None,
+            Kind::Line(_) | Kind::Value(_) => None,
         };
         // Read only for the activation's report.
         let began = self.reporting.reports.then(std::time::Instant::now);
-        // Parsing the request line costs a few µs: only when the lines carry its labels.
         let labels = self
             .reporting
             .format
             .is_json()
-            .then(|| Arc::new(crate::logs::Labels::of(&line)));
+            .then(|| Arc::new(context.labels()));
         let mut in_flight = InFlight {
             began,
             labels: labels.clone(),
@@ -203,7 +213,7 @@ impl<W: Worker> Pool<W> {
                 self.say_stopped(began, sent, labels.as_deref());
                 Err(RunError::Stopped)
             }
-            result = self.carry_out(kind, line, deadline, head_sent.as_deref(), &mut in_flight) => result,
+            result = self.carry_out(kind, context, deadline, head_sent.as_deref(), &mut in_flight) => result,
         };
         if !in_flight.written {
             self.reporting.end.write();
@@ -227,14 +237,14 @@ impl<W: Worker> Pool<W> {
     async fn carry_out(
         &self,
         kind: Kind,
-        line: Vec<u8>,
+        context: Arc<Context>,
         deadline: Option<Instant>,
         head_sent: Option<&AtomicU16>,
         in_flight: &mut InFlight,
-    ) -> Result<Bytes, RunError> {
+    ) -> Result<(Bytes, Outcome), RunError> {
         in_flight.permit = Some(self.admit(deadline).await?);
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
-        let mut entry = self.take(&line, deadline).await?;
+        let mut entry = self.take(&context, deadline).await?;
         let instance = entry.instance_use();
         let worker = &mut entry.worker;
         self.hand_over(worker, in_flight);
@@ -242,21 +252,30 @@ impl<W: Worker> Pool<W> {
         let cpu_before = if reports { worker.cpu_time() } else { None };
         let mut polled = std::time::Duration::ZERO;
         let work = async {
-            match kind {
-                Kind::Line => lines::check_result(worker.activate(Job::Line(line)).await?),
-                Kind::Request(request, respond) => {
-                    let request = Job::Request {
+            let (job, answers_a_line) = match kind {
+                Kind::Line(line) => (Job::Line { line, context }, true),
+                Kind::Value(value) => (Job::Value { value, context }, true),
+                Kind::Request(request, respond) => (
+                    Job::Request {
                         request,
-                        context: line,
+                        context,
                         respond,
-                    };
-                    worker.activate(request).await
-                }
+                    },
+                    false,
+                ),
+            };
+            let answered = worker.activate(job).await?;
+            if answers_a_line {
+                lines::check_result(answered).map(Some)
+            } else {
+                Ok(None)
             }
         };
-        let result = within(deadline, cpu_timed(work, &mut polled, reports)).await;
+        let result: Ended = within(deadline, cpu_timed(work, &mut polled, reports)).await;
         let sent = head_sent.map_or(0, |sent| sent.load(Ordering::Acquire));
         self.explain(worker, &result, sent);
+        let verdict = self.verdict(&result, sent);
+        let outcome = verdict.outcome;
         let close = match in_flight.began {
             Some(began) => {
                 // A child's own clock where it has one; an instance ran inside the polls.
@@ -264,14 +283,15 @@ impl<W: Worker> Pool<W> {
                     Some(before) => worker.cpu_time().map(|after| after.saturating_sub(before)),
                     None => Some(polled),
                 };
-                self.closed_with_report(worker, &result, sent, began.elapsed(), cpu, instance)
+                self.closed_with_report(worker, verdict, began.elapsed(), cpu, instance)
             }
             None => Close::from(self.reporting.end),
         };
         worker.end_activation(close);
         in_flight.written = true;
         self.give_back(entry, &result, &mut in_flight.permit);
-        result
+        let line = result?.map_or_else(Bytes::new, |read| read.line);
+        Ok((line, outcome))
     }
 
     /// Readies `worker` for an activation: output it left since the last one is said
@@ -294,7 +314,7 @@ impl<W: Worker> Pool<W> {
     /// at all (a print on the result channel) no canonical case sends, and without a word
     /// the 502 would leave its author guessing. A response already under way (`sent`) was
     /// cut: the client saw its body end, and this says why.
-    fn explain(&self, worker: &W, result: &Result<Bytes, RunError>, sent: u16) {
+    fn explain(&self, worker: &W, result: &Ended, sent: u16) {
         let hints = self.reporting.hints;
         match result {
             Err(e) if sent != 0 => self.say_about(
@@ -346,7 +366,7 @@ mod tests {
         }
 
         async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
-            let line = job.into_line()?;
+            let (line, _) = job.into_line()?;
             if line == b"exit\n" {
                 return Err(RunError::Exited(None));
             }
@@ -354,12 +374,21 @@ mod tests {
         }
     }
 
+    /// An activation whose request line is `line`.
+    fn line(line: &[u8]) -> Activation {
+        Activation {
+            context: Arc::default(),
+            payload: Payload::Line(line.to_vec()),
+        }
+    }
+
     async fn answer(slot: &Pool<Fake>) -> String {
         let answer = slot
-            .activate(Activation::Line(b"{}\n".to_vec()), None)
+            .activate(line(b"{}\n"), None)
             .await
             .and_then(Answer::into_line)
-            .unwrap();
+            .unwrap()
+            .0;
         String::from_utf8(answer.to_vec()).unwrap()
     }
 
@@ -396,11 +425,7 @@ mod tests {
             "the unneeded fresh worker is not kept"
         );
         // Once it ends, its successor is made from the new spec.
-        assert!(
-            slot.activate(Activation::Line(b"exit\n".to_vec()), None)
-                .await
-                .is_err()
-        );
+        assert!(slot.activate(line(b"exit\n"), None).await.is_err());
         assert_eq!(answer(&slot).await, "{\"spec\":3}\n");
     }
 
@@ -455,10 +480,11 @@ mod tests {
         let mut answers = Vec::new();
         for _ in 0..5 {
             let answer = pool
-                .activate(Activation::Line(b"{}\n".to_vec()), None)
+                .activate(line(b"{}\n"), None)
                 .await
                 .and_then(Answer::into_line)
-                .unwrap();
+                .unwrap()
+                .0;
             answers.push(String::from_utf8(answer.to_vec()).unwrap());
         }
         assert_eq!(
@@ -534,10 +560,7 @@ mod tests {
         let runs: Vec<_> = (0..3)
             .map(|_| {
                 let slot = slot.clone();
-                tokio::spawn(async move {
-                    slot.activate(Activation::Line(b"{}\n".to_vec()), None)
-                        .await
-                })
+                tokio::spawn(async move { slot.activate(line(b"{}\n"), None).await })
             })
             .collect();
         // The first is served alone; two queue behind it.

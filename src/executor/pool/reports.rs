@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::{Close, End, Pool, Worker};
 use crate::executor::RunError;
+use crate::executor::lines::ResultLine;
 use crate::executor::report::{InstanceUse, Report};
 use crate::lock;
+use crate::metrics::Outcome;
 
 /// What a pool writes of its own about each activation, beside the action's logs, and
 /// where it counts.
@@ -64,19 +64,18 @@ impl From<End> for Reporting {
 }
 
 impl<W: Worker> Pool<W> {
-    /// The end of an activation's logs with its report, the activation having taken
-    /// `wall` and `cpu` on `worker`, found as `instance` says; `sent` as `verdict` reads it.
+    /// The end of an activation's logs with its report, the activation having ended as
+    /// `verdict` says and taken `wall` and `cpu` on `worker`, found as `instance` says.
     pub(super) fn closed_with_report(
         &self,
         worker: &mut W,
-        result: &Result<Bytes, RunError>,
-        sent: u16,
+        verdict: crate::executor::report::Verdict,
         wall: std::time::Duration,
         cpu: Option<std::time::Duration>,
         instance: InstanceUse,
     ) -> Close {
         let report = Report {
-            verdict: self.verdict(result, sent),
+            verdict,
             wall,
             cpu,
             memory: worker.peak_memory_bytes(),
@@ -124,54 +123,39 @@ impl<W: Worker> Pool<W> {
         }
     }
 
-    /// How an activation that ended with `result` went, as its report says it: for a
-    /// request served as it came, `sent` is the status its response went out with (0 if
-    /// none did), which stands even for one cut short; a stdio action's result is the
-    /// response under `--protocol http`, with its `statusCode`.
+    /// How an activation that ended with `result` went, as its report and the metrics
+    /// say it: for a request served as it came, `sent` is the status its response went
+    /// out with (0 if none did), which stands even for one cut short; a stdio action's
+    /// result is the response under `--protocol http`, with its `statusCode`.
     pub(super) fn verdict(
         &self,
-        result: &Result<Bytes, RunError>,
+        result: &Result<Option<ResultLine>, RunError>,
         sent: u16,
     ) -> crate::executor::report::Verdict {
-        use crate::metrics::Outcome;
         let (outcome, status, error) = match result {
             Err(e) => (
                 e.outcome(),
                 e.status(self.reporting.web),
                 Some(e.to_string()),
             ),
-            Ok(_) if sent != 0 => (Outcome::Success, sent, None),
-            Ok(result) => {
-                let outcome = if crate::metrics::is_application_error(result) {
-                    Outcome::ApplicationError
+            Ok(line) => {
+                let asked = line
+                    .as_ref()
+                    .and_then(|line| line.status_code)
+                    .filter(|_| self.reporting.web);
+                let status = if sent != 0 {
+                    sent
                 } else {
-                    Outcome::Success
+                    asked.unwrap_or(200)
                 };
-                let asked = self.reporting.web.then(|| web_status(result)).flatten();
-                (outcome, asked.unwrap_or(200), None)
+                let error_field = line.as_ref().is_some_and(|line| line.error);
+                (Outcome::answered(error_field, status), status, None)
             }
-        };
-        let status = if sent != 0 { sent } else { status };
-        // An answer of 5xx is the action's own word that it failed, as an `error` field is.
-        let outcome = match outcome {
-            Outcome::Success if status >= 500 => Outcome::ApplicationError,
-            outcome => outcome,
         };
         crate::executor::report::Verdict {
             outcome,
-            status,
+            status: if sent != 0 { sent } else { status },
             error,
         }
     }
-}
-
-/// The status a web action's result asks for (`statusCode`), as `--protocol http` sends
-/// it; none for a result that names none.
-fn web_status(result: &[u8]) -> Option<u16> {
-    #[derive(serde::Deserialize)]
-    struct Response {
-        #[serde(rename = "statusCode")]
-        status_code: Option<u16>,
-    }
-    serde_json::from_slice::<Response>(result).ok()?.status_code
 }

@@ -1,10 +1,12 @@
 //! The worker contract: what a backend runs activations on, how one is started, and how many a pool keeps.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::Close;
+use crate::context::Context;
 use crate::executor::{HttpRequest, Respond, RunError, StartError};
 
 /// What a backend runs activations on.
@@ -89,27 +91,37 @@ pub trait Worker: Sized + Send + 'static {
     }
 }
 
-/// What an activation asks of a worker.
+/// What an activation asks of a worker, with its context (`context`).
 pub enum Job {
     /// Its request line, answered with its result line.
-    Line(Vec<u8>),
+    Line {
+        line: Vec<u8>,
+        context: Arc<Context>,
+    },
+    /// A `/run`'s value (`Worker::TAKES_REQUESTS`), answered with its result line.
+    Value {
+        value: Option<serde_json::Value>,
+        context: Arc<Context>,
+    },
     /// A request as it came (`Worker::TAKES_REQUESTS`): the response's head goes on
     /// `respond` as soon as there is one, and the activation returns (no bytes) once the
-    /// response's body has ended. `context` is its request line without a value.
+    /// response's body has ended.
     Request {
         request: Box<HttpRequest>,
-        context: Vec<u8>,
+        context: Arc<Context>,
         respond: Respond,
     },
 }
 
 impl Job {
-    /// The request line, for a worker that takes nothing else (the pool hands it nothing
-    /// else: `Worker::TAKES_REQUESTS`).
-    pub fn into_line(self) -> Result<Vec<u8>, RunError> {
+    /// The request line and its context, for a worker that takes nothing else (the pool
+    /// hands it nothing else: `Worker::TAKES_REQUESTS`).
+    pub fn into_line(self) -> Result<(Vec<u8>, Arc<Context>), RunError> {
         match self {
-            Job::Line(line) => Ok(line),
-            Job::Request { .. } => Err(RunError::BadInput(NO_REQUESTS.to_owned())),
+            Job::Line { line, context } => Ok((line, context)),
+            Job::Value { .. } | Job::Request { .. } => {
+                Err(RunError::BadInput(NO_REQUESTS.to_owned()))
+            }
         }
     }
 }
@@ -126,9 +138,9 @@ pub enum Start<'a> {
     /// A successor made ahead of its activation, once the action has started before: a
     /// worker may skip the checks that only matter at `/init`.
     Ahead,
-    /// A fresh worker started once its activation has come, whose request is this line
-    /// (see `Worker::FRESH_STARTS_ON_ARRIVAL`).
-    OnArrival(&'a [u8]),
+    /// A fresh worker started once its activation has come, with its context (see
+    /// `Worker::FRESH_STARTS_ON_ARRIVAL`).
+    OnArrival(&'a Context),
 }
 
 /// How many workers, how many activations may wait for one, and how long a worker lives.

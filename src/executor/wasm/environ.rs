@@ -56,11 +56,10 @@ impl Environ {
     }
 
     /// The activation has come: a fresh instance's guest reads its values from now on.
-    pub fn arrive(&self, request_line: &[u8]) {
+    pub fn arrive(&self, context: &crate::context::Context) {
         let mut state = crate::lock(&self.0);
         if state.told.is_none() {
-            let activation = crate::protocol::activation_env(request_line);
-            state.told = Some(state.base.iter().cloned().chain(activation).collect());
+            state.told = Some(state.base.iter().cloned().chain(context.env()).collect());
             if let Some(waiter) = state.waiter.take() {
                 waiter.wake();
             }
@@ -222,7 +221,7 @@ mod tests {
         let environ = Environ::new(base(), true, true);
         assert_eq!(now(&environ), None, "read before the activation came");
         assert!(environ.is_waiting());
-        environ.arrive(br#"{"value":{"x":1},"activation_id":"a1","deadline":"17"}"#);
+        environ.arrive(&crate::context::read(br#"{"value":{"x":1},"activation_id":"a1","deadline":"17"}"#, false).unwrap().context);
         let vars = now(&environ).expect("the values have come");
         assert!(!environ.is_waiting());
         assert!(vars.contains(&("__OW_NAMESPACE".to_owned(), "_".to_owned())));
@@ -234,7 +233,7 @@ mod tests {
     #[test]
     fn an_instance_that_serves_several_never_has_an_activations_values() {
         let environ = Environ::new(base(), false, true);
-        environ.arrive(br#"{"value":{},"activation_id":"a1"}"#);
+        environ.arrive(&crate::context::read(br#"{"value":{},"activation_id":"a1"}"#, false).unwrap().context);
         assert_eq!(now(&environ), Some(base().to_vec()));
     }
 

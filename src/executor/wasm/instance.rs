@@ -55,10 +55,10 @@ impl Worker for Instance {
     }
 
     async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
-        let line = job.into_line()?;
+        let (line, context) = job.into_line()?;
         self.settle().await;
         // The result's cap is the stdout stream's own, set when the instance was made.
-        let result = self.exchange(line).await;
+        let result = self.exchange(line, &context).await;
         // Lines it wrote after its answer, before waiting for the next request, go to the
         // logs of this activation (ahead of its own log lines, held back below). When the
         // line taken is no result, what follows is more likely the real one: the instance
@@ -398,9 +398,13 @@ impl Instance {
         }
     }
 
-    async fn exchange(&mut self, line: Vec<u8>) -> Result<Bytes, RunError> {
+    async fn exchange(
+        &mut self,
+        line: Vec<u8>,
+        context: &crate::context::Context,
+    ) -> Result<Bytes, RunError> {
         let _ticking = self.ticker.running();
-        self.environ.arrive(&line);
+        self.environ.arrive(context);
         self.stdin.push(Bytes::from(line));
         std::future::poll_fn(|cx| {
             self.poll_guest(cx);
