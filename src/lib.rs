@@ -14,6 +14,12 @@
 //!   other paths.
 //! - `runtime`: the action slot that `/init` fills and `/run` uses; it holds the backend
 //!   registry (`executor::registry::Registry`), made from its `Config`, and the metrics.
+//!   Its `Action::activate` is the edge: a `/run` body is read there, once, into a
+//!   `context::Context` and a payload (the body as one line, or its value for an action
+//!   that takes requests), the `executor::Activation` every layer below takes as it is;
+//!   the answer comes back with its outcome, read once where the pool took it.
+//! - `context`: one activation's context (ids, names, deadline, traceparent, the
+//!   environment a launcher sets), read in one pass or made by `plain_http` as it is.
 //! - `metrics`: the Prometheus metrics, made by `main` and handed down (runtime, registry,
 //!   backends): nothing is process-wide.
 //! - `protocol`: the ActionLoop wire types, fixed messages, JSON responses and the log
@@ -61,8 +67,8 @@
 //! The arrows point one way (no module uses one that uses it; `../shared/tools/structure.sh`
 //! finds no circle): `server` → `linger`, `handlers` → `runtime` → `executor` → `action` →
 //! `signing`; `error` sits beside `runtime` and names `action`'s and `executor`'s errors;
-//! `config`, `protocol`, `web_action`, `logs`, `metrics`, `outbound`, `memory` and `signals`
-//! are used from above and use nothing above them; `local_run`, `ow_compile`, `new_project` and `cli` are
+//! `config`, `protocol`, `context`, `web_action`, `logs`, `metrics`, `outbound`, `memory`
+//! and `signals` are used from above and use nothing above them; `local_run`, `ow_compile`, `new_project` and `cli` are
 //! at the top, beside `main`.
 
 pub mod action;

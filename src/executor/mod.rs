@@ -469,6 +469,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_answer_of_the_wrong_kind_is_the_actions_failure_and_says_which() {
+        let line = || Answer::Line {
+            line: Bytes::from_static(b"{}\n"),
+            outcome: Outcome::Success,
+        };
+        let response = || Answer::Response {
+            response: HttpResponse::new(axum::body::Body::empty()),
+            outcome: Outcome::Success,
+        };
+        assert!(line().into_line().is_ok());
+        assert!(response().into_response().is_ok());
+        let wrong = |answer: Result<(), RunError>| match answer {
+            Err(RunError::Exited(Some(detail))) => detail,
+            _ => panic!("a wrong kind passed"),
+        };
+        assert_eq!(
+            wrong(response().into_line().map(drop)),
+            "it answered a response where a result line was due"
+        );
+        assert_eq!(
+            wrong(line().into_response().map(drop)),
+            "it answered a result line where a response was due"
+        );
+    }
+
+    #[test]
     fn later_sources_override_earlier_ones_in_the_action_env() {
         let mut config = Config::default();
         config.action.wait_for_ack = Some("1".into());

@@ -492,3 +492,72 @@ fn under_plain_http_every_answer_is_counted_by_status_and_every_refusal_by_reaso
     );
     assert_eq!(busy.join().unwrap(), 503);
 }
+
+#[test]
+fn a_web_actions_answer_counts_as_its_report_says_it_went() {
+    let echo = Backend::Wasm.guest("echo");
+    let (server, metrics) = with_metrics(&[
+        "--protocol",
+        "http",
+        "--action",
+        echo.to_str().unwrap(),
+        "--log-format",
+        "json",
+    ]);
+    // The echo answers its value: what each body asks for is its result.
+    let post = |body: &str| {
+        status_of(
+            server.addr,
+            format!(
+                "POST / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+    };
+    assert_eq!(post(r#"{"statusCode":503}"#), 503);
+    assert_eq!(post(r#"{"statusCode":201}"#), 201);
+    assert_eq!(post(r#"{"error":"no name"}"#), 200);
+    let samples = scrape(metrics);
+    let activations = |outcome: &str| {
+        value(
+            &samples,
+            &format!(r#"wasmloop_activations_total{{backend="wasm",outcome="{outcome}"}}"#),
+        )
+    };
+    assert_eq!(
+        (activations("success"), activations("application_error")),
+        (1.0, 2.0),
+        "a 5xx is the action's word that it failed, as an error field is"
+    );
+    let reports = || -> Vec<(String, u64)> {
+        let mut reported: Vec<(String, u64)> = server
+            .stderr()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter_map(|record| record.get("report").cloned())
+            .map(|report| {
+                let outcome = report["outcome"].as_str().unwrap_or_default().to_owned();
+                (outcome, report["status"].as_u64().unwrap_or_default())
+            })
+            .collect();
+        reported.sort();
+        reported
+    };
+    let started = std::time::Instant::now();
+    let mut reported = reports();
+    while reported.len() < 3 && started.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        reported = reports();
+    }
+    assert_eq!(
+        reported,
+        [
+            ("application_error".to_owned(), 200),
+            ("application_error".to_owned(), 503),
+            ("success".to_owned(), 201),
+        ],
+        "{}",
+        server.stderr()
+    );
+}

@@ -404,6 +404,27 @@ mod tests {
     };
 
     #[tokio::test]
+    async fn a_worker_of_lines_refuses_values_and_requests_and_stays_in_service() {
+        let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
+        let value = Activation {
+            context: Arc::default(),
+            payload: Payload::Value(Some(serde_json::json!({"n": 1}))),
+        };
+        let request = Activation {
+            context: Arc::default(),
+            payload: Payload::Request(Box::new(HttpRequest::new(axum::body::Body::empty()))),
+        };
+        for activation in [value, request] {
+            match slot.activate(activation, None).await {
+                Err(RunError::BadInput(message)) => assert_eq!(message, worker::NO_REQUESTS),
+                Err(other) => panic!("{other}"),
+                Ok(_) => panic!("a worker of lines answered something else"),
+            }
+        }
+        assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
+    }
+
+    #[tokio::test]
     async fn a_worker_that_has_served_outlives_an_upgrade_and_its_successor_is_new() {
         let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
