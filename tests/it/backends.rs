@@ -182,3 +182,37 @@ fn two_backends_claiming_an_upload_equally_closely_are_refused_naming_both() {
     drop(stop);
     thread.join().unwrap();
 }
+
+/// The test action that shows a backend of the registry running, by its registration's
+/// name; none for a backend the tests do not know yet.
+fn test_action(name: &str) -> Option<Value> {
+    use crate::support::Backend as Kind;
+    match name {
+        "native" => Some(Kind::Native.init_guest("echo")),
+        "wasm" => Some(Kind::Wasm.init_guest("echo")),
+        "component" => Some(Kind::Component.init_guest("echo")),
+        "http" => Some(init_binary(&crate::support::read(
+            &crate::support::http_guest(),
+        ))),
+        _ => None,
+    }
+}
+
+/// The tests go by the registry's own list: a backend it gains fails here until the tests
+/// have an action for it, and each runs one with no other backend allowed.
+#[test]
+fn every_backend_the_registry_lists_runs_a_test_action_alone() {
+    for registration in wasmloop::executor::BACKENDS {
+        let name = registration.name;
+        let init = test_action(name).unwrap_or_else(|| {
+            panic!("the registry lists {name}, which no test runs: give it a test action here")
+        });
+        let server = crate::support::Server::builder()
+            .args(&["--backends", name])
+            .start();
+        server.init(&init).assert(200, "{\"ok\":true}\n");
+        let run = json!({"value": {"name": "x"}, "activation_id": "a1"});
+        let reply = server.post("/run", run.to_string().as_bytes());
+        assert_eq!(reply.status, 200, "{name}: {}", reply.text());
+    }
+}
