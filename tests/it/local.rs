@@ -462,3 +462,15 @@ fn serve_loads_what_run_compiled() {
         server.run(json!({"b": 2})).assert(200, "{\"b\":2}\n");
     }
 }
+
+#[test]
+fn run_takes_the_native_start_probe_and_says_an_action_that_exits_at_start_cannot_start() {
+    let guest = Backend::Native.guest("exits_at_start");
+    let output = wasmloop_run(&["--start-probe", "500ms", guest.to_str().unwrap()], "{}\n");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot start action: command exited: exit status: 1"),
+        "{stderr}"
+    );
+}
