@@ -146,7 +146,7 @@ fn charts(c: &Comparison) -> Vec<(String, Option<String>)> {
     let latency = c.connection_counts().into_iter().map(|n| {
         let not_at = format!("not measured at {}", connections_phrase(n));
         let left_out = left_out(c, |v| v.warm_at(n).is_none().then(|| not_at.clone()));
-        (latency_chart(c, n), left_out)
+        (latency_chart(c, n, None), left_out)
     });
     let mut charts: Vec<_> = latency.collect();
     if charts.is_empty() {
