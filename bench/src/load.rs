@@ -249,8 +249,9 @@ struct Slices {
     sum: Driven,
     /// Each round's p50, p99 and rate.
     rounds: Vec<[f64; 3]>,
-    /// The CPU the server used: none once a reading failed (someone else's, or gone).
-    server: Option<Duration>,
+    /// The CPU the server used in each round: none where a reading failed (someone else's,
+    /// or gone), which leaves the sum of them none.
+    server: Vec<Option<Duration>>,
     client: Duration,
 }
 
@@ -285,13 +286,7 @@ pub async fn measure(
             }
         }
         let rounds = options.rounds.clamp(1, options.hits.max(1));
-        let mut all: Vec<Slices> = targets
-            .iter()
-            .map(|_| Slices {
-                server: Some(Duration::ZERO),
-                ..Slices::default()
-            })
-            .collect();
+        let mut all: Vec<Slices> = targets.iter().map(|_| Slices::default()).collect();
         for round in 0..rounds {
             let share = options.hits / rounds + usize::from(round < options.hits % rounds);
             for (target, slices) in targets.iter().zip(&mut all) {
@@ -300,12 +295,9 @@ pub async fn measure(
                 let client_before = cpu::client();
                 let mut driven = drive(target, share, connections, progress).await?;
                 slices.client += cpu::client().saturating_sub(client_before);
-                slices.server = match (server_before, target.pid.and_then(cpu::server)) {
-                    (Some(before), Some(after)) => {
-                        slices.server.map(|s| s + after.saturating_sub(before))
-                    }
-                    _ => None,
-                };
+                let server = server_before.zip(target.pid.and_then(cpu::server));
+                let used = server.map(|(before, now)| now.saturating_sub(before));
+                slices.server.push(used);
                 if stop_on_wrong && round == 0 && options.warmup == 0 && driven.errors > 0 {
                     return Err(wrong_answers(target, &driven, progress));
                 }
@@ -324,7 +316,7 @@ pub async fn measure(
             // Wrong answers were served too: every request counts.
             let requests = sum.micros.len();
             let column = |k: usize| stats::spread(&rounds.iter().map(|f| f[k]).collect::<Vec<_>>());
-            let (server, client) = (slices.server, slices.client);
+            let server: Option<Duration> = slices.server.iter().copied().sum();
             warms.push(Warm {
                 connections,
                 micros: std::mem::take(&mut sum.micros),
@@ -332,7 +324,7 @@ pub async fn measure(
                 p99: column(1),
                 per_second: column(2),
                 server_cpu_us: server.and_then(|used| cpu::per_request(used, requests)),
-                client_cpu_us: cpu::per_request(client, requests),
+                client_cpu_us: cpu::per_request(slices.client, requests),
             });
             checked.add(slices.sum);
         }

@@ -247,10 +247,7 @@ async fn start(row: &Row, file: &Path, options: &Options) -> anyhow::Result<Runn
 fn write(dir: &Path, rows: &Comparison) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::write(dir.join("bench.csv"), report::csv(rows))?;
-    let curve = |row| Some(report::Curve::of(row, row.warm.first()?));
-    let curves: Vec<report::Curve> = rows.variants.iter().filter_map(curve).collect();
-    let connections = curves.first().map_or(1, |curve| curve.warm.connections);
     let path = dir.join("latency.svg");
-    std::fs::write(&path, report::latency_svg(curves, connections))
+    std::fs::write(&path, report::latency_svg(rows))
         .with_context(|| format!("cannot write {}", path.display()))
 }

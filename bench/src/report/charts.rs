@@ -168,59 +168,34 @@ impl Scale {
     }
 }
 
-/// One line of a latency chart: whose it is, and its sorted latencies. Fresh variants are
-/// dashed, so a variant and its fresh twin stay apart past ten colours.
-pub struct Curve<'a> {
-    pub label: &'a str,
-    pub dashed: bool,
-    pub warm: &'a Warm,
+/// `bench --out`'s latency.svg: the rows' latency curves at their one connection count,
+/// drawn as the report draws them; on its own, the chart carries the page's styles (its
+/// grid, ticks and labels are classes of them).
+pub fn latency_svg(rows: &Comparison) -> String {
+    let connections = rows.connection_counts().first().copied().unwrap_or(1);
+    latency_chart(rows, connections, Some(super::html::STYLE))
 }
 
-impl<'a> Curve<'a> {
-    /// `variant`'s curve of `warm`, dashed if it is fresh.
-    pub fn of(variant: &'a Variant, warm: &'a Warm) -> Curve<'a> {
-        let dashed = variant.lifetime == Lifetime::Fresh;
-        Curve {
-            label: &variant.label,
-            dashed,
-            warm,
-        }
-    }
-}
-
-/// `bench --out`'s latency.svg: the rows' latency curves, drawn as the report draws them;
-/// on its own, the chart carries the page's styles (its grid, ticks and labels are
-/// classes of them).
-pub fn latency_svg(curves: Vec<Curve>, connections: usize) -> String {
-    let curves = curves.into_iter().enumerate().collect();
-    curves_chart(curves, connections, Some(super::html::STYLE))
-}
-
-/// The page's latency chart at `n` connections: a curve per variant measured there.
-pub(super) fn latency_chart(c: &Comparison, n: usize) -> String {
-    let curves = c.variants.iter().enumerate();
-    let curves = curves.filter_map(|(i, v)| Some((i, Curve::of(v, v.warm_at(n)?))));
-    curves_chart(curves.collect(), n, None)
-}
-
-/// The latency distribution at one connection count: percentile on a nines scale (each
-/// tick ten times rarer than the last, so the tail gets as much room as the body) against
-/// latency on a log scale, each curve in its variant's colour; `css`, the styles a chart
-/// outside the page carries.
-fn curves_chart(mut series: Vec<(usize, Curve)>, connections: usize, css: Option<&str>) -> String {
+/// The latency distribution at one connection count: a curve per variant measured there,
+/// percentile on a nines scale (each tick ten times rarer than the last, so the tail gets
+/// as much room as the body) against latency on a log scale, each curve in its variant's
+/// colour; `css`, the styles a chart outside the page carries.
+pub(super) fn latency_chart(c: &Comparison, connections: usize, css: Option<&str>) -> String {
     let at = connections_phrase(connections);
     let title = format!("latency by percentile at {at}");
     let id = format!("latency-{connections}");
-    series.retain(|(_, c)| !c.warm.micros.is_empty());
+    let series = c.variants.iter().enumerate();
+    let series = series.filter_map(|(i, v)| Some((i, v, v.warm_at(connections)?)));
+    let series: Vec<_> = series.filter(|(.., w)| !w.micros.is_empty()).collect();
     if series.is_empty() {
         let why = "no variant was measured warm at this connection count";
         return not_measured(&id, &title, why);
     }
     // Sample i of n sits at p = i/n: the first at 0, the largest at 1 - 1/n, the cap.
     let nines = |p: f64| -(1.0 - p).log10();
-    let lengths = series.iter().map(|(_, c)| c.warm.micros.len() as f64);
+    let lengths = series.iter().map(|(.., w)| w.micros.len() as f64);
     let x_max = lengths.map(f64::log10).fold(nines(0.9), f64::max);
-    let micros = series.iter().flat_map(|(_, c)| c.warm.micros.iter());
+    let micros = series.iter().flat_map(|(.., w)| w.micros.iter());
     let y = Scale::over(micros.copied(), false, true);
     let (entry, left, right, top) = (38.0, 90.0, 790.0, 58.0);
     let bottom = f64::max(430.0, top + entry * series.len() as f64 + 10.0);
@@ -248,13 +223,13 @@ fn curves_chart(mut series: Vec<(usize, Curve)>, connections: usize, css: Option
     let turn = format!("transform=\"rotate(-90 22 {mid:.1})\"");
     let axis = format!("class=\"axis\" x=\"22\" y=\"{mid:.1}\" text-anchor=\"middle\"");
     let _ = write!(svg.0, "<text {axis} {turn}>latency (log scale)</text>");
-    let stroke = |i: usize, curve: &Curve, width: &str| {
-        let dashes = ["", " stroke-dasharray=\"7 4\""][usize::from(curve.dashed)];
+    // Fresh variants are dashed, so a variant and its fresh twin stay apart past ten colours.
+    let stroke = |i: usize, v: &Variant, width: &str| {
+        let dashes = ["", " stroke-dasharray=\"7 4\""][usize::from(v.lifetime == Lifetime::Fresh)];
         format!("stroke=\"{}\" stroke-width=\"{width}\"{dashes}", colour(i))
     };
-    for (i, curve) in &series {
-        let micros = &curve.warm.micros;
-        let n = micros.len() as f64;
+    for &(i, v, w) in &series {
+        let (micros, n) = (&w.micros, w.micros.len() as f64);
         // Enough points for a smooth line at this width; the samples they fall on are exact.
         let mut points = String::new();
         let mut last = usize::MAX;
@@ -266,19 +241,19 @@ fn curves_chart(mut series: Vec<(usize, Curve)>, connections: usize, css: Option
                 let _ = write!(points, "{:.1},{:.1} ", px(x), py(micros[index]));
             }
         }
-        let style = stroke(*i, curve, "2.2");
-        let (points, label) = (points.trim_end(), escape(curve.label));
+        let style = stroke(i, v, "2.2");
+        let (points, label) = (points.trim_end(), escape(&v.label));
         let line = format!("fill=\"none\" {style} stroke-linejoin=\"round\"");
         let _ = write!(svg.0, "<polyline {line} points=\"{points}\">");
         let _ = write!(svg.0, "<title>{label}</title></polyline>");
     }
     // The legend, right of the plot, with each line's own figures under its name.
     let lx = right + 20.0;
-    for (k, (i, curve)) in series.iter().enumerate() {
-        let (w, ly) = (curve.warm, top + 12.0 + entry * k as f64);
-        let style = stroke(*i, curve, "3");
+    for (k, &(i, v, w)) in series.iter().enumerate() {
+        let ly = top + 12.0 + entry * k as f64;
+        let style = stroke(i, v, "3");
         svg.line((lx, ly - 4.0), (lx + 28.0, ly - 4.0), &style);
-        let label = fit(curve.label, (WIDTH - lx - 44.0) / CHAR);
+        let label = fit(&v.label, (WIDTH - lx - 44.0) / CHAR);
         svg.text((lx + 36.0, ly), "label start", &label);
         let (p50, p99, max) = (w.p50.median, w.p99.median, w.micros[w.micros.len() - 1]);
         let figures = [("p50", p50), ("p99", p99), ("max", max)];

@@ -50,31 +50,27 @@ pub(super) fn full_rows(c: &Comparison) -> Vec<Vec<String>> {
             number(v.cold_from(source).map(|c| figure(&c.millis)), 3)
         };
         let count = |n: Option<u64>| n.map_or(String::new(), |n| n.to_string());
+        let kind: &dyn std::fmt::Display = if v.row { &"row" } else { &v.form };
         for warm in warms {
             let w = |figure: fn(&Warm) -> f64| number(warm.map(figure), 1);
+            // A figure over the rounds: its median, least and most.
+            let spread = |figure: fn(&Warm) -> Spread| {
+                let s = warm.map(figure);
+                [s.map(|s| s.median), s.map(|s| s.min), s.map(|s| s.max)].map(|v| number(v, 1))
+            };
             let mut row = vec![
                 v.label.clone(),
-                if v.row {
-                    "row".to_owned()
-                } else {
-                    v.form.to_string()
-                },
+                kind.to_string(),
                 v.compiler.map(|c| c.to_string()).unwrap_or_default(),
                 v.lifetime.to_string(),
                 count(warm.map(|w| w.connections as u64)),
                 count(warm.map(|w| w.micros.len() as u64)),
-                w(|w| w.p50.median),
-                w(|w| w.p50.min),
-                w(|w| w.p50.max),
-                w(|w| percentile(&w.micros, 90.0)),
-                w(|w| w.p99.median),
-                w(|w| w.p99.min),
-                w(|w| w.p99.max),
-                w(|w| w.micros.last().copied().unwrap_or(f64::NAN)),
-                w(|w| w.per_second.median),
-                w(|w| w.per_second.min),
-                w(|w| w.per_second.max),
             ];
+            row.extend(spread(|w| w.p50));
+            row.push(w(|w| percentile(&w.micros, 90.0)));
+            row.extend(spread(|w| w.p99));
+            row.push(w(|w| w.micros.last().copied().unwrap_or(f64::NAN)));
+            row.extend(spread(|w| w.per_second));
             row.extend(Source::ALL[..5].iter().map(|s| cold(*s, |s| s.median)));
             row.extend([
                 count(v.resident_after_init),

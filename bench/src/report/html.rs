@@ -146,22 +146,19 @@ fn charts(c: &Comparison) -> Vec<(String, Option<String>)> {
     let latency = c.connection_counts().into_iter().map(|n| {
         let not_at = format!("not measured at {}", connections_phrase(n));
         let left_out = left_out(c, |v| v.warm_at(n).is_none().then(|| not_at.clone()));
-        (latency_chart(c, n), left_out)
+        (latency_chart(c, n, None), left_out)
     });
     let mut charts: Vec<_> = latency.collect();
     if charts.is_empty() {
         let why = "no variant was measured warm";
         charts.push((not_measured("latency", "latency by percentile", why), None));
     }
-    // A bar chart, and what it leaves out.
-    type Chart = (fn(&Comparison) -> String, fn(&Comparison) -> Option<String>);
-    let bars: [Chart; 4] = [
-        (cold_chart, cold_left_out),
-        (memory_chart, memory_left_out),
-        (throughput_chart, throughput_left_out),
-        (crash_chart, crash_left_out),
-    ];
-    charts.extend(bars.map(|(chart, left_out)| (chart(c), left_out(c))));
+    charts.extend([
+        (cold_chart(c), cold_left_out(c)),
+        (memory_chart(c), memory_left_out(c)),
+        (throughput_chart(c), throughput_left_out(c)),
+        (crash_chart(c), crash_left_out(c)),
+    ]);
     charts
 }
 

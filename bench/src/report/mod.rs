@@ -11,7 +11,7 @@ use csv::*;
 use html::escape;
 
 pub use crate::stats::Spread;
-pub use charts::{Curve, latency_svg};
+pub use charts::latency_svg;
 pub use csv::csv;
 pub use html::html;
 pub use table::table;

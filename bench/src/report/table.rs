@@ -104,8 +104,8 @@ pub fn table(c: &Comparison) -> String {
          from a crash to the next answer; err: wrong answers)\n",
     );
     out.push_str(&legend);
-    let host: Vec<String> = host_conditions(&c.conditions)
-        .into_iter()
+    let host = host_conditions(&c.conditions).into_iter();
+    let host: Vec<String> = host
         .map(|(name, value)| format!("{name} {value}"))
         .collect();
     if !host.is_empty() {

@@ -305,13 +305,11 @@ fn pool<'a>(
     usual: bool,
 ) -> Vec<(&'a Variant, Spread)> {
     let measured = variants.iter().filter_map(|v| Some((*v, figure(v)?)));
-    let measured: Vec<_> = measured.filter(|(_, x)| x.median.is_finite()).collect();
+    let mut measured: Vec<_> = measured.filter(|(_, x)| x.median.is_finite()).collect();
     let persistent = |v: &Variant| v.lifetime == Lifetime::Persistent;
     let any_persistent = usual && measured.iter().any(|(v, _)| persistent(v));
+    measured.retain(|(v, _)| !any_persistent || persistent(v));
     measured
-        .into_iter()
-        .filter(|(v, _)| !any_persistent || persistent(v))
-        .collect()
 }
 
 /// The lowest (or, `highest`, the highest) median of `pool`.
@@ -430,18 +428,14 @@ fn cold_phrase(
 fn cold_words(c: &Comparison, variants: &[&Variant]) -> &'static str {
     let init = |s: &Source| !matches!(s, Source::FirstAnswer | Source::FirstCached);
     let started = |s: &Source| variants.iter().any(|v| v.cold_from(*s).is_some());
-    match c.sources().iter().any(|s| init(s) && started(s)) {
-        true => "cold /init",
-        false => "cold start",
-    }
+    let inits = c.sources().iter().any(|s| init(s) && started(s));
+    if inits { "cold /init" } else { "cold start" }
 }
 
 fn memory_phrase(variants: &[&Variant], least: Standing) -> Option<String> {
-    let after_init = variants.iter().filter_map(|v| v.resident_after_init).min();
-    let per_extra = variants
-        .iter()
-        .filter_map(|v| v.resident_per_extra_instance);
-    let per_extra = per_extra.min();
+    let least_of = |of: fn(&Variant) -> Option<u64>| variants.iter().filter_map(|v| of(v)).min();
+    let after_init = least_of(|v| v.resident_after_init);
+    let per_extra = least_of(|v| v.resident_per_extra_instance);
     let after_init = after_init.map(|a| format!("{} resident after /init", bytes(a)));
     let per_extra = per_extra.map(|e| format!("+{} per extra instance", bytes(e)));
     let said: Vec<String> = after_init.into_iter().chain(per_extra).collect();
@@ -743,6 +737,18 @@ mod tests {
         }
     }
 
+    /// A persistent module and component whose p50s are `module` and `component`.
+    fn two_forms(module: Spread, component: Spread) -> Comparison {
+        let module = variant(Module, Persistent, module);
+        comparison(vec![module, variant(Component, Persistent, component)])
+    }
+
+    /// A module kept and fresh, whose p50s are `kept` and `fresh`.
+    fn kept_and_fresh(kept: Spread, fresh: Spread) -> Comparison {
+        let kept = variant(Module, Persistent, kept);
+        comparison(vec![kept, variant(Module, Fresh, fresh)])
+    }
+
     /// A winner's title as a verdict gives it alone: "fastest warm: ", "(fastest)", ...
     fn wins(said: &str) -> bool {
         let titles = "fastest warm:|most req/s at 8 connections (|shortest tail:|(fastest)|\
@@ -752,19 +758,13 @@ mod tests {
 
     #[test]
     fn spreads_apart_name_a_winner_and_overlapping_ones_never() {
-        let apart = comparison(vec![
-            variant(Module, Persistent, spread(20.0, 19.0, 21.0)),
-            variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
-        ]);
+        let apart = two_forms(spread(20.0, 19.0, 21.0), spread(30.0, 29.0, 31.0));
         let said = say(&apart);
         same(&lines(&said), golden!("apart-verdicts.txt"));
         assert!(!wins(&said[1]), "{}", said[1]);
 
         // The component's least reaches the module's most: nobody wins anything.
-        let mut overlapping = comparison(vec![
-            variant(Module, Persistent, spread(20.0, 19.0, 24.0)),
-            variant(Component, Persistent, spread(23.0, 21.0, 25.0)),
-        ]);
+        let mut overlapping = two_forms(spread(20.0, 19.0, 24.0), spread(23.0, 21.0, 25.0));
         // Memory read once: 3% apart is within its noise.
         overlapping.variants[0].resident_after_init = Some(100 << 20);
         overlapping.variants[1].resident_after_init = Some(103 << 20);
@@ -803,16 +803,10 @@ mod tests {
 
     #[test]
     fn a_fresh_instance_against_a_kept_one_twice_as_slow_costs_what_it_costs() {
-        let c = comparison(vec![
-            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
-            variant(Module, Fresh, spread(40.0, 38.0, 44.0)),
-        ]);
+        let c = kept_and_fresh(spread(20.0, 19.0, 22.0), spread(40.0, 38.0, 44.0));
         same(&lines(&say(&c)), golden!("fresh-twice-verdicts.txt"));
         // The same action as its own fresh twin: nothing measurable.
-        let c = comparison(vec![
-            variant(Module, Persistent, spread(20.0, 19.0, 22.0)),
-            variant(Module, Fresh, spread(20.5, 19.0, 22.0)),
-        ]);
+        let c = kept_and_fresh(spread(20.0, 19.0, 22.0), spread(20.5, 19.0, 22.0));
         same(&lines(&say(&c)), golden!("fresh-alike-verdicts.txt"));
     }
 
@@ -842,9 +836,7 @@ mod tests {
         let c = spread(20.8, 20.6, 20.9);
         assert!(Quantity::Micros.apart(&spread(20.0, 19.8, 20.4), &c));
         // And as the issue saw it: a module at 20 against a component at 21 [21–21].
-        let module = variant(Module, Persistent, spread(20.4, 20.0, 20.6));
-        let component = variant(Component, Persistent, b);
-        let said = say(&comparison(vec![module, component]));
+        let said = say(&two_forms(spread(20.4, 20.0, 20.6), b));
         assert!(!said[0].contains("fastest warm"), "{}", said[0]);
         starts(
             &said[0],
@@ -881,10 +873,7 @@ mod tests {
 
     #[test]
     fn too_few_rounds_or_cold_runs_name_no_winner_and_say_why() {
-        let mut c = comparison(vec![
-            variant(Module, Persistent, spread(20.0, 19.5, 20.5)),
-            variant(Component, Persistent, spread(30.0, 29.0, 31.0)),
-        ]);
+        let mut c = two_forms(spread(20.0, 19.5, 20.5), spread(30.0, 29.0, 31.0));
         assert_eq!(few_samples_notes(&c), Vec::<String>::new());
         c.conditions.rounds = 3;
         for v in &mut c.variants {
@@ -905,10 +894,7 @@ mod tests {
 
     #[test]
     fn a_host_whose_speed_moved_past_the_runs_own_spread_is_warned_of() {
-        let mut c = comparison(vec![
-            variant(Module, Persistent, spread(20.0, 19.8, 20.2)),
-            variant(Component, Persistent, spread(30.0, 29.7, 30.3)),
-        ]);
+        let mut c = two_forms(spread(20.0, 19.8, 20.2), spread(30.0, 29.7, 30.3));
         // The issue's run: 43 ms, its first runs of the task slow, then 27.
         c.conditions.before.reference_ms = Some(spread(43.0, 27.0, 45.0));
         c.conditions.after.reference_ms = Some(spread(27.0, 26.0, 28.0));
