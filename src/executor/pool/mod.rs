@@ -264,7 +264,11 @@ impl<W: Worker> Pool<W> {
                     false,
                 ),
             };
-            let answered = worker.activate(job).await?;
+            // Boxed: a worker's activation is a deep state machine (a component's call
+            // holds wasmtime's), and inline it made every future around it as large, each
+            // moved whole as the activation went through tokio (a spawn, its stages, the
+            // timeout): a profile of a kept HTTP component's hello found those copies.
+            let answered = Box::pin(worker.activate(job)).await?;
             if answers_a_line {
                 lines::check_result(answered).map(Some)
             } else {
