@@ -22,8 +22,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context made by the runtime itself (`--protocol http`, `wasmloop run`), from its
-    /// fields' texts and its deadline.
+    /// A context made by the runtime itself (`--protocol http`), from its fields' texts
+    /// and its deadline.
     pub fn made(fields: Vec<(&str, String)>, timeout: Option<Duration>) -> Context {
         let mut fields: Vec<(String, Option<String>)> = fields
             .into_iter()

@@ -26,16 +26,6 @@ use super::{
 use crate::context::Context;
 use crate::lock;
 
-/// What a job gives its worker: its context goes with it whatever it is.
-enum Kind {
-    /// Its request line, answered with its result line.
-    Line(Vec<u8>),
-    /// A `/run`'s value, answered with its result line.
-    Value(Option<serde_json::Value>),
-    /// A request served as it came (`Job::Request`).
-    Request(Box<HttpRequest>, Respond),
-}
-
 /// What a job ended with: its result line, read once (none for a request served as it
 /// came, whose response has gone out).
 type Ended = Result<Option<lines::ResultLine>, RunError>;
@@ -102,16 +92,16 @@ where
     fn activate(&self, activation: Activation, deadline: Option<Instant>) -> ActivateFuture<'_> {
         Box::pin(async move {
             let Activation { context, payload } = activation;
-            let kind = match payload {
-                Payload::Line(line) => Kind::Line(line),
-                Payload::Value(value) => Kind::Value(value),
+            let job = match payload {
+                Payload::Line(line) => Job::Line { line, context },
+                Payload::Value(value) => Job::Value { value, context },
                 Payload::Request(request) => {
                     let response = self.serve(request, context, deadline).await?;
                     let outcome = Outcome::answered(false, response.status().as_u16());
                     return Ok(Answer::Response { response, outcome });
                 }
             };
-            let (line, outcome) = self.job(kind, context, deadline).await?;
+            let (line, outcome) = self.job(job, deadline).await?;
             Ok(Answer::Line { line, outcome })
         })
     }
@@ -159,10 +149,12 @@ impl<W: Worker> Pool<W> {
         let (respond, head) = Respond::new();
         // The activation goes on once the head is out, until the worker has written
         // the body: a task of its own holds the worker until then.
-        let task = tokio::spawn(async move {
-            pool.job(Kind::Request(request, respond), context, deadline)
-                .await
-        });
+        let job = Job::Request {
+            request,
+            context,
+            respond,
+        };
+        let task = tokio::spawn(async move { pool.job(job, deadline).await });
         match head.await {
             Ok(response) => Ok(response),
             Err(_) => match task.await {
@@ -181,16 +173,11 @@ impl<W: Worker> Pool<W> {
 
     /// One activation of any kind, ended (its logs marked) before the next may start: its
     /// result line (empty for a request served as it came) and how it went.
-    async fn job(
-        &self,
-        kind: Kind,
-        context: Arc<Context>,
-        deadline: Option<Instant>,
-    ) -> Result<(Bytes, Outcome), RunError> {
+    async fn job(&self, job: Job, deadline: Option<Instant>) -> Result<(Bytes, Outcome), RunError> {
         let mut stopping = self.stopping.subscribe();
-        let head_sent = match &kind {
-            Kind::Request(_, respond) => Some(respond.head_sent()),
-            Kind::Line(_) | Kind::Value(_) => None,
+        let head_sent = match &job {
+            Job::Request { respond, .. } => Some(respond.head_sent()),
+            Job::Line { .. } | Job::Value { .. } => None,
         };
         // Read only for the activation's report.
         let began = self.reporting.reports.then(std::time::Instant::now);
@@ -198,7 +185,7 @@ impl<W: Worker> Pool<W> {
             .reporting
             .format
             .is_json()
-            .then(|| Arc::new(context.labels()));
+            .then(|| Arc::new(job.context().labels()));
         let mut in_flight = InFlight {
             began,
             labels: labels.clone(),
@@ -213,7 +200,7 @@ impl<W: Worker> Pool<W> {
                 self.say_stopped(began, sent, labels.as_deref());
                 Err(RunError::Stopped)
             }
-            result = self.carry_out(kind, context, deadline, head_sent.as_deref(), &mut in_flight) => result,
+            result = self.carry_out(job, deadline, head_sent.as_deref(), &mut in_flight) => result,
         };
         if !in_flight.written {
             self.reporting.end.write();
@@ -236,34 +223,24 @@ impl<W: Worker> Pool<W> {
     /// set once its response's head went out (a failure after that is told as a cut).
     async fn carry_out(
         &self,
-        kind: Kind,
-        context: Arc<Context>,
+        job: Job,
         deadline: Option<Instant>,
         head_sent: Option<&AtomicU16>,
         in_flight: &mut InFlight,
     ) -> Result<(Bytes, Outcome), RunError> {
         in_flight.permit = Some(self.admit(deadline).await?);
         // Owned by this activation until it ends: were it cancelled, the worker goes with it.
-        let mut entry = self.take(&context, deadline).await?;
+        let mut entry = self.take(job.context(), deadline).await?;
         let instance = entry.instance_use();
         let worker = &mut entry.worker;
         self.hand_over(worker, in_flight);
         let reports = self.reporting.reports;
         let cpu_before = if reports { worker.cpu_time() } else { None };
         let mut polled = std::time::Duration::ZERO;
+        // A request served as it came has sent its response by the end; the others'
+        // answer is a result line.
+        let answers_a_line = !matches!(job, Job::Request { .. });
         let work = async {
-            let (job, answers_a_line) = match kind {
-                Kind::Line(line) => (Job::Line { line, context }, true),
-                Kind::Value(value) => (Job::Value { value, context }, true),
-                Kind::Request(request, respond) => (
-                    Job::Request {
-                        request,
-                        context,
-                        respond,
-                    },
-                    false,
-                ),
-            };
             // Boxed: a worker's activation is a deep state machine (a component's call
             // holds wasmtime's), and inline it made every future around it as large, each
             // moved whole as the activation went through tokio (a spawn, its stages, the
@@ -386,7 +363,11 @@ mod tests {
         }
     }
 
-    async fn answer(slot: &Pool<Fake>) -> String {
+    /// The result line a pool answers `{}` with.
+    async fn answer<W: Worker>(slot: &Pool<W>) -> String
+    where
+        W::Spec: 'static,
+    {
         let answer = slot
             .activate(line(b"{}\n"), None)
             .await
@@ -409,7 +390,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_of_lines_refuses_values_and_requests_and_stays_in_service() {
-        let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
+        let slot = Pool::<Fake>::start(spec(1), SIZE, End::Logs).await.unwrap();
         let value = Activation {
             context: Arc::default(),
             payload: Payload::Value(Some(serde_json::json!({"n": 1}))),
@@ -430,7 +411,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_served_outlives_an_upgrade_and_its_successor_is_new() {
-        let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
+        let slot = Pool::<Fake>::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(answer(&slot).await, "{\"spec\":1}\n");
         let failing = FakeSpec {
             id: 2,
@@ -456,7 +437,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_has_not_served_is_swapped_at_an_upgrade() {
-        let slot = Pool::start(spec(1), SIZE, End::Logs).await.unwrap();
+        let slot = Pool::<Fake>::start(spec(1), SIZE, End::Logs).await.unwrap();
         assert_eq!(slot.upgrade(spec(2)).await.unwrap(), 1);
         assert_eq!(answer(&slot).await, "{\"spec\":2}\n");
         let idle = lock(&slot.idle);
@@ -504,13 +485,7 @@ mod tests {
             .unwrap();
         let mut answers = Vec::new();
         for _ in 0..5 {
-            let answer = pool
-                .activate(line(b"{}\n"), None)
-                .await
-                .and_then(Answer::into_line)
-                .unwrap()
-                .0;
-            answers.push(String::from_utf8(answer.to_vec()).unwrap());
+            answers.push(answer(&pool).await);
         }
         assert_eq!(
             answers,

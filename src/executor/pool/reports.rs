@@ -132,10 +132,12 @@ impl<W: Worker> Pool<W> {
         result: &Result<Option<ResultLine>, RunError>,
         sent: u16,
     ) -> crate::executor::report::Verdict {
+        // A status that went out stands, whatever the activation would have answered.
+        let status = |own: u16| if sent != 0 { sent } else { own };
         let (outcome, status, error) = match result {
             Err(e) => (
                 e.outcome(),
-                e.status(self.reporting.web),
+                status(e.status(self.reporting.web)),
                 Some(e.to_string()),
             ),
             Ok(line) => {
@@ -143,18 +145,14 @@ impl<W: Worker> Pool<W> {
                     .as_ref()
                     .and_then(|line| line.status_code)
                     .filter(|_| self.reporting.web);
-                let status = if sent != 0 {
-                    sent
-                } else {
-                    asked.unwrap_or(200)
-                };
+                let status = status(asked.unwrap_or(200));
                 let error_field = line.as_ref().is_some_and(|line| line.error);
                 (Outcome::answered(error_field, status), status, None)
             }
         };
         crate::executor::report::Verdict {
             outcome,
-            status: if sent != 0 { sent } else { status },
+            status,
             error,
         }
     }

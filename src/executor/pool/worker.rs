@@ -50,11 +50,13 @@ pub trait Worker: Sized + Send + 'static {
         close.write();
     }
 
-    /// Whether it takes requests as they came (`Job::Request`) besides request lines.
+    /// Whether it takes requests as they came (`Job::Request`) and `/run`'s values
+    /// (`Job::Value`); the others take request lines (`Job::Line`).
     const TAKES_REQUESTS: bool = false;
 
-    /// One activation: a request line, answered with the result line (at most as long as
-    /// the worker's spec allows); or, where it takes them, a request as it came.
+    /// One activation: a request line or a value, answered with the result line (at most
+    /// as long as the worker's spec allows); or a request as it came, its response sent
+    /// on the way.
     fn activate(&mut self, job: Job) -> impl Future<Output = Result<Bytes, RunError>> + Send;
 
     /// Told before each activation which one it is, when log lines carry it
@@ -114,6 +116,14 @@ pub enum Job {
 }
 
 impl Job {
+    pub fn context(&self) -> &Context {
+        match self {
+            Job::Line { context, .. }
+            | Job::Value { context, .. }
+            | Job::Request { context, .. } => context,
+        }
+    }
+
     /// The request line and its context, for a worker that takes nothing else (the pool
     /// hands it nothing else: `Worker::TAKES_REQUESTS`).
     pub fn into_line(self) -> Result<(Vec<u8>, Arc<Context>), RunError> {

@@ -216,12 +216,17 @@ mod tests {
         }
     }
 
+    /// The context of the `/run` body `body`, as the runtime reads it.
+    fn context(body: &[u8]) -> crate::context::Context {
+        crate::context::read(body, false).unwrap().context
+    }
+
     #[test]
     fn a_fresh_instance_waits_for_its_activation_and_reads_its_values() {
         let environ = Environ::new(base(), true, true);
         assert_eq!(now(&environ), None, "read before the activation came");
         assert!(environ.is_waiting());
-        environ.arrive(&crate::context::read(br#"{"value":{"x":1},"activation_id":"a1","deadline":"17"}"#, false).unwrap().context);
+        environ.arrive(&context(br#"{"value":{"x":1},"activation_id":"a1","deadline":"17"}"#));
         let vars = now(&environ).expect("the values have come");
         assert!(!environ.is_waiting());
         assert!(vars.contains(&("__OW_NAMESPACE".to_owned(), "_".to_owned())));
@@ -233,7 +238,7 @@ mod tests {
     #[test]
     fn an_instance_that_serves_several_never_has_an_activations_values() {
         let environ = Environ::new(base(), false, true);
-        environ.arrive(&crate::context::read(br#"{"value":{},"activation_id":"a1"}"#, false).unwrap().context);
+        environ.arrive(&context(br#"{"value":{},"activation_id":"a1"}"#));
         assert_eq!(now(&environ), Some(base().to_vec()));
     }
 
