@@ -24,13 +24,14 @@ macro_rules! backends {
 // component too, which its backend claims by its exports.
 backends! {
     http: HTTP;
+    http_p3: HTTP_P3;
     wasm: MODULES, COMPONENTS;
     native: NATIVE;
 }
 
 /// Each folder's own flags (`registry::Flags`), in the order `--help` lists them; the
 /// http backend takes the wasm folder's.
-pub const FLAGS: &[registry::Flags] = &[wasm::FLAGS, native::FLAGS];
+pub const FLAGS: &[registry::Flags] = &[wasm::FLAGS, http_p3::FLAGS, native::FLAGS];
 
 /// The folders' own subcommands (`registry::Subcommand`), in the order `--help` lists them.
 pub const COMMANDS: &[registry::Subcommand] = &[wasm::COMPILE];

@@ -185,15 +185,16 @@ fn two_backends_claiming_an_upload_equally_closely_are_refused_naming_both() {
 
 /// The test action that shows a backend of the registry running, by its registration's
 /// name; none for a backend the tests do not know yet.
-fn test_action(name: &str) -> Option<Value> {
+/// A test action for the backend `name`, and what the runtime must be told to run it.
+fn test_action(name: &str) -> Option<(Value, &'static [&'static str])> {
     use crate::support::Backend as Kind;
+    let http = |guest: &std::path::Path| init_binary(&crate::support::read(guest));
     match name {
-        "native" => Some(Kind::Native.init_guest("echo")),
-        "wasm" => Some(Kind::Wasm.init_guest("echo")),
-        "component" => Some(Kind::Component.init_guest("echo")),
-        "http" => Some(init_binary(&crate::support::read(
-            &crate::support::http_guest(),
-        ))),
+        "native" => Some((Kind::Native.init_guest("echo"), &[])),
+        "wasm" => Some((Kind::Wasm.init_guest("echo"), &[])),
+        "component" => Some((Kind::Component.init_guest("echo"), &[])),
+        "http" => Some((http(&crate::support::http_guest()), &[])),
+        "http-p3" => Some((http(&crate::support::p3_guest()), &["--wasip3"])),
         _ => None,
     }
 }
@@ -204,11 +205,12 @@ fn test_action(name: &str) -> Option<Value> {
 fn every_backend_the_registry_lists_runs_a_test_action_alone() {
     for registration in wasmloop::executor::BACKENDS {
         let name = registration.name;
-        let init = test_action(name).unwrap_or_else(|| {
+        let (init, needs) = test_action(name).unwrap_or_else(|| {
             panic!("the registry lists {name}, which no test runs: give it a test action here")
         });
         let server = crate::support::Server::builder()
             .args(&["--backends", name])
+            .args(needs)
             .start();
         server.init(&init).assert(200, "{\"ok\":true}\n");
         let run = json!({"value": {"name": "x"}, "activation_id": "a1"});

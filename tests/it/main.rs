@@ -30,4 +30,5 @@ mod pool;
 mod reports;
 mod signed;
 mod uploads;
+mod wasip3;
 mod wasm;

@@ -136,27 +136,41 @@ fn built_guests(target: Option<&'static str>) -> PathBuf {
 pub fn http_guest() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("http-guest");
-            let manifest =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/http-guest/Cargo.toml");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-            let status = Command::new(cargo)
-                .args(["build", "--quiet", "--locked", "--release"])
-                .args(["--target", "wasm32-wasip2", "--manifest-path"])
-                .arg(&manifest)
-                .arg("--target-dir")
-                .arg(&target_dir)
-                .status()
-                .expect("cannot run cargo to build the HTTP test component");
-            assert!(
-                status.success(),
-                "building tests/http-guest failed (is the target installed? rustup target add \
-                 wasm32-wasip2)"
-            );
-            target_dir.join("wasm32-wasip2/release/wasmloop_test_http_guest.wasm")
-        })
+        .get_or_init(|| built_component("http-guest", "wasmloop_test_http_guest"))
         .clone()
+}
+
+/// The WASI 0.3 HTTP component of tests/p3-guest (`wasi:http/service@0.3.0`, its request
+/// path choosing what it does), built once.
+pub fn p3_guest() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| built_component("p3-guest", "wasmloop_test_p3_guest"))
+        .clone()
+}
+
+/// The component the crate in tests/`folder` builds for wasm32-wasip2 (`library`.wasm).
+fn built_component(folder: &str, library: &str) -> PathBuf {
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(folder);
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(folder)
+        .join("Cargo.toml");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "--locked", "--release"])
+        .args(["--target", "wasm32-wasip2", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .status()
+        .expect("cannot run cargo to build a test component");
+    assert!(
+        status.success(),
+        "building tests/{folder} failed (is the target installed? rustup target add \
+         wasm32-wasip2)"
+    );
+    target_dir.join(format!("wasm32-wasip2/release/{library}.wasm"))
 }
 
 /// A file of tests/fixtures.

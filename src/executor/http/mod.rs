@@ -84,7 +84,7 @@ impl Backend for HttpBackend {
             size.max_activations = std::num::NonZeroU32::new(1);
             spec.fresh = true;
         }
-        wasm::start_prepared::<Proxy>(prepared, spec, config, &self.engines, size)
+        wasm::start_prepared(Proxy, prepared, spec, config, &self.engines, size)
     }
 
     fn warm(&self) {
@@ -129,13 +129,14 @@ fn handles_http(exports: &[String]) -> bool {
 }
 
 /// Components linked as `wasi:http/proxy`.
+#[derive(Clone)]
 struct Proxy;
 
 impl World for Proxy {
     type Pre = ProxyPre<ComponentHost>;
     type Worker = HttpInstance;
 
-    fn link(engine: &WasmEngine, code: &Code) -> Result<Self::Pre, WasmError> {
+    fn link(&self, engine: &WasmEngine, code: &Code) -> Result<Self::Pre, WasmError> {
         let Code::Component(component) = code else {
             return Err(WasmError::NotACommand(
                 "a core module has no wasi:http/incoming-handler: build an HTTP component \
@@ -172,7 +173,7 @@ fn is_http_component(path: &Path) -> bool {
     let Ok(bytes) = std::fs::read(path) else {
         return false;
     };
-    handles_http(&top_level_exports(&bytes))
+    handles_http(&wasm::top_level_exports(&bytes))
 }
 
 /// The tools whose HTTP components answer a single request per instance: ComponentizeJS
@@ -186,7 +187,7 @@ fn one_request_per_instance(path: &Path) -> Option<&'static str> {
     use wasmparser::{KnownCustom, Payload};
     let bytes = std::fs::read(path).ok()?;
     let mut found = None;
-    each_top_level(&bytes, |payload| {
+    wasm::each_top_level(&bytes, |payload| {
         if let Payload::CustomSection(section) = payload
             && let KnownCustom::Producers(fields) = section.as_known()
         {
@@ -199,37 +200,4 @@ fn one_request_per_instance(path: &Path) -> Option<&'static str> {
         found.is_none()
     });
     found
-}
-
-/// The names a component exports at its top level (not those of components nested in it).
-fn top_level_exports(bytes: &[u8]) -> Vec<String> {
-    let mut names = Vec::new();
-    each_top_level(bytes, |payload| {
-        if let wasmparser::Payload::ComponentExportSection(exports) = payload {
-            names.extend(exports.into_iter().flatten().map(|e| e.name.name.to_owned()));
-        }
-        true
-    });
-    names
-}
-
-/// Gives `visit` each section of the component's own, not of the modules and components
-/// nested in it, while it returns true. Invalid bytes end the walk: compiling them tells
-/// what is wrong.
-fn each_top_level(bytes: &[u8], mut visit: impl FnMut(wasmparser::Payload<'_>) -> bool) {
-    use wasmparser::{Parser, Payload};
-    let mut depth = 0usize;
-    for payload in Parser::new(0).parse_all(bytes) {
-        let Ok(payload) = payload else { break };
-        match payload {
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            _ if depth > 0 => {}
-            payload => {
-                if !visit(payload) {
-                    break;
-                }
-            }
-        }
-    }
 }

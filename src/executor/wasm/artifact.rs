@@ -26,6 +26,10 @@ pub fn sign_beside(
     use anyhow::Context;
     let bytes =
         std::fs::read(module).with_context(|| format!("cannot read {}", module.display()))?;
+    let settings = EngineSettings {
+        concurrent: super::code::serves_p3(&bytes),
+        ..settings
+    };
     let code = precompile(&bytes, settings).map_err(anyhow::Error::msg)?;
     let engine =
         artifact_engine_id(settings).map_err(|e| anyhow::anyhow!("cannot make the engine: {e}"))?;

@@ -107,7 +107,7 @@ pub fn check_component_runs(engine: &Engine, component: &Component) -> Result<()
     let handles_http = component
         .component_type()
         .exports(engine)
-        .any(|(name, _)| name.starts_with(HANDLER_EXPORT));
+        .any(|(name, _)| name.starts_with(HANDLER_EXPORT) || name.starts_with(P3_HANDLER_EXPORT));
     if handles_http {
         return Ok(());
     }
@@ -156,4 +156,49 @@ pub fn check_component_command(engine: &Engine, component: &Component) -> Result
             format!(" (it exports {})", names.join(", "))
         }
     ))
+}
+
+/// What a WASI 0.3 HTTP component exports (`wasi:http/service`'s handler, any 0.3.x).
+pub const P3_HANDLER_EXPORT: &str = "wasi:http/handler@0.3.";
+
+/// Whether `bytes` are a component serving WASI 0.3 HTTP: compiled, and run, only by
+/// engines with `EngineSettings::concurrent`.
+pub fn serves_p3(bytes: &[u8]) -> bool {
+    is_component(bytes)
+        && top_level_exports(bytes)
+            .iter()
+            .any(|name| name.starts_with(P3_HANDLER_EXPORT))
+}
+
+/// The names a component exports at its top level (not those of components nested in it).
+pub fn top_level_exports(bytes: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    each_top_level(bytes, |payload| {
+        if let wasmparser::Payload::ComponentExportSection(exports) = payload {
+            names.extend(exports.into_iter().flatten().map(|e| e.name.name.to_owned()));
+        }
+        true
+    });
+    names
+}
+
+/// Gives `visit` each section of the component's own, not of the modules and components
+/// nested in it, while it returns true. Invalid bytes end the walk: compiling them tells
+/// what is wrong.
+pub fn each_top_level(bytes: &[u8], mut visit: impl FnMut(wasmparser::Payload<'_>) -> bool) {
+    use wasmparser::{Parser, Payload};
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        let Ok(payload) = payload else { break };
+        match payload {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            _ if depth > 0 => {}
+            payload => {
+                if !visit(payload) {
+                    break;
+                }
+            }
+        }
+    }
 }

@@ -55,6 +55,8 @@ impl CompileArgs {
             codegen: self.compiler.wasm_compiler.final_tier(),
             // Compiling makes no instances.
             instances: 1,
+            // Set by what is compiled (`compile_here`).
+            concurrent: false,
         }
     }
 }

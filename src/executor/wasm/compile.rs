@@ -196,6 +196,10 @@ pub fn compile_here(
     settings: EngineSettings,
     parallel: bool,
 ) -> Result<Vec<u8>, CompileError> {
+    let settings = EngineSettings {
+        concurrent: super::code::serves_p3(bytes),
+        ..settings
+    };
     // Made once and thrown away: no instance pool, no epoch ticker (neither changes the code).
     let mut config = engine_config(settings, false);
     config.parallel_compilation(parallel);

@@ -94,6 +94,22 @@ impl Engines {
         }
     }
 
+    /// Engines for WASI 0.3 components (`EngineSettings::concurrent`), their own: code
+    /// compiled for them loads nowhere else. One compiler, the final one (a quick tier's
+    /// code, replaced later, would restart instances that many activations share).
+    pub fn concurrent(
+        config: &crate::config::Config,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Engines {
+        let mut engines = Engines::new(config, metrics);
+        engines.settings.concurrent = true;
+        engines.wasm_compiler = match engines.wasm_compiler {
+            WasmCompiler::Tiered => WasmCompiler::Cranelift,
+            single => single,
+        };
+        engines
+    }
+
     /// The compiler whose code serves first, and the one whose code replaces it later.
     pub fn tiers(&self) -> (Codegen, Option<Codegen>) {
         self.wasm_compiler.tiers()
@@ -211,6 +227,9 @@ pub fn pooled_config(settings: EngineSettings) -> wasmtime::Config {
 pub(super) fn engine_config(settings: EngineSettings, pooling: bool) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.epoch_interruption(true);
+    // On by default once wasmtime is built with component-model-async (for the p3
+    // backend): left on everywhere, it would change every engine's id.
+    config.concurrency_support(settings.concurrent);
     // A trap's message is all an activation's error and the logs show; capturing the wasm
     // stack also runs each time a fresh instance is dropped mid-read (`future dropped`).
     config.wasm_backtrace_max_frames(None);
@@ -259,7 +278,11 @@ impl WasmEngine {
     ) -> wasmtime::Result<Arc<WasmEngine>> {
         // The pool reserves address space for every slot; hosts with strict overcommit
         // refuse that, and then instances are allocated one by one instead.
-        let engine = Engine::new(&engine_config(settings, true)).or_else(|e| {
+        // A concurrent engine's instance takes many calls at once, each on a stack of its
+        // own that the pool would have to hold for every one: its instances (few, and kept
+        // for many requests) are allocated on demand.
+        let pooling = !settings.concurrent;
+        let engine = Engine::new(&engine_config(settings, pooling)).or_else(|e| {
             tracing::info!(
                 error = %e,
                 instances = settings.instances,

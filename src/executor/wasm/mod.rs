@@ -28,7 +28,10 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 pub use artifact::{is_elf, precompile, sign_beside};
 use crate::action::detect::elf_named_wasm;
 use cache::{CompileCache, WasmDigest};
-pub use code::{Code, HANDLER_EXPORT, RUN_EXPORT, Side, is_component};
+pub use code::{
+    Code, HANDLER_EXPORT, P3_HANDLER_EXPORT, RUN_EXPORT, Side, each_top_level, is_component,
+    serves_p3, top_level_exports,
+};
 pub use command::{COMPILE, CompileArgs};
 use compile::{CompileChild, check_command};
 pub use compile::{CompileError, EXIT_NOT_FOR_WINCH, compile_here};
@@ -114,7 +117,7 @@ impl Backend for WasmBackend {
         config: &'a Config,
         size: PoolSize,
     ) -> StartFuture<'a> {
-        start_prepared::<StdioWorld>(prepared, spec, config, &self.engines, size)
+        start_prepared(StdioWorld, prepared, spec, config, &self.engines, size)
     }
 
     fn warm(&self) {
@@ -242,6 +245,7 @@ impl<'a> Source<'a> {
 /// Starts what `/init` unpacked as world `W`, its code from wherever it came: an
 /// archive's folder is the guest's read-only `/action`; a bare module sees nothing.
 pub fn start_prepared<'a, W: World>(
+    world: W,
     prepared: &'a Prepared,
     spec: StartSpec,
     config: &'a Config,
@@ -251,31 +255,32 @@ pub fn start_prepared<'a, W: World>(
     Box::pin(async move {
         let source = Source::of(prepared, config)?;
         let preopen = prepared.archive.then(|| prepared.bin_dir.clone());
-        let pool = start::<W>(source, spec, preopen, config, engines, size).await?;
+        let pool = start(world, source, spec, preopen, config, engines, size).await?;
         Ok(pool as Arc<dyn super::Executor>)
     })
 }
 
 /// What code is linked as and run by: the stdio contract's world (`StdioWorld`), or another
-/// world a backend of its own serves. Compiling, the cache, signed code and tiering are the
-/// same for every world.
-pub trait World: Send + Sync + 'static {
+/// world a backend of its own serves, with what that backend's settings give its instances.
+/// Compiling, the cache, signed code and tiering are the same for every world.
+pub trait World: Clone + Send + Sync + 'static {
     /// The code, linked and checked, that instances are made from.
     type Pre: Send + Sync + 'static;
     /// What runs an instance's activations.
     type Worker: Worker<Spec = WasmSpec<Self::Pre>>;
     /// Checks that the code is of this world and links it.
-    fn link(engine: &WasmEngine, code: &Code) -> Result<Self::Pre, WasmError>;
+    fn link(&self, engine: &WasmEngine, code: &Code) -> Result<Self::Pre, WasmError>;
 }
 
 /// The stdio contract: a WASI command (a module's `_start`, a component's `wasi:cli/run`).
+#[derive(Clone)]
 pub struct StdioWorld;
 
 impl World for StdioWorld {
     type Pre = Pre;
     type Worker = Instance;
 
-    fn link(engine: &WasmEngine, code: &Code) -> Result<Pre, WasmError> {
+    fn link(&self, engine: &WasmEngine, code: &Code) -> Result<Pre, WasmError> {
         Ok(match code {
             Code::Module(module) => {
                 check_command(module).map_err(WasmError::NotACommand)?;
@@ -331,6 +336,7 @@ struct Link {
 /// a tiered compiler the first code is the quick one, and the optimized code replaces it
 /// once a background compile has made it.
 pub async fn start<W: World>(
+    world: W,
     source: Source<'_>,
     start: StartSpec,
     preopen: Option<PathBuf>,
@@ -350,8 +356,9 @@ pub async fn start<W: World>(
             shared: descriptors::Shared::new(wasm.guest_descriptors),
         },
     };
+    let world = &world;
     let serve = |engine, code: Code, linking: Link| async move {
-        let spec = link::<W>(engine, &code, linking)?;
+        let spec = link(world, engine, &code, linking)?;
         Pool::start(spec, size, Reporting::of(config, engines.metrics())).await
     };
     let (wasm, sha256) = match source {
@@ -470,7 +477,7 @@ pub async fn start<W: World>(
             tell: None,
         },
         linking,
-        world: std::marker::PhantomData,
+        world: world.clone(),
     };
     // Stopped (with its compile child) when the action goes.
     let upgrade = tokio::spawn(later.run(Arc::downgrade(&slot)));
@@ -486,7 +493,7 @@ struct Upgrade<W> {
     cache: Option<CompileCache>,
     child: CompileChild,
     linking: Link,
-    world: std::marker::PhantomData<W>,
+    world: W,
 }
 
 impl<W: World> Upgrade<W> {
@@ -497,7 +504,7 @@ impl<W: World> Upgrade<W> {
             .await
             .map_err(CompileError::into_start_error);
         let metrics = self.engine.metrics.clone();
-        let upgraded = match compiled.and_then(|code| link::<W>(self.engine, &code, self.linking)) {
+        let upgraded = match compiled.and_then(|code| link(&self.world, self.engine, &code, self.linking)) {
             Ok(spec) => match slot.upgrade() {
                 Some(slot) => slot.upgrade(spec).await,
                 None => return,
@@ -553,11 +560,12 @@ pub fn unlinked(
 
 /// Checks that the code is of the world `W` and links it against WASI.
 fn link<W: World>(
+    world: &W,
     engine: Arc<WasmEngine>,
     code: &Code,
     linking: Link,
 ) -> Result<WasmSpec<W::Pre>, StartError> {
-    let pre = W::link(&engine, code)?;
+    let pre = world.link(&engine, code)?;
     Ok(WasmSpec {
         engine,
         pre,

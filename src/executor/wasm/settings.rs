@@ -157,6 +157,7 @@ pub fn engine_settings(config: &Config, codegen: Codegen) -> EngineSettings {
             .unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
         codegen,
         instances: most_instances(config),
+        concurrent: false,
     }
 }
 
@@ -178,6 +179,10 @@ pub struct EngineSettings {
     pub codegen: Codegen,
     /// Instance slots the pooling allocator reserves (see `most_instances`).
     pub instances: u32,
+    /// It runs WASI 0.3 components (component-model async, many calls at once in one
+    /// instance). A setting code is compiled under: such code loads only in such engines,
+    /// and the others, with it off, keep the ids their cached and signed code names.
+    pub concurrent: bool,
 }
 
 impl Default for WasmSettings {
