@@ -54,6 +54,9 @@
 //!     over a `World`.
 //!   - `executor::http/`: the HTTP component backend, a `World` on the wasm folder's
 //!     start, its activations' values made requests by `web_action`.
+//!   - `executor::http_p3/`: the WASI 0.3 HTTP backend (on with `--wasip3`), a `World` on
+//!     the wasm folder's start with engines of its own, several activations sharing an
+//!     instance through wasmtime-wasi-http's handler (its pool's workers are lanes into it).
 //! - `outbound`: the allow-list of where components may connect; `memory`: the container's
 //!   memory limit and the wasm cap it allows.
 //! - `local_run`: `wasmloop run`, the same path without HTTP; `ow_compile`: the reference's

@@ -77,7 +77,7 @@ fn an_unknown_backend_is_refused_at_start_with_the_ones_there_are() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("invalid value 'docker' for '--backends <LIST>'")
-            && stderr.contains("[possible values: http, wasm, component, native]"),
+            && stderr.contains("[possible values: http, http-p3, wasm, component, native]"),
         "{stderr}"
     );
 }

@@ -67,7 +67,8 @@ pub struct P3Args {
     #[arg(long, env = "WASMLOOP_WASIP3")]
     pub wasip3: bool,
     /// Activations one WASI 0.3 instance takes at once, when sharing is allowed (plain
-    /// HTTP; OpenWhisk with __OW_ALLOW_CONCURRENT=true). --concurrency counts instances.
+    /// HTTP; OpenWhisk with __OW_ALLOW_CONCURRENT=true). Instances are counted apart (by
+    /// `serve`'s concurrency).
     #[arg(long, env = "WASMLOOP_WASIP3_ACTIVATIONS_AT_ONCE", value_name = "N",
           default_value_t = DEFAULT_ACTIVATIONS_AT_ONCE as u16,
           value_parser = clap::value_parser!(u16).range(1..))]
