@@ -345,6 +345,24 @@ mod tests {
     }
 
     #[test]
+    fn code_for_wasi_0_3_components_is_made_for_engines_of_its_own() {
+        // Concurrency on only where it is needed: the others' ids, and so every cached and
+        // signed artifact made before WASI 0.3 was compiled in, stay as they were.
+        for codegen in [Codegen::Cranelift, Codegen::Winch] {
+            let id = |concurrent| {
+                artifact_engine_id(EngineSettings {
+                    memory_cap: 1 << 30,
+                    codegen,
+                    instances: 1,
+                    concurrent,
+                })
+                .unwrap()
+            };
+            assert_ne!(id(true), id(false), "{codegen:?}");
+        }
+    }
+
+    #[test]
     fn an_engine_that_failed_to_build_is_tried_again_and_one_that_worked_is_kept() {
         let made = Mutex::new([None, None]);
         let failed = made_once(&made, 1, || Err(wasmtime::format_err!("no address space")));
