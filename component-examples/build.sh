@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every component example into component-examples/out/ (or $OUT) as NAME.wasm: the
 # hello and fetch actions in Rust (wasm32-wasip2), Python (componentize-py) and JavaScript
-# (componentize-js), and the hello as an HTTP component (wasi:http/proxy) in each. Installs what is missing from the package registries: the Rust target
+# (componentize-js), and the hello as an HTTP component (wasi:http/proxy) in each, and in
+# Rust for WASI 0.3 (wasi:http/service@0.3.0) too. Installs what is missing from the package registries: the Rust target
 # wasm32-wasip2 (rustup), componentize-py (PyPI), componentize-js (npm, pinned by
 # js/package-lock.json).
 set -euo pipefail
@@ -36,8 +37,8 @@ if [ "$(cat "$here/js/node_modules/.installed-from" 2>/dev/null)" != "$lock_hash
   echo "$lock_hash" > "$here/js/node_modules/.installed-from"
 fi
 
-echo "building component-examples/rust, http-rust and wasm-examples/rust for wasm32-wasip2" >&2
-for crate in "$here/rust" "$here/http-rust" "$root/wasm-examples/rust"; do
+echo "building component-examples/rust, http-rust, http-rust-p3 and wasm-examples/rust for wasm32-wasip2" >&2
+for crate in "$here/rust" "$here/http-rust" "$here/http-rust-p3" "$root/wasm-examples/rust"; do
   cargo build --quiet --release --locked --target wasm32-wasip2 \
     --manifest-path "$crate/Cargo.toml" --target-dir "$target_dir"
 done
@@ -45,6 +46,8 @@ done
 cp "$target_dir/wasm32-wasip2/release/hello.wasm" "$out/hello-rust.wasm"
 cp "$target_dir/wasm32-wasip2/release/fetch.wasm" "$out/fetch-rust.wasm"
 cp "$target_dir/wasm32-wasip2/release/http_hello.wasm" "$out/http-hello-rust.wasm"
+# The same hello for WASI 0.3 (wasi:http/service@0.3.0), served with --wasip3.
+cp "$target_dir/wasm32-wasip2/release/http_hello_p3.wasm" "$out/http-hello-p3-rust.wasm"
 
 # The WASI interfaces, as wasmloop's own wasmtime-wasi-http crate defines them.
 wit=$(mktemp -d)

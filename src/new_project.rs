@@ -10,6 +10,9 @@ pub enum Language {
     Rust,
     /// An HTTP handler (the wasi:http/proxy world), in Rust.
     RustHttp,
+    /// An HTTP handler of WASI 0.3 (the wasi:http/service world), in Rust.
+    #[value(name = "rust-http-p3")]
+    RustHttpP3,
     Go,
     C,
     Python,
@@ -49,6 +52,13 @@ const RUST_HTTP: &[File] = &[
     file!("src/lib.rs", "templates/rust-http/src/lib.rs"),
     file!(".gitignore", "templates/rust-http/gitignore"),
     file!("README.md", "templates/rust-http/README.md"),
+];
+
+const RUST_HTTP_P3: &[File] = &[
+    file!("Cargo.toml", "templates/rust-http-p3/Cargo.toml"),
+    file!("src/lib.rs", "templates/rust-http-p3/src/lib.rs"),
+    file!(".gitignore", "templates/rust-http-p3/gitignore"),
+    file!("README.md", "templates/rust-http-p3/README.md"),
 ];
 
 const GO: &[File] = &[
@@ -100,6 +110,7 @@ impl Language {
         match self {
             Language::Rust => RUST,
             Language::RustHttp => RUST_HTTP,
+            Language::RustHttpP3 => RUST_HTTP_P3,
             Language::Go => GO,
             Language::C => C,
             Language::Python => PYTHON,
@@ -124,6 +135,12 @@ impl Language {
                 "rust-http: a Cargo project, an HTTP handler of the wasi:http/proxy world on \
                  the `wasi` crate (runs on wasmloop as a web action, and unchanged under \
                  wasmtime serve or Spin); builds a component (wasm32-wasip2)"
+            }
+            Language::RustHttpP3 => {
+                "rust-http-p3: a Cargo project, an async HTTP handler of WASI 0.3's \
+                 wasi:http/service world on the `wasip3` crate (many requests at once in one \
+                 instance; runs on a wasmloop started with --wasip3, and unchanged under \
+                 wasmtime serve or Spin 4); builds a component (wasm32-wasip2)"
             }
             Language::Go => {
                 "go: a Go module, the hello on the wasmloop.dev/action package (in sdk/, \
@@ -289,7 +306,7 @@ impl Language {
     /// Whether a project of this language cannot be named `name`.
     fn reserves(self, name: &str) -> bool {
         match self {
-            Language::Rust | Language::RustHttp => {
+            Language::Rust | Language::RustHttp | Language::RustHttpP3 => {
                 RUST_KEYWORDS.contains(&name) || CARGO_RESERVED.contains(&name)
             }
             // The module is example.com/NAME (templates/go/go.mod): only a last element

@@ -517,3 +517,40 @@ fn an_http_request_past_the_instances_socket_cap_is_refused_and_the_logs_name_th
         );
     }
 }
+
+/// The WASI 0.3 hello of component-examples/http-rust-p3, on a runtime started with
+/// --wasip3: through `/init` and `/run`, `wasmloop run` and as plain HTTP.
+#[test]
+fn the_wasi_0_3_http_hello_answers_in_both_protocols_and_in_run() {
+    let message = |got: &Value| -> Value {
+        assert_eq!(got["statusCode"], 200, "{got}");
+        serde_json::from_str(got["body"].as_str().unwrap()).unwrap()
+    };
+    let server = example_server("http-hello-p3-rust.wasm", &["--wasip3"]);
+    let got = result(&server, json!({"name": "Mike"}));
+    assert_eq!(message(&got)["message"], "Hello, Mike!");
+    server.wait_stderr("hello: greeting Mike");
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("component-examples/out/http-hello-p3-rust.wasm");
+    let ran = crate::support::output_with_input(
+        Command::new(env!("CARGO_BIN_EXE_wasmloop"))
+            .arg("run")
+            .arg("--wasip3")
+            .arg(&path)
+            .env("WASMLOOP_NO_CACHE", "1"),
+        "{\"name\":\"Ann\"}\n",
+    );
+    let printed: Value = serde_json::from_slice(&ran.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ran.stderr)));
+    assert_eq!(message(&printed)["message"], "Hello, Ann!");
+
+    let plain = Server::builder()
+        .args(&["--wasip3", "--protocol", "http", "--action"])
+        .arg(path.to_str().unwrap())
+        .start();
+    let reply =
+        wasmloop_bench::harness::request(plain.addr, "POST", "/", b"{\"name\":\"Plain\"}").unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.content(), b"{\"message\":\"Hello, Plain!\"}");
+}

@@ -111,7 +111,15 @@ fn new_never_writes_over_a_folder_with_files_and_lists_its_templates() {
     languages.sort_unstable();
     assert_eq!(
         languages,
-        ["c", "go", "js", "python", "rust", "rust-http"],
+        [
+            "c",
+            "go",
+            "js",
+            "python",
+            "rust",
+            "rust-http",
+            "rust-http-p3"
+        ],
         "one line for each template: {listed}"
     );
 }

@@ -268,3 +268,51 @@ fn a_panicking_http_handler_is_told_by_its_panic_in_both_protocols_and_in_run() 
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert!(told(&reply.error()), "{}", reply.text());
 }
+
+/// The WASI 0.3 template builds from the project it writes, and its handler answers under
+/// `wasmloop run`, as an OpenWhisk web action and as plain HTTP, on a runtime started with
+/// --wasip3.
+#[test]
+fn the_rust_http_p3_template_builds_and_answers_in_both_protocols_and_in_run() {
+    let (_dir, project) = new_project("rust-http-p3", "p3-hello");
+    let component = cargo_build(&project, Some("wasm32-wasip2"), "p3_hello.wasm");
+    let hello = |name: &str| {
+        json!({"statusCode": 200, "headers": {"content-type": "application/json"},
+               "body": format!("{{\"message\":\"Hello, {name}!\"}}")})
+    };
+    let ran = wasmloop_run(&component, &["--wasip3"], "{\"name\":\"Mike\"}\n{}\n");
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&ran.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers, [hello("Mike"), hello("Stranger")], "{stderr}");
+    assert!(
+        stderr.contains("greeting Mike (activation abc)"),
+        "{stderr}"
+    );
+    // Without the flag, the author learns which one to give.
+    let refused = wasmloop_run(&component, &[], "{}\n");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--wasip3"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let openwhisk = Server::builder().args(&["--wasip3"]).in_process().start();
+    openwhisk
+        .init(&crate::support::init_binary(&crate::support::read(
+            &component,
+        )))
+        .assert(200, "{\"ok\":true}\n");
+    let web = json!({"__ow_method": "get", "__ow_path": "/", "__ow_query": "name=Web", "__ow_headers": {}});
+    assert_eq!(openwhisk.run(web).json(), hello("Web"));
+
+    let plain = Server::builder()
+        .args(&["--wasip3", "--protocol", "http", "--action"])
+        .arg(component.to_str().unwrap())
+        .start();
+    let reply = wasmloop_bench::harness::request(plain.addr, "GET", "/?name=Plain", b"").unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.content(), b"{\"message\":\"Hello, Plain!\"}");
+}
