@@ -561,3 +561,44 @@ fn a_web_actions_answer_counts_as_its_report_says_it_went() {
         server.stderr()
     );
 }
+
+/// A WASI 0.3 instance that serves several activations at once counts once among the
+/// instances, and each activation once among the activations.
+#[test]
+fn wasi_0_3_instances_count_as_instances_however_many_activations_share_them() {
+    let guest = crate::support::p3_guest();
+    let (server, metrics) = with_metrics(&[
+        "--wasip3",
+        "--protocol",
+        "http",
+        "--concurrency",
+        "1",
+        "--action",
+        guest.to_str().unwrap(),
+    ]);
+    let addr = server.addr;
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(move || {
+                wasmloop_bench::harness::request(addr, "GET", "/overlap?ms=300", b"").unwrap()
+            })
+        })
+        .collect();
+    for thread in threads {
+        let reply = thread.join().unwrap();
+        assert_eq!(reply.status, 200);
+        assert_ne!(reply.content(), b"1\n", "the six shared the one instance");
+    }
+    let seen = scrape(metrics);
+    assert_eq!(seen["wasmloop_instances{}"], 1.0, "{seen:?}");
+    assert_eq!(
+        seen[r#"wasmloop_instances_made_total{reason="first"}"#], 1.0,
+        "{seen:?}"
+    );
+    let answered: f64 = seen
+        .iter()
+        .filter(|(name, _)| name.starts_with("wasmloop_activations_total{"))
+        .map(|(_, value)| value)
+        .sum();
+    assert_eq!(answered, 6.0, "{seen:?}");
+}

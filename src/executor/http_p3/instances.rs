@@ -27,6 +27,7 @@ use crate::executor::wasm::memory_cap::MemoryCap;
 use crate::executor::wasm::streams::{GuestStderr, StdioOut};
 use crate::executor::wasm::{WasmEngine, WasmError, guest_store, preopen_action};
 use crate::lock;
+use crate::metrics::Made;
 use crate::logs::{Attribution, Labels, Stream};
 use crate::outbound::AllowList;
 
@@ -147,6 +148,8 @@ pub struct Instances {
     /// Told when an instance has gone, or takes another activation.
     pub room: Arc<tokio::sync::Notify>,
     live: Mutex<Vec<Weak<Life>>>,
+    /// Whether one was made yet: the first is the action's first, the others on demand.
+    made_one: AtomicBool,
 }
 
 /// No instance may be made now: `--concurrency` of them are alive. The activation waits
@@ -179,6 +182,7 @@ impl Instances {
             sharing,
             room: Arc::default(),
             live: Mutex::new(Vec::new()),
+            made_one: AtomicBool::new(false),
         }
     }
 
@@ -263,6 +267,12 @@ impl HandlerState for Instances {
         // that is alive (and has room again) would never get while it waited here.
         let slot = self.slots.clone().try_acquire_owned().map_err(|_| NoSlot)?;
         let (store, proxy, life) = self.make().await?;
+        let metrics = self.engine.metrics.clone();
+        if let Some(metrics) = &metrics {
+            let first = !self.made_one.swap(true, Ordering::Relaxed);
+            metrics.instance_made(if first { Made::First } else { Made::Demand });
+            metrics.instances().inc();
+        }
         let mut live = lock(&self.live);
         live.retain(|life| life.strong_count() > 0);
         live.push(Arc::downgrade(&life));
@@ -282,6 +292,7 @@ impl HandlerState for Instances {
                 fresh: self.start.fresh,
                 slot: Some(slot),
                 room: self.room.clone(),
+                metrics,
             },
         })
     }
@@ -296,10 +307,15 @@ pub struct Keeper {
     /// Its place among the instances that may be alive, freed when it goes.
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
     room: Arc<tokio::sync::Notify>,
+    /// Where it is counted among the instances alive.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.instances().dec();
+        }
         drop(self.slot.take());
         self.room.notify_waiters();
     }

@@ -116,6 +116,9 @@ impl Worker for Lane {
 
     const TAKES_REQUESTS: bool = true;
 
+    /// The handler's instances count themselves (`Instances`).
+    const IS_INSTANCE: bool = false;
+
     async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
         match job {
             Job::Value { value, context } => {

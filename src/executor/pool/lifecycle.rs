@@ -26,9 +26,10 @@ pub(super) struct Idle<W> {
     pub(super) renewed: bool,
 }
 
-impl<W> Idle<W> {
+impl<W: Worker> Idle<W> {
     /// A worker just made, for the reason the metrics count.
     fn new(worker: W, generation: u64, why: Made, metrics: &Option<Arc<Metrics>>) -> Self {
+        let metrics = &metrics.clone().filter(|_| W::IS_INSTANCE);
         if let Some(metrics) = metrics {
             metrics.instance_made(why);
         }

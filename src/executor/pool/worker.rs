@@ -50,6 +50,10 @@ pub trait Worker: Sized + Send + 'static {
         close.write();
     }
 
+    /// Whether each worker is an instance of its own, as the metrics count instances; a
+    /// worker that is a lane into instances kept elsewhere (which count their own) is not.
+    const IS_INSTANCE: bool = true;
+
     /// Whether it takes requests as they came (`Job::Request`) and `/run`'s values
     /// (`Job::Value`); the others take request lines (`Job::Line`).
     const TAKES_REQUESTS: bool = false;

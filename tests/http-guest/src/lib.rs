@@ -124,6 +124,13 @@ impl wasi::exports::http::incoming_handler::Guest for Guest {
             "/unfinished" => std::mem::forget(half_a_response(out)),
             // Dropped unfinished: wasmtime fails the body.
             "/dropped" => drop(half_a_response(out)),
+            // Waits the query's milliseconds, blocking its instance: the I/O-bound handler a
+            // WASI 0.3 instance serves many of at once (scripts/bench-p3.sh).
+            "/sleep" => {
+                let ms: u64 = query.parse().unwrap_or(100);
+                wasi::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+                respond(out, 200, &[("content-type", b"text/plain")], b"slept\n");
+            }
             "/spin" => loop {
                 std::hint::spin_loop();
             },
