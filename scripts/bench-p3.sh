@@ -88,7 +88,8 @@ done
 kill "${pids[@]}"; pids=()
 
 echo "I/O-bound (each request waits 100 ms)"
-serve_on 18311 "$bin" serve --wasip3 --protocol http --listen 127.0.0.1:18311 --max-queue 4096 --action "$p3_io"
+# Sixteen instances of sixteen activations each: 256 in flight, as wasmtime serve makes them.
+serve_on 18311 "$bin" serve --wasip3 --protocol http --listen 127.0.0.1:18311 --concurrency 16 --max-queue 4096 --action "$p3_io"
 p3=$(last_pid)
 serve_on 18312 "$wasmtime" serve -Scli --addr 127.0.0.1:18312 "$p3_io"
 peer=$(last_pid)

@@ -79,7 +79,7 @@ export WASMTIME
 
 stage "formatting, and the SDKs' own checks"
 cargo fmt --check
-for crate in tests/guest tests/http-guest tests/p3-guest native-examples/rust wasm-examples/rust wasm-examples/markdown component-examples/rust component-examples/http-rust component-examples/http-rust-p3 sdk/rust; do
+for crate in tests/guest tests/http-guest tests/p3-guest tests/dual-guest native-examples/rust wasm-examples/rust wasm-examples/markdown component-examples/rust component-examples/http-rust component-examples/http-rust-p3 sdk/rust; do
   cargo fmt --check --manifest-path "$crate/Cargo.toml"
 done
 rustfmt --check --edition 2021 templates/rust/src/main.rs templates/rust-http/src/lib.rs templates/rust-http-p3/src/lib.rs

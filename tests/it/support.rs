@@ -149,6 +149,15 @@ pub fn p3_guest() -> PathBuf {
         .clone()
 }
 
+/// The component of tests/dual-guest, which exports both WASI 0.2's and WASI 0.3's HTTP
+/// handler, built once.
+pub fn dual_guest() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| built_component("dual-guest", "wasmloop_test_dual_guest"))
+        .clone()
+}
+
 /// The component the crate in tests/`folder` builds for wasm32-wasip2 (`library`.wasm).
 fn built_component(folder: &str, library: &str) -> PathBuf {
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(folder);

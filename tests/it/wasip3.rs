@@ -308,3 +308,16 @@ fn its_limits_hold_the_response_cap_and_the_memory_cap() {
     );
     assert_eq!(server.run(web("/hello", "")).json()["statusCode"], 200);
 }
+
+#[test]
+fn a_component_with_both_handlers_is_served_by_its_wasi_0_3_one_and_only_with_the_flag() {
+    let dual = crate::support::dual_guest();
+    let server = Server::builder().args(&["--wasip3"]).in_process().start();
+    server
+        .init(&init_binary(&read(&dual)))
+        .assert(200, "{\"ok\":true}\n");
+    assert_eq!(server.run(web("/", "")).json()["body"], "wasi 0.3\n");
+    let off = Server::builder().in_process().start();
+    off.init(&init_binary(&read(&dual)))
+        .assert_error(502, "--wasip3");
+}

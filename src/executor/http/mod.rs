@@ -122,10 +122,12 @@ impl HttpBackend {
     }
 }
 
-/// Whether a component with these exports is an HTTP component, not a command.
+/// Whether a component with these exports is a WASI 0.2 HTTP component, not a command.
+/// One that exports WASI 0.3's handler too is left to that backend: its 0.3 half needs the
+/// async features only that backend's engines have (`EngineSettings::concurrent`).
 fn handles_http(exports: &[String]) -> bool {
-    exports.iter().any(|name| name.starts_with(wasm::HANDLER_EXPORT))
-        && !exports.iter().any(|name| name.starts_with(wasm::RUN_EXPORT))
+    let has = |prefix: &str| exports.iter().any(|name| name.starts_with(prefix));
+    has(wasm::HANDLER_EXPORT) && !has(wasm::RUN_EXPORT) && !has(wasm::P3_HANDLER_EXPORT)
 }
 
 /// Components linked as `wasi:http/proxy`.

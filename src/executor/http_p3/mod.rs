@@ -49,9 +49,9 @@ struct P3Backend {
 }
 
 impl Backend for P3Backend {
-    /// A component exporting `wasi:http/handler@0.3` and neither WASI 0.2's handler nor
-    /// `wasi:cli/run`: one that exports both handlers runs on the 0.2 backend, which
-    /// needs no experimental feature (docs/writing-actions.md).
+    /// A component exporting `wasi:http/handler@0.3` and not `wasi:cli/run`: one that
+    /// exports WASI 0.2's handler too runs here, its 0.3 handler serving (its 0.3 half
+    /// needs the async features only these engines have: docs/writing-actions.md).
     fn claims(&self, entry: &Entry) -> Option<Claim> {
         let Entry::File(path) = entry else {
             return None;
@@ -62,10 +62,8 @@ impl Backend for P3Backend {
         let bytes = std::fs::read(path).ok()?;
         let exports = wasm::top_level_exports(&bytes);
         let has = |prefix: &str| exports.iter().any(|name| name.starts_with(prefix));
-        let serves_p3 = wasm::is_component(&bytes)
-            && has(wasm::P3_HANDLER_EXPORT)
-            && !has(wasm::HANDLER_EXPORT)
-            && !has(wasm::RUN_EXPORT);
+        let serves_p3 =
+            wasm::is_component(&bytes) && has(wasm::P3_HANDLER_EXPORT) && !has(wasm::RUN_EXPORT);
         serves_p3.then_some(Claim::Contents)
     }
 
