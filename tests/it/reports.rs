@@ -342,3 +342,45 @@ fn under_plain_http_a_failure_is_filed_under_its_request_and_reported_with_its_s
     );
     assert_eq!(crash["action"], name);
 }
+
+/// A WASI 0.3 activation's report: its own wall time, the memory of the instance it ran in,
+/// and no CPU (an instance's CPU is not split among the activations sharing it). Its log
+/// lines carry its id while it has the instance to itself, and only the action's name when
+/// activations share one: never another activation's.
+#[test]
+fn a_wasi_0_3_activations_report_and_logs_say_only_what_is_known_of_it() {
+    let init = crate::support::init_binary(&crate::support::read(&crate::support::p3_guest()));
+    let log = |line: &str| json!({"__ow_method": "get", "__ow_path": "/log", "__ow_query": format!("line={line}")});
+    let alone = Server::builder()
+        .args(&["--wasip3", "--log-format", "json"])
+        .start();
+    alone.init(&init).assert(200, "{\"ok\":true}\n");
+    run_as(&alone, "p3-alone", log("said-alone"));
+    alone.wait_sentinels(1);
+    let report = &reports_of(&alone, "p3-alone")[0];
+    assert!(report["wallMs"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report.get("cpuMs").is_none(), "{report}");
+    assert!(
+        report["memoryBytes"].as_u64().unwrap() > 64 * 1024,
+        "{report}"
+    );
+    let said = records(&alone)
+        .into_iter()
+        .find(|r| r["message"] == "said-alone")
+        .expect("the guest's line");
+    assert_eq!(said["activationId"], "p3-alone", "{said}");
+
+    let shared = Server::builder()
+        .args(&["--wasip3", "--log-format", "json"])
+        .env("__OW_ALLOW_CONCURRENT", "true")
+        .start();
+    shared.init(&init).assert(200, "{\"ok\":true}\n");
+    run_as(&shared, "p3-shared", log("said-shared"));
+    shared.wait_sentinels(1);
+    let said = records(&shared)
+        .into_iter()
+        .find(|r| r["message"] == "said-shared")
+        .expect("the guest's line");
+    assert!(said.get("activationId").is_none_or(|id| id == ""), "{said}");
+    assert_eq!(reports_of(&shared, "p3-shared").len(), 1);
+}

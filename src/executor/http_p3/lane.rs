@@ -47,8 +47,11 @@ pub struct Lane {
     handler: ProxyHandler<Instances>,
     ticker: Ticker,
     max_result_bytes: usize,
-    /// The next activation's labels (`--log-format json`).
+    /// The next activation's labels (`--log-format json`), for its instance's logs.
     labels: Option<Arc<Labels>>,
+    /// Its activation's labels, which the runtime's lines about it (its report among them)
+    /// go under, whoever shares its instance.
+    attribution: crate::logs::Attribution,
     /// The instance of its last activation, whose logs end with it.
     last: Option<Arc<Life>>,
 }
@@ -91,6 +94,7 @@ impl Worker for Lane {
             ticker: spec.engine.ticker.clone(),
             max_result_bytes: spec.start.max_result_bytes,
             labels: None,
+            attribution: crate::logs::Attribution::new(spec.start.log_format),
             last: None,
         })
     }
@@ -111,13 +115,21 @@ impl Worker for Lane {
     }
 
     fn attribute(&mut self, labels: Arc<Labels>) {
+        self.attribution.set(labels.clone());
         self.labels = Some(labels);
+    }
+
+    fn attribution(&self) -> Option<&crate::logs::Attribution> {
+        Some(&self.attribution)
     }
 
     const TAKES_REQUESTS: bool = true;
 
     /// The handler's instances count themselves (`Instances`).
     const IS_INSTANCE: bool = false;
+
+    /// The guest runs in the handler's task, for every activation in its instance at once.
+    const CPU_KNOWN: bool = false;
 
     async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
         match job {
@@ -170,12 +182,9 @@ fn leave(ticket: &Arc<Ticket>) {
 }
 
 impl Lane {
-    /// A line of the runtime's about the activation, among its instance's logs.
+    /// A line of the runtime's about the activation (`wasmloop: ...`), under its labels.
     fn say(&self, message: &str) {
-        match &self.last {
-            Some(life) => life.stderr.note(&format!("wasmloop: {message}")),
-            None => crate::logs::Stream::Stderr.write(format!("wasmloop: {message}\n").as_bytes()),
-        }
+        self.attribution.say(message);
     }
 
     /// Serves one request as it came: sends the response's head on `respond` as soon as
@@ -205,7 +214,7 @@ impl Lane {
                 "the component answered status {}: answer a status from 200 to 599",
                 head.status.as_u16()
             );
-            self.say(&message);
+            self.say(&format!("wasmloop: {message}"));
             respond.send(crate::protocol::json_response(
                 axum::http::StatusCode::BAD_GATEWAY,
                 crate::protocol::error_body(&message),

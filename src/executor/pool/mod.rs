@@ -262,7 +262,7 @@ impl<W: Worker> Pool<W> {
                 // A child's own clock where it has one; an instance ran inside the polls.
                 let cpu = match cpu_before {
                     Some(before) => worker.cpu_time().map(|after| after.saturating_sub(before)),
-                    None => Some(polled),
+                    None => W::CPU_KNOWN.then_some(polled),
                 };
                 self.closed_with_report(worker, verdict, began.elapsed(), cpu, instance)
             }

@@ -95,6 +95,10 @@ pub trait Worker: Sized + Send + 'static {
     fn cpu_time(&mut self) -> Option<std::time::Duration> {
         None
     }
+
+    /// Whether an activation's CPU time can be told at all: not where activations share an
+    /// instance whose time is not split among them (the report then gives none).
+    const CPU_KNOWN: bool = true;
 }
 
 /// What an activation asks of a worker, with its context (`context`).
