@@ -132,6 +132,9 @@ impl Worker for Lane {
     const CPU_KNOWN: bool = false;
 
     async fn activate(&mut self, job: Job) -> Result<Bytes, RunError> {
+        // The epoch advances while the activation lasts, its response's body included: a
+        // guest that never yields is interrupted, and its deadline can be enforced.
+        let _ticking = self.ticker.running();
         match job {
             Job::Value { value, context } => {
                 let incoming =
@@ -255,7 +258,6 @@ impl Lane {
             labels: self.labels.take(),
             life: OnceLock::new(),
         });
-        let _ticking = self.ticker.running();
         loop {
             let room = self.handler.state().room.clone();
             let mut room = std::pin::pin!(room.notified_owned());
