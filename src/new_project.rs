@@ -139,7 +139,7 @@ impl Language {
             Language::RustHttpP3 => {
                 "rust-http-p3: a Cargo project, an async HTTP handler of WASI 0.3's \
                  wasi:http/service world on the `wasip3` crate (many requests at once in one \
-                 instance; runs on a wasmloop started with --wasip3, and unchanged under \
+                 instance; runs on `wasmloop serve --wasip3`, and unchanged under \
                  wasmtime serve or Spin 4); builds a component (wasm32-wasip2)"
             }
             Language::Go => {
