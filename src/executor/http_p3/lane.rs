@@ -274,6 +274,7 @@ impl Lane {
                         .request
                         .into_inner()
                         .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    tracing::trace!("every instance is busy and none may be made: waiting for room");
                     let _ = tokio::time::timeout(RETRY, room).await;
                 }
                 Ok(refused) => {
