@@ -321,3 +321,35 @@ fn a_component_with_both_handlers_is_served_by_its_wasi_0_3_one_and_only_with_th
     off.init(&init_binary(&read(&dual)))
         .assert_error(502, "--wasip3");
 }
+
+#[test]
+fn past_what_its_instances_take_at_once_activations_queue_and_then_get_429() {
+    // One instance of two activations at once, one more waiting: of four at once, one is
+    // refused with the runtime's 429.
+    let server = Server::builder()
+        .args(&[
+            "--wasip3",
+            "--concurrency",
+            "1",
+            "--wasip3-activations-at-once",
+            "2",
+        ])
+        .args(&["--max-queue", "1"])
+        .env("__OW_ALLOW_CONCURRENT", "true")
+        .start();
+    server
+        .init(&init_binary(&read(&p3_guest())))
+        .assert(200, "{\"ok\":true}\n");
+    let addr = server.addr;
+    let statuses = at_once(4, move || {
+        let body = json!({"value": web("/sleep", "ms=800")}).to_string();
+        let reply = crate::support::http(addr, "POST", "/run", body.as_bytes());
+        if reply.status == 429 {
+            assert!(reply.error().contains("--max-queue"), "{}", reply.text());
+        }
+        reply.status
+    });
+    let mut sorted = statuses.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![200, 200, 200, 429], "{statuses:?}");
+}
