@@ -26,6 +26,20 @@ fn plain(args: &[&str]) -> Server {
         .start()
 }
 
+/// An OpenWhisk server started with `--wasip3` and `args`, in a container that allows
+/// concurrent activations (`__OW_ALLOW_CONCURRENT=true`), the p3 guest initialized.
+fn concurrent(args: &[&str]) -> Server {
+    let server = Server::builder()
+        .args(&["--wasip3"])
+        .args(args)
+        .env("__OW_ALLOW_CONCURRENT", "true")
+        .start();
+    server
+        .init(&init_binary(&read(&p3_guest())))
+        .assert(200, "{\"ok\":true}\n");
+    server
+}
+
 /// `/run`'s value for a request to `path` (with `query`), as OpenWhisk's web actions give it.
 fn web(path: &str, query: &str) -> Value {
     json!({"__ow_method": "get", "__ow_path": path, "__ow_query": query})
@@ -191,13 +205,7 @@ fn as_plain_http_concurrent_requests_share_an_instance_unless_each_must_have_its
 
 #[test]
 fn a_late_activation_retires_its_instance_naming_itself_to_the_others_and_the_next_is_served() {
-    let server = Server::builder()
-        .args(&["--wasip3"])
-        .env("__OW_ALLOW_CONCURRENT", "true")
-        .start();
-    server
-        .init(&init_binary(&read(&p3_guest())))
-        .assert(200, "{\"ok\":true}\n");
+    let server = concurrent(&[]);
     let addr = server.addr;
     let late = run_body(web("/sleep", "ms=5000"), "the-late-one", now_ms() + 1000);
     let late = std::thread::spawn(move || crate::support::http(addr, "POST", "/run", &late));
@@ -227,13 +235,7 @@ fn a_late_activation_retires_its_instance_naming_itself_to_the_others_and_the_ne
 
 #[test]
 fn a_handler_that_never_yields_still_meets_its_deadline_and_the_others_learn_why() {
-    let server = Server::builder()
-        .args(&["--wasip3"])
-        .env("__OW_ALLOW_CONCURRENT", "true")
-        .start();
-    server
-        .init(&init_binary(&read(&p3_guest())))
-        .assert(200, "{\"ok\":true}\n");
+    let server = concurrent(&[]);
     let addr = server.addr;
     let patient = run_body(web("/sleep", "ms=4000"), "a-patient-one", now_ms() + 60_000);
     let sleeper = std::thread::spawn(move || crate::support::http(addr, "POST", "/run", &patient));
@@ -326,20 +328,14 @@ fn a_component_with_both_handlers_is_served_by_its_wasi_0_3_one_and_only_with_th
 fn past_what_its_instances_take_at_once_activations_queue_and_then_get_429() {
     // One instance of two activations at once, one more waiting: of four at once, one is
     // refused with the runtime's 429.
-    let server = Server::builder()
-        .args(&[
-            "--wasip3",
-            "--concurrency",
-            "1",
-            "--wasip3-activations-at-once",
-            "2",
-        ])
-        .args(&["--max-queue", "1"])
-        .env("__OW_ALLOW_CONCURRENT", "true")
-        .start();
-    server
-        .init(&init_binary(&read(&p3_guest())))
-        .assert(200, "{\"ok\":true}\n");
+    let server = concurrent(&[
+        "--concurrency",
+        "1",
+        "--wasip3-activations-at-once",
+        "2",
+        "--max-queue",
+        "1",
+    ]);
     let addr = server.addr;
     let statuses = at_once(4, move || {
         let body = json!({"value": web("/sleep", "ms=800")}).to_string();

@@ -7,28 +7,23 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use wasmtime::Store;
-use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
 use crate::web_action as web;
-use crate::executor::intake::IntakeError;
 use crate::executor::pool::{Close, Job, Start, Worker};
-use crate::executor::wasm::component::{self, ComponentHost, Outbound};
+use crate::executor::wasm::component::{self, ComponentHost};
 use crate::executor::wasm::descriptors::Descriptors;
 use crate::executor::wasm::environ::Environ;
-use crate::executor::wasm::memory_cap::MemoryCap;
-use crate::executor::wasm::streams::{GuestStderr, StdioOut};
-use crate::executor::wasm::{
-    WasmError, WasmSpec, exit_reason, guest_store, preopen_action, ticker,
-};
+use crate::executor::wasm::streams::GuestStderr;
+use crate::executor::wasm::{WasmSpec, exit_reason, ticker};
 use crate::executor::{HttpRequest, Respond, RunError, StartError};
-use crate::logs::{Attribution, Stream};
+use crate::logs::Attribution;
 
 /// How long a response may take to end once `handle` has returned: its last bytes are
 /// on their way then, or the component left its body unfinished and they never come.
@@ -58,51 +53,29 @@ impl Worker for HttpInstance {
     async fn start(spec: &Self::Spec, _: Start<'_>) -> Result<Self, StartError> {
         let start = &spec.start;
         let attribution = Attribution::new(start.log_format);
-        let stdout = GuestStderr::on(Stream::Stdout, attribution.clone());
-        let stderr = GuestStderr::on(Stream::Stderr, attribution.clone());
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(StdioOut(stdout.clone()))
-            .stderr(StdioOut(stderr.clone()))
-            .args(&[&start.main]);
-        preopen_action(&mut wasi, spec.preopen.as_ref())?;
-        let descriptors = Descriptors::new(spec.descriptors, stderr.clone());
-        let outbound = Outbound::new(
-            spec.outbound.clone(),
-            stderr.clone(),
-            descriptors.clone(),
-            spec.engine.metrics.clone(),
-        );
-        outbound.gate_sockets(&mut wasi);
-        let denials = outbound.denials();
-        // Told the action's variables; a fresh instance its activation's too, once it has
-        // come (it is called only then).
-        let environ = Environ::new(spec.env.clone(), start.fresh, false);
-        let memory = Arc::new(AtomicUsize::new(0));
-        let host = component::host(
-            wasi.build(),
-            outbound,
-            MemoryCap {
-                cap: spec.engine.settings.memory_cap,
-                total: memory.clone(),
-            },
-            usize::from(spec.preopen.is_some()),
-            environ.clone(),
-        );
-        let mut store = guest_store(&spec.engine, host, |host| &mut host.limits);
+        let component::HttpStore {
+            mut store,
+            stdout,
+            stderr,
+            environ,
+            descriptors,
+            denials,
+            memory,
+        } = component::http_store(
+            &spec.engine,
+            start,
+            &spec.env,
+            spec.preopen.as_ref(),
+            &spec.outbound,
+            spec.descriptors,
+            attribution.clone(),
+        )?;
         let ticker = spec.engine.ticker.clone();
-        let instantiated = {
+        let made = {
             let _ticking = ticker.running();
             tokio::time::timeout(start.ack_timeout, spec.pre.instantiate_async(&mut store)).await
         };
-        let proxy = match instantiated {
-            Ok(Ok(proxy)) => proxy,
-            Ok(Err(e)) => {
-                let detail = exit_reason(Err(e), &stderr);
-                stderr.flush();
-                return Err(WasmError::GuestExited { detail }.into());
-            }
-            Err(_) => return Err(WasmError::StillStarting(start.ack_timeout).into()),
-        };
+        let proxy = component::instantiated(made, start.ack_timeout, &stderr)?;
         stdout.flush();
         stderr.flush();
         Ok(HttpInstance {
@@ -190,7 +163,7 @@ impl HttpInstance {
         self.environ.arrive(&context);
         let (mut parts, body) = request.into_parts();
         web::set_context(&mut parts.headers, &context);
-        let body = body.map_err(|e| -> wasmtime_wasi_http::Error { intake_error(e).into() });
+        let body = body.map_err(component::intake_error);
         let request = axum::http::Request::from_parts(parts, body);
         let (send, answer) = tokio::sync::oneshot::channel::<Answer>();
         let (ended, body_ended) = tokio::sync::oneshot::channel::<Ended>();
@@ -246,7 +219,7 @@ impl HttpInstance {
         match ended {
             Ended::Whole => Ok(()),
             Ended::Unfinished => Err(RunError::Exited(Some(UNFINISHED.to_owned()))),
-            Ended::Failed(code) => Err(RunError::Exited(Some(body_failed(&code)))),
+            Ended::Failed(code) => Err(RunError::Exited(Some(component::body_failed(&code)))),
         }
     }
 
@@ -412,16 +385,6 @@ impl http_body::Body for Outgoing {
     }
 }
 
-/// What the component reads when its request's body stopped before its end.
-fn intake_error(error: axum::Error) -> ErrorCode {
-    let source = error.into_inner();
-    match source.downcast_ref::<IntakeError>() {
-        Some(IntakeError::TooLarge(limit)) => ErrorCode::HttpRequestBodySize(Some(*limit as u64)),
-        Some(IntakeError::TimedOut(_)) => ErrorCode::ConnectionReadTimeout,
-        Some(IntakeError::Read(_)) | None => ErrorCode::ConnectionTerminated,
-    }
-}
-
 /// Why no response came: the component answered an error, or returned without one.
 fn unanswered(failed: Result<Answer, tokio::sync::oneshot::error::RecvError>) -> String {
     match failed {
@@ -430,12 +393,6 @@ fn unanswered(failed: Result<Answer, tokio::sync::oneshot::error::RecvError>) ->
         }
         _ => UNSET.to_owned(),
     }
-}
-
-/// What a response body that wasmtime failed (dropped unfinished, or short of or past the
-/// length it announced) is told as.
-fn body_failed(code: &str) -> String {
-    format!("the component's response body failed before its end: {code}")
 }
 
 /// What `both` says when the call returned and its response never came to an end.
@@ -501,16 +458,6 @@ async fn read_response(
         Ok(Ok(response)) => response,
         failed => return Err(RunError::Exited(Some(unanswered(failed)))),
     };
-    let (parts, mut body) = response.into_parts();
-    let mut read = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| RunError::Exited(Some(body_failed(&format!("{e:?}")))))?;
-        if let Ok(data) = frame.into_data() {
-            if read.len() + data.len() > max {
-                return Err(RunError::BodyTooLong(max));
-            }
-            read.extend_from_slice(&data);
-        }
-    }
-    Ok((parts, read.freeze()))
+    let (parts, body) = response.into_parts();
+    Ok((parts, component::read_body(body, max).await?))
 }

@@ -11,7 +11,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use wasmtime::StoreContextMut;
 use wasmtime::component::GuestTaskId;
-use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::handler::{
     HandlerState, Instance, Proxy, ShouldAccept, WorkerExpiration, WorkerState, WorkerStatus,
@@ -20,15 +19,13 @@ use wasmtime_wasi_http::p3::bindings::ServicePre;
 
 use crate::context::Context;
 use crate::executor::StartSpec;
-use crate::executor::wasm::component::{self, ComponentHost, Outbound};
-use crate::executor::wasm::descriptors::{Caps, Descriptors};
-use crate::executor::wasm::environ::Environ;
-use crate::executor::wasm::memory_cap::MemoryCap;
-use crate::executor::wasm::streams::{GuestStderr, StdioOut};
-use crate::executor::wasm::{WasmEngine, WasmError, guest_store, preopen_action};
+use crate::executor::wasm::component::{self, ComponentHost};
+use crate::executor::wasm::descriptors::Caps;
+use crate::executor::wasm::streams::GuestStderr;
+use crate::executor::wasm::{WasmEngine, WasmError};
 use crate::lock;
 use crate::metrics::Made;
-use crate::logs::{Attribution, Labels, Stream};
+use crate::logs::{Attribution, Labels};
 use crate::outbound::AllowList;
 
 /// How an action's instances are shared and kept.
@@ -200,47 +197,26 @@ impl Instances {
         let attribution = Attribution::new(start.log_format);
         // Its lines name the action only, unless one activation at a time is in it.
         attribution.set(Arc::new(start.about.clone()));
-        let stdout = GuestStderr::on(Stream::Stdout, attribution.clone());
-        let stderr = GuestStderr::on(Stream::Stderr, attribution.clone());
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(StdioOut(stdout.clone()))
-            .stderr(StdioOut(stderr.clone()))
-            .args(&[&start.main]);
-        preopen_action(&mut wasi, self.preopen.as_ref())?;
-        let descriptors = Descriptors::new(self.descriptors, stderr.clone());
-        let outbound = Outbound::new(
-            self.outbound.clone(),
-            stderr.clone(),
-            descriptors,
-            self.engine.metrics.clone(),
-        );
-        outbound.gate_sockets(&mut wasi);
-        let environ = Environ::new(self.env.clone(), start.fresh, false);
-        let memory = Arc::new(AtomicUsize::new(0));
-        let host = component::host(
-            wasi.build(),
-            outbound,
-            MemoryCap {
-                cap: self.engine.settings.memory_cap,
-                total: memory.clone(),
-            },
-            usize::from(self.preopen.is_some()),
-            environ,
-        );
-        let mut store = guest_store(&self.engine, host, |host| &mut host.limits);
-        let instantiated = {
+        let component::HttpStore {
+            mut store,
+            stdout,
+            stderr,
+            memory,
+            ..
+        } = component::http_store(
+            &self.engine,
+            start,
+            &self.env,
+            self.preopen.as_ref(),
+            &self.outbound,
+            self.descriptors,
+            attribution.clone(),
+        )?;
+        let made = {
             let _ticking = self.engine.ticker.running();
             tokio::time::timeout(start.ack_timeout, self.service.instantiate_async(&mut store)).await
         };
-        let service = match instantiated {
-            Ok(Ok(service)) => service,
-            Ok(Err(e)) => {
-                let detail = crate::executor::wasm::exit_reason(Err(e), &stderr);
-                stderr.flush();
-                return Err(WasmError::GuestExited { detail });
-            }
-            Err(_) => return Err(WasmError::StillStarting(start.ack_timeout)),
-        };
+        let service = component::instantiated(made, start.ack_timeout, &stderr)?;
         let life = Arc::new(Life {
             stdout,
             stderr,

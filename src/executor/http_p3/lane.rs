@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 use wasmtime_wasi_http::handler::{
@@ -12,13 +12,12 @@ use wasmtime_wasi_http::handler::{
 };
 use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::p3::bindings::http::types::ErrorCode;
-use wasmtime_wasi_http::{Error as HttpError, WasiBody};
+use wasmtime_wasi_http::WasiBody;
 
 use super::instances::{Instances, Life, NoSlot, Sharing, Ticket};
 use crate::context::Context;
-use crate::executor::intake::IntakeError;
 use crate::executor::pool::{Close, Job, Start, Worker};
-use crate::executor::wasm::component::ComponentHost;
+use crate::executor::wasm::component::{self, ComponentHost};
 use crate::executor::wasm::ticker::Ticker;
 use crate::executor::wasm::{WasmSpec, exit_reason};
 use crate::executor::{HttpRequest, Respond, RunError, StartError};
@@ -150,7 +149,7 @@ impl Worker for Lane {
                 *request.headers_mut() = incoming.headers;
                 let (ticket, response) = self.call(request, context).await?;
                 let (parts, body) = response.into_parts();
-                let read = read_body(body, self.max_result_bytes).await;
+                let read = component::read_body(body, self.max_result_bytes).await;
                 leave(&ticket);
                 let body = read?;
                 let say = |m: &str| self.say(m);
@@ -200,7 +199,7 @@ impl Lane {
     ) -> Result<(), RunError> {
         let (mut parts, body) = request.into_parts();
         web::set_context(&mut parts.headers, &context);
-        let body = body.map_err(intake_error).boxed_unsync();
+        let body = body.map_err(component::intake_error).boxed_unsync();
         let (ticket, response) = self
             .call(axum::http::Request::from_parts(parts, body), context)
             .await?;
@@ -240,7 +239,7 @@ impl Lane {
             axum::body::Body::new(body),
         ));
         match body_ended.await {
-            Ok(Err(failed)) => Err(RunError::Exited(Some(body_failed(&failed)))),
+            Ok(Err(failed)) => Err(RunError::Exited(Some(component::body_failed(&failed)))),
             Ok(Ok(())) | Err(_) => Ok(()),
         }
     }
@@ -373,34 +372,4 @@ impl http_body::Body for Watched {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
-}
-
-/// What the component reads when its request's body stopped before its end.
-fn intake_error(error: axum::Error) -> HttpError {
-    let source = error.into_inner();
-    match source.downcast_ref::<IntakeError>() {
-        Some(IntakeError::TooLarge(limit)) => HttpError::HttpRequestBodySize(Some(*limit as u64)),
-        Some(IntakeError::TimedOut(_)) => HttpError::ConnectionReadTimeout,
-        Some(IntakeError::Read(_)) | None => HttpError::ConnectionTerminated,
-    }
-}
-
-/// What a response body that failed before its end is told as.
-fn body_failed(code: &str) -> String {
-    format!("the component's response body failed before its end: {code}")
-}
-
-/// The response's body, up to `max` bytes.
-async fn read_body(mut body: WasiBody, max: usize) -> Result<Bytes, RunError> {
-    let mut read = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| RunError::Exited(Some(body_failed(&format!("{e:?}")))))?;
-        if let Ok(data) = frame.into_data() {
-            if read.len() + data.len() > max {
-                return Err(RunError::BodyTooLong(max));
-            }
-            read.extend_from_slice(&data);
-        }
-    }
-    Ok(read.freeze())
 }

@@ -426,3 +426,128 @@ impl WasiHttpHooks for Outbound {
         })
     }
 }
+
+/// An HTTP component's store, as the http and http-p3 backends make one for each instance:
+/// its stdout and stderr (both logs: the answer is the response), what it reads as its
+/// environment, its caps on descriptors, the allow-list's refusals, and the bytes of its
+/// linear memories.
+pub struct HttpStore {
+    pub store: wasmtime::Store<ComponentHost>,
+    pub stdout: GuestStderr,
+    pub stderr: GuestStderr,
+    pub environ: super::environ::Environ,
+    pub descriptors: Descriptors,
+    pub denials: Arc<std::sync::Mutex<DenialLog>>,
+    pub memory: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A store for an instance of an HTTP component started as `start` says, its logs under
+/// `attribution`: the action's folder preopened (if any), its connections through
+/// `outbound`, its descriptors within `caps`, told the action's variables (a fresh
+/// instance its activation's too, once it has come).
+pub fn http_store(
+    engine: &super::WasmEngine,
+    start: &crate::executor::StartSpec,
+    env: &Arc<[(String, String)]>,
+    preopen: Option<&std::path::PathBuf>,
+    outbound: &Arc<AllowList>,
+    caps: descriptors::Caps,
+    attribution: crate::logs::Attribution,
+) -> Result<HttpStore, super::WasmError> {
+    use crate::logs::Stream;
+    let stdout = GuestStderr::on(Stream::Stdout, attribution.clone());
+    let stderr = GuestStderr::on(Stream::Stderr, attribution);
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(super::streams::StdioOut(stdout.clone()))
+        .stderr(super::streams::StdioOut(stderr.clone()))
+        .args(&[&start.main]);
+    super::preopen_action(&mut wasi, preopen)?;
+    let descriptors = Descriptors::new(caps, stderr.clone());
+    let outbound = Outbound::new(
+        outbound.clone(),
+        stderr.clone(),
+        descriptors.clone(),
+        engine.metrics.clone(),
+    );
+    outbound.gate_sockets(&mut wasi);
+    let denials = outbound.denials();
+    // Called only once its activation has come, a fresh instance is told its values then.
+    let environ = super::environ::Environ::new(env.clone(), start.fresh, false);
+    let memory = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let host = host(
+        wasi.build(),
+        outbound,
+        MemoryCap {
+            cap: engine.settings.memory_cap,
+            total: memory.clone(),
+        },
+        usize::from(preopen.is_some()),
+        environ.clone(),
+    );
+    Ok(HttpStore {
+        store: super::guest_store(engine, host, |host| &mut host.limits),
+        stdout,
+        stderr,
+        environ,
+        descriptors,
+        denials,
+        memory,
+    })
+}
+
+/// What instantiating an HTTP component within `timeout` gave (`made`): the instance, or
+/// the guest's exit in its stderr's words (which go out), or that it was still starting.
+pub fn instantiated<T>(
+    made: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
+    timeout: std::time::Duration,
+    stderr: &GuestStderr,
+) -> Result<T, super::WasmError> {
+    match made {
+        Ok(Ok(instance)) => Ok(instance),
+        Ok(Err(e)) => {
+            let detail = super::exit_reason(Err(e), stderr);
+            stderr.flush();
+            Err(super::WasmError::GuestExited { detail })
+        }
+        Err(_) => Err(super::WasmError::StillStarting(timeout)),
+    }
+}
+
+/// What an HTTP component reads when its request's body stopped before its end.
+pub fn intake_error(error: axum::Error) -> HttpError {
+    use crate::executor::intake::IntakeError;
+    let source = error.into_inner();
+    match source.downcast_ref::<IntakeError>() {
+        Some(IntakeError::TooLarge(limit)) => HttpError::HttpRequestBodySize(Some(*limit as u64)),
+        Some(IntakeError::TimedOut(_)) => HttpError::ConnectionReadTimeout,
+        Some(IntakeError::Read(_)) | None => HttpError::ConnectionTerminated,
+    }
+}
+
+/// What an activation whose response body failed before its end (`how`) is told.
+pub fn body_failed(how: &str) -> String {
+    format!("the component's response body failed before its end: {how}")
+}
+
+/// A component's response body, up to `max` bytes (`--max-result-bytes`): past it, the
+/// activation's failure.
+pub async fn read_body<B>(body: B, max: usize) -> Result<bytes::Bytes, crate::executor::RunError>
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    use crate::executor::RunError;
+    use http_body_util::BodyExt;
+    let mut body = std::pin::pin!(body);
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| RunError::Exited(Some(body_failed(&format!("{e:?}")))))?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > max {
+                return Err(RunError::BodyTooLong(max));
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(read.freeze())
+}
