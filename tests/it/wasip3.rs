@@ -349,3 +349,23 @@ fn past_what_its_instances_take_at_once_activations_queue_and_then_get_429() {
     sorted.sort();
     assert_eq!(sorted, vec![200, 200, 200, 429], "{statuses:?}");
 }
+
+#[test]
+fn an_instance_is_retired_after_its_activations_and_after_its_idle_time() {
+    let state = |addr| text(&get(addr, "/state"));
+    // --max-activations-per-instance counts what one instance serves in all.
+    let reused = plain(&["--concurrency", "1", "--max-activations-per-instance", "2"]);
+    let seen: Vec<String> = (0..3).map(|_| state(reused.addr)).collect();
+    assert_eq!(seen, ["1\n", "2\n", "1\n"]);
+    // --wasip3-idle-timeout drops one idle that long; kept, it would count on.
+    let idle = plain(&["--concurrency", "1", "--wasip3-idle-timeout", "200ms"]);
+    assert_eq!(state(idle.addr), "1\n");
+    assert_eq!(state(idle.addr), "2\n");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(
+        state(idle.addr),
+        "1\n",
+        "a new instance after the idle time: {}",
+        idle.stderr()
+    );
+}

@@ -75,9 +75,11 @@ pub struct Life {
 }
 
 impl Life {
-    /// Takes the activation out of those it holds: it ended.
+    /// Takes the activation out of those it holds: it has ended. Its expiration learns
+    /// it, or it would wait for the deadline it no longer has (not its idle time).
     pub fn leave(&self, ticket: &Arc<Ticket>) {
         lock(&self.in_flight).retain(|held| !Arc::ptr_eq(held, ticket));
+        self.wake();
     }
 
     /// Retires it: it takes no more activations and is dropped at once, its activations
